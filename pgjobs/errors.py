@@ -1,0 +1,39 @@
+"""Exceptions pgjobs raises. Every message names the problem and, where there is one, the fix."""
+
+from __future__ import annotations
+
+
+class PgjobsError(Exception):
+    """Base class of every error pgjobs raises on purpose."""
+
+
+class ConfigurationError(PgjobsError):
+    """A setting or argument is invalid (bad DSN, negative delay, unknown option value)."""
+
+
+class DatabaseUnavailable(PgjobsError):
+    """The database cannot be reached, or the connection was lost."""
+
+
+class SchemaMissing(PgjobsError):
+    """The pgjobs tables are missing or out of date: run `pgjobs migrate`."""
+
+
+class UnknownTask(PgjobsError):
+    """A task name is not registered with the app."""
+
+
+class InvalidPayload(PgjobsError):
+    """A payload is not a JSON object, cannot be serialised, or is too large."""
+
+
+class NonRetryableError(Exception):
+    """Raise from a handler to send the job straight to ``dead_letter`` without retrying.
+
+    Example::
+
+        @app.task()
+        def charge(order_id: int) -> None:
+            if not order_exists(order_id):
+                raise pgjobs.NonRetryableError(f"order {order_id} does not exist")
+    """

@@ -1,0 +1,36 @@
+"""The lease rescuer: jobs whose worker vanished go back to the queue, or to dead_letter."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from pgjobs import db, queries
+from pgjobs.maintenance import Service, ServiceConfig
+
+
+class LeaseRescuer(Service):
+    """Requeues jobs whose lease expired (their worker crashed or hung), or dead-letters them
+    when that was their last attempt.
+
+    Example: ``await LeaseRescuer(ServiceConfig(interval=15)).run_once(conn)``
+    returns ``{"requeued": 2, "dead": 0}``.
+    """
+
+    name = "lease-rescuer"
+
+    def __init__(self, config: ServiceConfig | None = None) -> None:
+        super().__init__(config or ServiceConfig(interval=15.0))
+
+    async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
+        requeued = dead = 0
+        while True:
+            rows = await db.fetch_all_async(
+                conn, queries.JOB_RESCUE_EXPIRED_LEASES, {"limit": self.config.batch_size}
+            )
+            more_requeued, more_dead = rows[0]
+            requeued += more_requeued
+            dead += more_dead
+            if more_requeued + more_dead < self.config.batch_size:
+                return {"requeued": requeued, "dead": dead}

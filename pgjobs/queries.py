@@ -1,0 +1,291 @@
+"""Every SQL statement the pgjobs runtime sends, each with a one-line purpose.
+
+Statements are plain SQL with psycopg's named placeholders (``%(name)s``); every value travels
+as a bind parameter, never as text spliced into SQL. Batched statements take parallel arrays and
+``unnest`` them, so one statement moves many rows. The hot path is ``JOB_CLAIM`` and
+``JOB_SETTLE_MANY``; read them with ``EXPLAIN ANALYZE`` at realistic table sizes after a change.
+"""
+
+from __future__ import annotations
+
+#: Channel that enqueue NOTIFYs (payload: the queue name) and idle workers LISTEN on.
+NOTIFY_CHANNEL = "pgjobs"
+
+# Columns of queued_jobs in the order models.Job takes them.
+JOB_COLUMNS = (
+    "id, queue, task, payload, priority, run_at, attempts, max_attempts, lease_owner, "
+    "lease_expires_at, last_error, created_at, expires_at, idempotency_key"
+)
+
+# Columns the three tables share, copied as-is when a row moves between them.
+_MOVED_COLUMNS = (
+    "id, queue, task, payload, priority, run_at, attempts, max_attempts, "
+    "created_at, expires_at, idempotency_key"
+)
+
+#: Insert one job without an idempotency key and wake idle workers of its queue.
+JOB_INSERT = f"""
+WITH inserted AS (
+    INSERT INTO queued_jobs (queue, task, payload, priority, run_at, max_attempts, expires_at)
+    VALUES (
+        %(queue)s, %(task)s, %(payload)s::jsonb, %(priority)s,
+        coalesce(%(run_at)s::timestamptz, now() + %(run_in)s * interval '1 second'),
+        %(max_attempts)s, %(expires_at)s::timestamptz
+    )
+    RETURNING id, queue
+)
+SELECT id, pg_notify('{NOTIFY_CHANNEL}', queue) FROM inserted
+"""
+
+#: Insert many jobs from parallel arrays; a job whose idempotency key is already taken (in any of
+#: the three tables, or earlier in the same batch) is not inserted and the holder's id returned.
+#: Rows: (position, id, created). A NULL id means a concurrent enqueue holds the key but has not
+#: committed yet; the caller retries those rows.
+JOB_INSERT_MANY = f"""
+WITH input AS (
+    SELECT nextval(pg_get_serial_sequence('queued_jobs', 'id')) AS id, r.*
+    FROM unnest(
+        %(queues)s::text[], %(tasks)s::text[], %(payloads)s::text[]::jsonb[],
+        %(priorities)s::smallint[], %(run_ats)s::timestamptz[], %(run_ins)s::float8[],
+        %(max_attempts)s::int[], %(expires_ats)s::timestamptz[], %(keys)s::text[]
+    ) WITH ORDINALITY AS r(queue, task, payload, priority, run_at, run_in, max_attempts,
+                           expires_at, idempotency_key, position)
+),
+existing AS (
+    SELECT i.position, (
+        SELECT id FROM queued_jobs WHERE idempotency_key = i.idempotency_key
+        UNION ALL
+        SELECT id FROM archived_jobs WHERE idempotency_key = i.idempotency_key
+        UNION ALL
+        SELECT id FROM dead_letter WHERE idempotency_key = i.idempotency_key
+        LIMIT 1
+    ) AS id
+    FROM input i
+    WHERE i.idempotency_key IS NOT NULL
+),
+inserted AS (
+    INSERT INTO queued_jobs (id, queue, task, payload, priority, run_at, max_attempts,
+                             expires_at, idempotency_key)
+    SELECT i.id, i.queue, i.task, i.payload, i.priority,
+           coalesce(i.run_at, now() + i.run_in * interval '1 second'),
+           i.max_attempts, i.expires_at, i.idempotency_key
+    FROM input i
+    LEFT JOIN existing e ON e.position = i.position
+    WHERE e.id IS NULL
+    ORDER BY i.position
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, queue, idempotency_key
+),
+notified AS (
+    SELECT count(pg_notify('{NOTIFY_CHANNEL}', queue)) AS n
+    FROM (SELECT DISTINCT queue FROM inserted) q
+)
+SELECT i.position, coalesce(e.id, ins.id, holder.id), ins.id IS NOT NULL
+FROM input i
+LEFT JOIN existing e ON e.position = i.position
+LEFT JOIN inserted ins ON ins.id = i.id
+LEFT JOIN inserted holder ON holder.idempotency_key = i.idempotency_key
+CROSS JOIN notified
+ORDER BY i.position
+"""
+
+#: Claim up to ``limit`` ready jobs of the given queues (priority, then run_at order across
+#: them), lease them to ``owner`` (for their task's lease, else ``lease`` seconds) and use up
+#: one attempt each.
+#: One index range per queue (LATERAL), so the claim stays flat however large the backlog.
+JOB_CLAIM = f"""
+UPDATE queued_jobs
+SET attempts = attempts + 1,
+    lease_owner = %(owner)s,
+    lease_expires_at = now() + coalesce(
+        (SELECT t.lease FROM unnest(%(lease_tasks)s::text[], %(lease_seconds)s::float8[])
+             AS t(task, lease)
+         WHERE t.task = queued_jobs.task),
+        %(lease)s
+    ) * interval '1 second'
+WHERE id = ANY(ARRAY(
+    SELECT c.id
+    FROM unnest(%(queues)s::text[]) AS w(queue)
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at
+        FROM queued_jobs
+        WHERE queue = w.queue
+          AND lease_expires_at IS NULL
+          AND run_at <= now()
+          AND (expires_at IS NULL OR expires_at > now())
+        ORDER BY priority DESC, run_at, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) c
+    ORDER BY c.priority DESC, c.run_at, c.id
+    LIMIT %(limit)s
+))
+RETURNING {JOB_COLUMNS}
+"""
+
+#: Apply a batch of outcomes, each fenced by (id, attempt, lease owner) so that a worker whose
+#: lease was lost changes nothing: successes move to archived_jobs, failures to retry are
+#: rescheduled, failures for good move to dead_letter, and jobs given back are released (with
+#: their attempt refunded when they never started). Returns the ids that were applied.
+JOB_SETTLE_MANY = f"""
+WITH succeeded AS (
+    DELETE FROM queued_jobs q
+    USING unnest(%(ok_ids)s::bigint[], %(ok_attempts)s::int[], %(ok_results)s::text[]::jsonb[])
+        AS o(id, attempts, result)
+    WHERE q.id = o.id AND q.attempts = o.attempts AND q.lease_owner = %(owner)s
+    RETURNING q.*, o.result
+),
+archived AS (
+    INSERT INTO archived_jobs ({_MOVED_COLUMNS}, status, result, last_error, worker)
+    SELECT {_MOVED_COLUMNS}, 'succeeded', result, last_error, lease_owner FROM succeeded
+    RETURNING id
+),
+retried AS (
+    UPDATE queued_jobs q
+    SET run_at = now() + r.delay * interval '1 second',
+        last_error = r.error,
+        lease_owner = NULL,
+        lease_expires_at = NULL
+    FROM unnest(%(retry_ids)s::bigint[], %(retry_attempts)s::int[], %(retry_delays)s::float8[],
+                %(retry_errors)s::text[]) AS r(id, attempts, delay, error)
+    WHERE q.id = r.id AND q.attempts = r.attempts AND q.lease_owner = %(owner)s
+    RETURNING q.id
+),
+failed AS (
+    DELETE FROM queued_jobs q
+    USING unnest(%(dead_ids)s::bigint[], %(dead_attempts)s::int[], %(dead_reasons)s::text[],
+                 %(dead_types)s::text[], %(dead_errors)s::text[], %(dead_tracebacks)s::text[])
+        AS d(id, attempts, reason, error_type, error, traceback)
+    WHERE q.id = d.id AND q.attempts = d.attempts AND q.lease_owner = %(owner)s
+    RETURNING q.*, d.reason, d.error_type, d.error, d.traceback
+),
+buried AS (
+    INSERT INTO dead_letter ({_MOVED_COLUMNS}, reason, error_type, last_error, traceback, worker)
+    SELECT {_MOVED_COLUMNS}, reason, error_type, error, traceback, lease_owner FROM failed
+    RETURNING id
+),
+released AS (
+    UPDATE queued_jobs q
+    SET attempts = q.attempts - CASE WHEN g.refund THEN 1 ELSE 0 END,
+        lease_owner = NULL,
+        lease_expires_at = NULL
+    FROM unnest(%(release_ids)s::bigint[], %(release_attempts)s::int[], %(release_refunds)s::bool[])
+        AS g(id, attempts, refund)
+    WHERE q.id = g.id AND q.attempts = g.attempts AND q.lease_owner = %(owner)s
+    RETURNING q.id
+)
+SELECT id FROM archived
+UNION ALL SELECT id FROM retried
+UNION ALL SELECT id FROM buried
+UNION ALL SELECT id FROM released
+"""
+
+#: Push the lease of one running job ``seconds`` into the future, if the caller still holds it.
+JOB_EXTEND_LEASE = """
+UPDATE queued_jobs
+SET lease_expires_at = now() + %(seconds)s * interval '1 second'
+WHERE id = %(id)s AND attempts = %(attempts)s AND lease_owner = %(owner)s
+RETURNING lease_expires_at
+"""
+
+#: Rescue up to ``limit`` jobs whose lease expired: back to ready, or to dead_letter when that
+#: was their last attempt. Returns (requeued, dead).
+JOB_RESCUE_EXPIRED_LEASES = f"""
+WITH lost AS (
+    SELECT id FROM queued_jobs
+    WHERE lease_expires_at < now()
+    ORDER BY lease_expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+exhausted AS (
+    DELETE FROM queued_jobs q USING lost
+    WHERE q.id = lost.id AND q.attempts >= q.max_attempts
+    RETURNING q.*
+),
+buried AS (
+    INSERT INTO dead_letter ({_MOVED_COLUMNS}, reason, last_error, worker)
+    SELECT {_MOVED_COLUMNS}, 'lease_expired',
+           format('lease of worker %%s expired on attempt %%s of %%s',
+                  lease_owner, attempts, max_attempts),
+           lease_owner
+    FROM exhausted
+    RETURNING id
+),
+requeued AS (
+    UPDATE queued_jobs q
+    SET lease_owner = NULL,
+        lease_expires_at = NULL,
+        last_error = format('lease of worker %%s expired on attempt %%s of %%s',
+                            q.lease_owner, q.attempts, q.max_attempts)
+    FROM lost
+    WHERE q.id = lost.id AND q.attempts < q.max_attempts
+    RETURNING q.id
+)
+SELECT (SELECT count(*) FROM requeued), (SELECT count(*) FROM buried)
+"""
+
+#: Archive up to ``limit`` unleased jobs whose expires_at has passed, as expired, unrun.
+JOB_EXPIRE_MANY = f"""
+WITH gone AS (
+    DELETE FROM queued_jobs
+    WHERE id = ANY(ARRAY(
+        SELECT id FROM queued_jobs
+        WHERE expires_at <= now() AND lease_expires_at IS NULL
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ))
+    RETURNING *
+),
+archived AS (
+    INSERT INTO archived_jobs ({_MOVED_COLUMNS}, status, last_error)
+    SELECT {_MOVED_COLUMNS}, 'expired', last_error FROM gone
+    RETURNING id
+)
+SELECT count(*) FROM archived
+"""
+
+#: Whether any job of these queues is still in the hot table (ready, scheduled or running).
+QUEUES_HAVE_JOBS = """
+SELECT EXISTS (SELECT 1 FROM queued_jobs WHERE queue = ANY(%(queues)s::text[]))
+"""
+
+#: Per-queue counts for `pgjobs stats`; ages in seconds.
+QUEUE_STATS = """
+WITH hot AS (
+    SELECT queue,
+           count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at <= now()) AS ready,
+           count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at > now()) AS scheduled,
+           count(*) FILTER (WHERE lease_expires_at IS NOT NULL) AS running,
+           extract(epoch FROM now() - min(run_at)
+                   FILTER (WHERE lease_expires_at IS NULL AND run_at <= now()))::float8
+               AS oldest_ready_age
+    FROM queued_jobs
+    GROUP BY queue
+),
+dead AS (
+    SELECT queue,
+           count(*) AS dead,
+           count(*) FILTER (WHERE failed_at > now() - interval '1 hour') AS failed_last_hour
+    FROM dead_letter
+    GROUP BY queue
+),
+finished AS (
+    SELECT queue, count(*) AS finished_last_hour
+    FROM archived_jobs
+    WHERE finished_at > now() - interval '1 hour'
+    GROUP BY queue
+)
+SELECT q.queue,
+       coalesce(hot.ready, 0), coalesce(hot.scheduled, 0), coalesce(hot.running, 0),
+       coalesce(dead.dead, 0), coalesce(finished.finished_last_hour, 0),
+       coalesce(dead.failed_last_hour, 0), hot.oldest_ready_age
+FROM (SELECT queue FROM hot UNION SELECT queue FROM dead UNION SELECT queue FROM finished) q
+LEFT JOIN hot USING (queue)
+LEFT JOIN dead USING (queue)
+LEFT JOIN finished USING (queue)
+ORDER BY q.queue
+"""
+
+#: The revision of pgjobs' schema in this database (fails with UndefinedTable when never migrated).
+SCHEMA_REVISION = "SELECT version_num FROM pgjobs_alembic_version"

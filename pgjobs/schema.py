@@ -1,0 +1,163 @@
+"""The three tables a job can live in, as SQLAlchemy Core tables.
+
+A job is in exactly one of them at any moment:
+
+* ``queued_jobs``: ready, scheduled for later, or leased by a worker. Kept small.
+* ``archived_jobs``: insert-only history of finished jobs (succeeded, cancelled, expired).
+* ``dead_letter``: jobs that exhausted their attempts or failed for good; read by humans.
+
+Alembic migrations create this schema; ``tests/integration/test_migrations.py`` proves that the
+migrated database and this module do not drift apart.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    SmallInteger,
+    Table,
+    Text,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+#: Statuses a row of ``archived_jobs`` can carry.
+ARCHIVED_STATUSES = ("succeeded", "cancelled", "expired")
+#: Why a row is in ``dead_letter``.
+DEAD_REASONS = ("exhausted", "non_retryable", "lease_expired", "unknown_task", "invalid_payload")
+
+
+def _status_check(column: str, values: tuple[str, ...]) -> CheckConstraint:
+    listed = ", ".join(f"'{value}'" for value in values)
+    return CheckConstraint(f"{column} IN ({listed})", name=column)
+
+
+queued_jobs = Table(
+    "queued_jobs",
+    metadata,
+    Column("id", BigInteger, Identity(always=False), primary_key=True),
+    Column("queue", Text, nullable=False, server_default=text("'default'")),
+    Column("task", Text, nullable=False),
+    Column("payload", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    # Higher runs first; 0 is the default.
+    Column("priority", SmallInteger, nullable=False, server_default=text("0")),
+    Column("run_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    # Incremented by the claim, so a crash mid-run still uses up an attempt.
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("max_attempts", Integer, nullable=False, server_default=text("5")),
+    # NULL lease_expires_at means "not leased": ready or scheduled, by run_at.
+    Column("lease_owner", Text),
+    Column("lease_expires_at", DateTime(timezone=True)),
+    Column("last_error", Text),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("expires_at", DateTime(timezone=True)),
+    Column("idempotency_key", Text),
+    CheckConstraint("max_attempts >= 1", name="max_attempts_positive"),
+    CheckConstraint("attempts >= 0", name="attempts_not_negative"),
+    # The claim: ready rows of a queue in priority, then run_at, order.
+    Index(
+        "ix_queued_jobs_claim",
+        "queue",
+        text("priority DESC"),
+        "run_at",
+        "id",
+        postgresql_where=text("lease_expires_at IS NULL"),
+    ),
+    # The lease rescuer: leased rows by expiry.
+    Index(
+        "ix_queued_jobs_lease_expires_at",
+        "lease_expires_at",
+        postgresql_where=text("lease_expires_at IS NOT NULL"),
+    ),
+    # The expirer: rows that carry an expires_at.
+    Index(
+        "ix_queued_jobs_expires_at",
+        "expires_at",
+        postgresql_where=text("expires_at IS NOT NULL"),
+    ),
+    Index(
+        "uq_queued_jobs_idempotency_key",
+        "idempotency_key",
+        unique=True,
+        postgresql_where=text("idempotency_key IS NOT NULL"),
+    ),
+)
+
+archived_jobs = Table(
+    "archived_jobs",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=False),
+    Column("queue", Text, nullable=False),
+    Column("task", Text, nullable=False),
+    Column("payload", JSONB, nullable=False),
+    Column("priority", SmallInteger, nullable=False),
+    Column("run_at", DateTime(timezone=True), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("max_attempts", Integer, nullable=False),
+    Column("status", Text, nullable=False),
+    # The handler's return value, when it returned something JSON can hold.
+    Column("result", JSONB),
+    Column("last_error", Text),
+    # The worker that ran the job last (NULL for cancelled or expired jobs).
+    Column("worker", Text),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("expires_at", DateTime(timezone=True)),
+    Column("idempotency_key", Text),
+    _status_check("status", ARCHIVED_STATUSES),
+    Index("ix_archived_jobs_finished_at", "finished_at"),
+    Index(
+        "ix_archived_jobs_idempotency_key",
+        "idempotency_key",
+        postgresql_where=text("idempotency_key IS NOT NULL"),
+    ),
+)
+
+dead_letter = Table(
+    "dead_letter",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=False),
+    Column("queue", Text, nullable=False),
+    Column("task", Text, nullable=False),
+    Column("payload", JSONB, nullable=False),
+    Column("priority", SmallInteger, nullable=False),
+    Column("run_at", DateTime(timezone=True), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("max_attempts", Integer, nullable=False),
+    Column("reason", Text, nullable=False),
+    # The exception's qualified type name, e.g. "builtins.ValueError" (NULL when no handler ran).
+    Column("error_type", Text),
+    Column("last_error", Text),
+    Column("traceback", Text),
+    Column("worker", Text),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("failed_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("expires_at", DateTime(timezone=True)),
+    Column("idempotency_key", Text),
+    _status_check("reason", DEAD_REASONS),
+    # Triage by time, newest first, optionally narrowed to one task.
+    Index("ix_dead_letter_failed_at", "failed_at"),
+    Index("ix_dead_letter_task_failed_at", "task", "failed_at"),
+    Index(
+        "ix_dead_letter_idempotency_key",
+        "idempotency_key",
+        postgresql_where=text("idempotency_key IS NOT NULL"),
+    ),
+)
