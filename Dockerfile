@@ -1,0 +1,10 @@
+# The image docker-compose.yml runs pgjobs (migrate, worker, producer) from.
+FROM python:3.12-slim
+WORKDIR /app
+COPY pyproject.toml README.md alembic.ini ./
+COPY alembic ./alembic
+COPY pgjobs ./pgjobs
+COPY examples ./examples
+RUN pip install --no-cache-dir . && useradd --create-home pgjobs
+USER pgjobs
+ENTRYPOINT ["pgjobs"]
