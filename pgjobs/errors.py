@@ -15,6 +15,10 @@ class DatabaseUnavailable(PgjobsError):
     """The database cannot be reached, or the connection was lost."""
 
 
+class QueryFailed(PgjobsError):
+    """PostgreSQL refused a statement for a reason other than a lost connection."""
+
+
 class SchemaMissing(PgjobsError):
     """The pgjobs tables are missing or out of date: run `pgjobs migrate`."""
 

@@ -89,9 +89,29 @@ CROSS JOIN notified
 ORDER BY i.position
 """
 
+#: Reserve ``count`` job ids, ascending, for a bulk enqueue by COPY, with the transaction's
+#: ``now()`` (the base of ``run_in`` delays and the jobs' created_at). Rows: (now, ids array).
+JOB_RESERVE_IDS = """
+SELECT now(), ARRAY(
+    SELECT nextval(seq)
+    FROM pg_get_serial_sequence('queued_jobs', 'id') AS seq, generate_series(1, %(count)s)
+)
+"""
+
+#: Bulk-insert jobs without idempotency keys, with ids from JOB_RESERVE_IDS (COPY text format).
+JOB_COPY_MANY = """
+COPY queued_jobs (id, queue, task, payload, priority, run_at, max_attempts, expires_at, created_at)
+FROM STDIN
+"""
+
+#: Wake idle workers of each of these queues, once per queue (COPY cannot NOTIFY by itself).
+QUEUES_NOTIFY = f"""
+SELECT pg_notify('{NOTIFY_CHANNEL}', queue) FROM unnest(%(queues)s::text[]) AS queue
+"""
+
 #: Claim up to ``limit`` ready jobs of the given queues (priority, then run_at order across
-#: them), lease them to ``owner`` (for their task's lease, else ``lease`` seconds) and use up
-#: one attempt each.
+#: them), lease them to ``owner`` (for their task's lease, else ``lease`` seconds), mark the
+#: at-most-once ones, and use up one attempt each.
 #: One index range per queue (LATERAL), so the claim stays flat however large the backlog.
 JOB_CLAIM = f"""
 UPDATE queued_jobs
@@ -102,7 +122,8 @@ SET attempts = attempts + 1,
              AS t(task, lease)
          WHERE t.task = queued_jobs.task),
         %(lease)s
-    ) * interval '1 second'
+    ) * interval '1 second',
+    at_most_once = task = ANY(%(at_most_once_tasks)s::text[])
 WHERE id = ANY(ARRAY(
     SELECT c.id
     FROM unnest(%(queues)s::text[]) AS w(queue)
@@ -180,16 +201,19 @@ UNION ALL SELECT id FROM buried
 UNION ALL SELECT id FROM released
 """
 
-#: Push the lease of one running job ``seconds`` into the future, if the caller still holds it.
-JOB_EXTEND_LEASE = """
-UPDATE queued_jobs
-SET lease_expires_at = now() + %(seconds)s * interval '1 second'
-WHERE id = %(id)s AND attempts = %(attempts)s AND lease_owner = %(owner)s
-RETURNING lease_expires_at
+#: Push the leases of running jobs ``seconds`` into the future, for those the caller still holds.
+#: Returns the ids extended.
+JOB_EXTEND_LEASES = """
+UPDATE queued_jobs q
+SET lease_expires_at = now() + e.seconds * interval '1 second'
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(seconds)s::float8[])
+    AS e(id, attempts, seconds)
+WHERE q.id = e.id AND q.attempts = e.attempts AND q.lease_owner = %(owner)s
+RETURNING q.id
 """
 
 #: Rescue up to ``limit`` jobs whose lease expired: back to ready, or to dead_letter when that
-#: was their last attempt. Returns (requeued, dead).
+#: was their last attempt or their task is at-most-once. Returns (requeued, dead).
 JOB_RESCUE_EXPIRED_LEASES = f"""
 WITH lost AS (
     SELECT id FROM queued_jobs
@@ -200,14 +224,15 @@ WITH lost AS (
 ),
 exhausted AS (
     DELETE FROM queued_jobs q USING lost
-    WHERE q.id = lost.id AND q.attempts >= q.max_attempts
+    WHERE q.id = lost.id AND (q.attempts >= q.max_attempts OR q.at_most_once)
     RETURNING q.*
 ),
 buried AS (
     INSERT INTO dead_letter ({_MOVED_COLUMNS}, reason, last_error, worker)
     SELECT {_MOVED_COLUMNS}, 'lease_expired',
-           format('lease of worker %%s expired on attempt %%s of %%s',
-                  lease_owner, attempts, max_attempts),
+           format('lease of worker %%s expired on attempt %%s of %%s%%s',
+                  lease_owner, attempts, max_attempts,
+                  CASE WHEN at_most_once THEN ' (at-most-once task: not run again)' ELSE '' END),
            lease_owner
     FROM exhausted
     RETURNING id
@@ -219,7 +244,7 @@ requeued AS (
         last_error = format('lease of worker %%s expired on attempt %%s of %%s',
                             q.lease_owner, q.attempts, q.max_attempts)
     FROM lost
-    WHERE q.id = lost.id AND q.attempts < q.max_attempts
+    WHERE q.id = lost.id AND q.attempts < q.max_attempts AND NOT q.at_most_once
     RETURNING q.id
 )
 SELECT (SELECT count(*) FROM requeued), (SELECT count(*) FROM buried)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     DateTime,
@@ -41,7 +42,15 @@ metadata = MetaData(naming_convention=NAMING_CONVENTION)
 #: Statuses a row of ``archived_jobs`` can carry.
 ARCHIVED_STATUSES = ("succeeded", "cancelled", "expired")
 #: Why a row is in ``dead_letter``.
-DEAD_REASONS = ("exhausted", "non_retryable", "lease_expired", "unknown_task", "invalid_payload")
+DEAD_REASONS = (
+    "exhausted",
+    "non_retryable",
+    "lease_expired",
+    "unknown_task",
+    "invalid_payload",
+    # An at-most-once job still running when its worker's shutdown grace period ran out.
+    "interrupted",
+)
 
 
 def _status_check(column: str, values: tuple[str, ...]) -> CheckConstraint:
@@ -69,6 +78,9 @@ queued_jobs = Table(
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     Column("expires_at", DateTime(timezone=True)),
     Column("idempotency_key", Text),
+    # Set by the claim for tasks declared at-most-once: an expired lease dead-letters the job
+    # instead of running it again.
+    Column("at_most_once", Boolean, nullable=False, server_default=text("false")),
     CheckConstraint("max_attempts >= 1", name="max_attempts_positive"),
     CheckConstraint("attempts >= 0", name="attempts_not_negative"),
     # The claim: ready rows of a queue in priority, then run_at, order.

@@ -59,6 +59,8 @@ class Task:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     #: Seconds; how long a claimed job of this task may run before it counts as lost.
     lease: float = DEFAULT_LEASE
+    #: Never run twice: a job whose lease expired goes to dead_letter instead of running again.
+    at_most_once: bool = False
     is_async: bool = False
     signature: inspect.Signature | None = None
 
@@ -87,6 +89,7 @@ def make_task(
     retry_base: float,
     retry_cap: float,
     lease: float,
+    at_most_once: bool = False,
 ) -> Task:
     check_queue(queue)
     check_max_attempts(max_attempts)
@@ -106,6 +109,7 @@ def make_task(
         max_attempts=max_attempts,
         retry=RetryPolicy(retry_base, retry_cap),
         lease=lease,
+        at_most_once=at_most_once,
         is_async=inspect.iscoroutinefunction(fn),
         signature=signature,
     )

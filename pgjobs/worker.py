@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import logging
 import os
@@ -17,14 +18,21 @@ import signal
 import socket
 import traceback
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pgjobs import db, queries
 from pgjobs.completer import Outcomes, result_json
-from pgjobs.errors import ConfigurationError, DatabaseUnavailable, NonRetryableError, SchemaMissing
+from pgjobs.errors import (
+    ConfigurationError,
+    DatabaseUnavailable,
+    NonRetryableError,
+    PgjobsError,
+    QueryFailed,
+    SchemaMissing,
+)
 from pgjobs.maintenance import run_services
 from pgjobs.maintenance.expirer import Expirer
 from pgjobs.maintenance.leases import LeaseRescuer
@@ -67,6 +75,70 @@ class WorkerConfig:
             raise ConfigurationError(f"grace must be >= 0 seconds, got {self.grace}")
 
 
+class JobContext:
+    """The running job as its handler sees it, from ``pgjobs.current_job()``."""
+
+    __slots__ = ("_worker", "job", "lease_lost")
+
+    def __init__(self, job: Job, worker: Worker) -> None:
+        self.job = job
+        self._worker = worker
+        #: True once the worker learned that this job's lease is no longer held: the job may be
+        #: running elsewhere, and this run's outcome will be discarded.
+        self.lease_lost = False
+
+    def extend_lease(self, seconds: float) -> None:
+        """Hold this job's lease until ``seconds`` from now. Returns at once: the worker sends
+        the extension on its next round trip (within milliseconds), from sync and async handlers
+        alike. Call it periodically from long handlers, well before the lease runs out.
+
+        Example: ``pgjobs.current_job().extend_lease(600)``
+        """
+        if not seconds > 0:
+            raise ConfigurationError(f"extend_lease takes seconds > 0, got {seconds}")
+        self._worker._request_extension(self, float(seconds))
+
+
+_current_job: contextvars.ContextVar[JobContext] = contextvars.ContextVar("pgjobs_current_job")
+
+
+def current_job() -> JobContext:
+    """The job the calling handler runs for; only inside a handler run by a pgjobs worker.
+
+    Example::
+
+        @app.task(lease=60)
+        def crunch(path: str) -> None:
+            for chunk in read_chunks(path):
+                process(chunk)
+                pgjobs.current_job().extend_lease(60)
+    """
+    try:
+        return _current_job.get()
+    except LookupError:
+        raise PgjobsError(
+            "current_job() works only inside a handler run by a pgjobs worker"
+        ) from None
+
+
+def _call_sync(context: JobContext, fn: Callable[..., Any], payload: dict[str, Any]) -> Any:
+    token = _current_job.set(context)
+    try:
+        return fn(**payload)
+    finally:
+        _current_job.reset(token)
+
+
+async def _call_async(context: JobContext, fn: Callable[..., Any], payload: dict[str, Any]) -> Any:
+    _current_job.set(context)  # the task runs in a copy of the context: nothing leaks out
+    return await fn(**payload)
+
+
+def _without_nul(text: str) -> str:
+    """PostgreSQL text cannot hold NUL characters."""
+    return text.replace("\x00", "\\x00") if "\x00" in text else text
+
+
 class Worker:
     """Runs the app's tasks until stopped by a signal (or, with ``burst``, until idle).
 
@@ -85,13 +157,16 @@ class Worker:
         self.queues = list(dict.fromkeys(queues))
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._outcomes = Outcomes(self.id)
-        self._running: dict[int, tuple[Job, asyncio.Future[Any]]] = {}
+        self._running: dict[int, tuple[JobContext, asyncio.Future[Any]]] = {}
+        self._extensions: dict[int, tuple[JobContext, float]] = {}
         self._changed = asyncio.Event()
         self._stop = asyncio.Event()
         self._signals = 0
         self._connected = True
         self._lease_tasks = list(self.tasks)
         self._lease_seconds = [t.lease for t in self.tasks.values()]
+        self._at_most_once_tasks = [t.name for t in self.tasks.values() if t.at_most_once]
+        self._reconnect_attempt = 0
         self._executor: ThreadPoolExecutor | None = None
         self._abandoned = 0
 
@@ -107,7 +182,7 @@ class Worker:
             raise SchemaMissing(
                 f"the pgjobs tables are missing in {dsn.redacted}: run `pgjobs migrate`"
             )
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
         if any(not t.is_async for t in self.tasks.values()):
@@ -168,11 +243,12 @@ class Worker:
             if stopping and deadline is None:
                 deadline = loop.time() + self.config.grace
             free = 0 if stopping else self.config.concurrency - len(self._running)
-            if free > 0 or len(self._outcomes):
+            if free > 0 or len(self._outcomes) or self._extensions:
                 try:
                     if not self._connected:
                         conn = await db.connect_async(dsn)
                         self._connected = True
+                        self._reconnect_attempt = 0
                         log.warning("database connection restored")
                     claimed = await self._trip(conn, free)
                 except DatabaseUnavailable as exc:
@@ -201,10 +277,22 @@ class Worker:
             self._changed.clear()
 
     async def _trip(self, conn: Any, free: int) -> list[Job]:
+        """Settle buffered outcomes, extend requested leases and claim up to ``free`` jobs,
+        in one round trip. Outcomes that could not be sent stay buffered for the next trip."""
         settle: dict[str, Any] | None = None
         settled: list[int] = []
         if len(self._outcomes):
             settle, settled = self._outcomes.drain()
+        extend = None
+        extensions, self._extensions = self._extensions, {}
+        if extensions:
+            contexts = list(extensions.values())
+            extend = {
+                "owner": self.id,
+                "ids": [c.job.id for c, _ in contexts],
+                "attempts": [c.job.attempts for c, _ in contexts],
+                "seconds": [seconds for _, seconds in contexts],
+            }
         claim = None
         if free > 0:
             claim = {
@@ -214,13 +302,24 @@ class Worker:
                 "lease": DEFAULT_LEASE,
                 "lease_tasks": self._lease_tasks,
                 "lease_seconds": self._lease_seconds,
+                "at_most_once_tasks": self._at_most_once_tasks,
             }
         try:
-            applied, jobs = await db.settle_and_claim(conn, settle, claim)
-        except Exception:
+            applied, kept, jobs = await db.settle_and_claim(conn, settle, extend, claim)
+        except DatabaseUnavailable:
             if settle is not None:
                 self._outcomes.restore(settle)
+            self._extensions = {**extensions, **self._extensions}
             raise
+        except QueryFailed as exc:
+            # Not a connection problem, so sending the same batch again would fail again. Leave
+            # these jobs to their leases: the rescuer makes them claimable when the leases expire.
+            log.error(
+                "%s; outcome(s) of job(s) %s dropped, their leases will recover them",
+                exc,
+                ",".join(map(str, settled)) or "-",
+            )
+            return []
         if len(applied) != len(settled):
             stale = sorted(set(settled) - applied)
             log.warning(
@@ -228,10 +327,11 @@ class Worker:
                 "rescued or claimed elsewhere), so this worker's result is discarded",
                 ",".join(map(str, stale)),
             )
-        self._reconnect_attempt = 0
+        for job_id, (context, _) in extensions.items():
+            if job_id not in kept:
+                context.lease_lost = True
+                log.warning("job %d: lease extension refused, the lease was already lost", job_id)
         return jobs
-
-    _reconnect_attempt = 0
 
     def _reconnect_delay(self) -> float:
         return RECONNECT_DELAYS[min(self._reconnect_attempt, len(RECONNECT_DELAYS) - 1)]
@@ -283,19 +383,20 @@ class Worker:
             log.warning("job %d (%s): %s, sent to dead_letter", job.id, job.task, problem)
             self._changed.set()
             return
+        context = JobContext(job, self)
         future: asyncio.Future[Any]
         if task.is_async:
-            future = asyncio.ensure_future(task.fn(**job.payload))
+            future = asyncio.ensure_future(_call_async(context, task.fn, job.payload))
         else:
-            loop = asyncio.get_running_loop()
-            call = functools.partial(task.fn, **job.payload)
-            future = loop.run_in_executor(self._executor, call)
-        self._running[job.id] = (job, future)
+            call = functools.partial(_call_sync, context, task.fn, job.payload)
+            future = self._loop.run_in_executor(self._executor, call)
+        self._running[job.id] = (context, future)
         future.add_done_callback(functools.partial(self._finished, job, task))
 
     def _finished(self, job: Job, task: Task, future: asyncio.Future[Any]) -> None:
         if self._running.pop(job.id, None) is None:
             return  # already given back by _abandon
+        self._extensions.pop(job.id, None)
         self._changed.set()
         if future.cancelled():
             self._outcomes.release(job, refund=False)
@@ -309,7 +410,7 @@ class Worker:
         if isinstance(exc, NonRetryableError) or job.is_last_attempt:
             reason = "non_retryable" if isinstance(exc, NonRetryableError) else "exhausted"
             error_type = f"{type(exc).__module__}.{type(exc).__qualname__}"
-            trace = "".join(traceback.format_exception(exc))
+            trace = _without_nul("".join(traceback.format_exception(exc)))
             self._outcomes.bury(job, reason, error, error_type, trace)
             log.warning("%s: %s; sent to dead_letter (%s)", where, error, reason)
         else:
@@ -317,13 +418,30 @@ class Worker:
             self._outcomes.retry(job, delay, error)
             log.warning("%s: %s; retry in %.1fs", where, error, delay)
 
+    def _request_extension(self, context: JobContext, seconds: float) -> None:
+        """Called from any thread: extend ``context``'s lease on the next trip."""
+        self._loop.call_soon_threadsafe(self._queue_extension, context, seconds)
+
+    def _queue_extension(self, context: JobContext, seconds: float) -> None:
+        if context.job.id in self._running:
+            self._extensions[context.job.id] = (context, seconds)
+            self._changed.set()
+
     async def _abandon(self, conn: Any) -> None:
-        """Grace period over: give running jobs back (their attempt stays used) and flush."""
-        for job, future in list(self._running.values()):
-            self._outcomes.release(job, refund=False)
+        """Grace period over: give running jobs back now (their attempt stays used) rather than
+        leave them to their leases; at-most-once jobs go to dead_letter, never to run again."""
+        for context, future in list(self._running.values()):
+            job = context.job
+            task = self.tasks.get(job.task)
+            if task is not None and task.at_most_once:
+                self._outcomes.bury(
+                    job, "interrupted", "worker shut down while the at-most-once job was running"
+                )
+            else:
+                self._outcomes.release(job, refund=False)
             future.cancel()
         self._abandoned = len(self._running)
-        log.warning("grace period over: gave back %d running job(s) to the queue", self._abandoned)
+        log.warning("grace period over: gave back %d running job(s)", self._abandoned)
         self._running.clear()
         if self._connected:
             try:
@@ -349,5 +467,5 @@ class Worker:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    text = _without_nul(" ".join(f"{type(exc).__name__}: {exc}".split()))
     return text if len(text) <= MAX_ERROR_LENGTH else text[: MAX_ERROR_LENGTH - 1] + "…"

@@ -67,6 +67,7 @@ async def run_services(services: Sequence[Service], dsn: db.Dsn, stop: asyncio.E
     loop = asyncio.get_running_loop()
     due = {s.name: loop.time() + s.config.next_delay() * random.random() for s in enabled}
     conn: psycopg.AsyncConnection[Any] | None = None
+    failing: set[str] = set()  # services whose last round failed: log state changes only
     try:
         while not stop.is_set():
             pause = max(0.0, min(due.values()) - loop.time())
@@ -84,9 +85,16 @@ async def run_services(services: Sequence[Service], dsn: db.Dsn, stop: asyncio.E
                         conn = await db.connect_async(dsn)
                     counts = await service.run_once(conn)
                 except PgjobsError as exc:
-                    log.warning("%s: round failed, will retry: %s", service.name, exc)
+                    if service.name not in failing:
+                        log.warning("%s: round failed, retrying every round: %s", service.name, exc)
+                        failing.add(service.name)
+                    if conn is not None:
+                        await conn.close()
                     conn = None
                     continue
+                if service.name in failing:
+                    failing.discard(service.name)
+                    log.warning("%s: working again", service.name)
                 if any(counts.values()):
                     done = " ".join(f"{k}={v}" for k, v in counts.items())
                     log.info("%s: %s", service.name, done)
