@@ -228,6 +228,10 @@ def work_command(
     maintenance: Annotated[
         bool, typer.Option(help="Run the lease rescuer and expirer in this worker.")
     ] = True,
+    rescue_interval: Annotated[
+        float,
+        typer.Option(help="Seconds between lease-rescuer rounds (expired leases freed).", min=0.1),
+    ] = 15.0,
     log_level: Annotated[
         str, typer.Option(help="debug, info, warning or error.", case_sensitive=False)
     ] = "info",
@@ -252,6 +256,7 @@ def work_command(
         grace=grace,
         burst=burst,
         maintenance=maintenance,
+        rescue_interval=rescue_interval,
     )
     raise typer.Exit(Worker(app, config).run())
 

@@ -33,7 +33,7 @@ from pgjobs.errors import (
     QueryFailed,
     SchemaMissing,
 )
-from pgjobs.maintenance import run_services
+from pgjobs.maintenance import ServiceConfig, run_services
 from pgjobs.maintenance.expirer import Expirer
 from pgjobs.maintenance.leases import LeaseRescuer
 from pgjobs.models import Job
@@ -65,12 +65,18 @@ class WorkerConfig:
     burst: bool = False
     #: Run the lease rescuer and expirer in this worker.
     maintenance: bool = True
+    #: Seconds between lease-rescuer rounds (how soon after a lease expires its job is free).
+    rescue_interval: float = 15.0
+    #: Seconds between expirer rounds.
+    expire_interval: float = 30.0
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise ConfigurationError(f"concurrency must be >= 1, got {self.concurrency}")
         if not self.poll_interval > 0:
             raise ConfigurationError(f"poll interval must be > 0 seconds, got {self.poll_interval}")
+        if not self.rescue_interval > 0 or not self.expire_interval > 0:
+            raise ConfigurationError("maintenance intervals must be > 0 seconds")
         if self.grace < 0:
             raise ConfigurationError(f"grace must be >= 0 seconds, got {self.grace}")
 
@@ -190,7 +196,10 @@ class Worker:
         conn = await db.connect_async(dsn)
         background = [asyncio.create_task(self._listen(dsn), name="pgjobs-listen")]
         if self.config.maintenance:
-            services = [LeaseRescuer(), Expirer()]
+            services = [
+                LeaseRescuer(ServiceConfig(interval=self.config.rescue_interval)),
+                Expirer(ServiceConfig(interval=self.config.expire_interval)),
+            ]
             background.append(asyncio.create_task(run_services(services, dsn, self._stop)))
         log.info(
             "worker %s started: queues=%s concurrency=%d tasks=%d",
