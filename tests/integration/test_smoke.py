@@ -1,10 +1,10 @@
 from __future__ import annotations
 
-from pgjobs import Worker, WorkerConfig
+from pgjobs import App, Worker, WorkerConfig
 
 
 def test_enqueue_then_work_archives(make_app, conn):
-    app = make_app()
+    app: App = make_app()
     ran = []
 
     @app.task(name="t.add")
@@ -15,5 +15,7 @@ def test_enqueue_then_work_archives(make_app, conn):
     job_id = app.enqueue("t.add", {"a": 1, "b": 2})
     assert Worker(app, WorkerConfig(concurrency=2, burst=True, poll_interval=0.05)).run() == 0
     assert ran == [3]
-    row = conn.execute("SELECT status, result FROM archived_jobs WHERE id = %s", [job_id]).fetchone()
+    row = conn.execute(
+        "SELECT status, result FROM archived_jobs WHERE id = %s", [job_id]
+    ).fetchone()
     assert row == ("succeeded", 3)

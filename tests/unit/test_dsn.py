@@ -1,0 +1,89 @@
+"""DSN handling: accepted forms, precedence, and redaction (a password is never shown)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pgjobs import ConfigurationError, DatabaseUnavailable, db
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "postgresql://u:pw@h:5432/app",
+        "postgres://u:pw@h:5432/app",
+        "postgresql+psycopg://u:pw@h:5432/app",
+        "postgresql+psycopg2://u:pw@h:5432/app",
+        "  POSTGRESQL://u:pw@h:5432/app\n",
+    ],
+)
+def test_accepted_forms_normalise_to_libpq_urls(raw):
+    dsn = db.normalize_dsn(raw, "--dsn")
+    assert dsn.url == "postgresql://u:pw@h:5432/app"
+    assert dsn.sqlalchemy_url == "postgresql+psycopg://u:pw@h:5432/app"
+    assert dsn.source == "--dsn"
+
+
+@pytest.mark.parametrize(
+    "raw", ["mysql://root@h/db", "host=h dbname=app password=secret", "", "h:5432/app"]
+)
+def test_other_forms_are_refused_without_echoing_them(raw):
+    with pytest.raises(ConfigurationError, match=r"\$PGJOBS_DATABASE_URL.*postgresql://") as e:
+        db.normalize_dsn(raw, "$PGJOBS_DATABASE_URL")
+    assert "secret" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("postgresql://u:secret@h:5432/app", "postgresql://u:***@h:5432/app"),
+        ("postgresql://u:se%40cret@h/app", "postgresql://u:***@h/app"),
+        ("postgresql://u:p@ss:word@h/app", "postgresql://u:***@h/app"),
+        ("postgresql://:secret@h/app", "postgresql://:***@h/app"),
+        ("postgresql://u@h/app", "postgresql://u@h/app"),
+        ("postgresql://h/app?sslmode=require", "postgresql://h/app?sslmode=require"),
+    ],
+)
+def test_redact_hides_the_password(url, expected):
+    assert db.redact(url) == expected
+    assert db.Dsn(url, "test").redacted == expected
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u@h/app?password=secret",
+        "postgresql://u@h/app?sslmode=require&password=secret",
+        "postgresql://u:secret@h/app?password=secret",
+    ],
+)
+def test_redact_hides_a_password_given_as_a_parameter(url):
+    redacted = db.redact(url)
+    assert "secret" not in redacted
+    assert redacted.startswith("postgresql://u")
+    assert "h/app" in redacted
+
+
+def test_redact_survives_garbage():
+    assert "secret" not in db.redact("postgresql://u:secret@[::1/app")
+
+
+def test_resolve_precedence(monkeypatch):
+    monkeypatch.setenv("PGJOBS_DATABASE_URL", "postgresql://from-pgjobs-env/app")
+    monkeypatch.setenv("DATABASE_URL", "postgres://from-database-url/app")
+    assert db.resolve_dsn("postgresql+psycopg://explicit/app").url == "postgresql://explicit/app"
+    assert db.resolve_dsn(None).url == "postgresql://from-pgjobs-env/app"
+    assert db.resolve_dsn(None).source == "$PGJOBS_DATABASE_URL"
+    monkeypatch.delenv("PGJOBS_DATABASE_URL")
+    assert db.resolve_dsn(None).url == "postgresql://from-database-url/app"
+    assert db.resolve_dsn(None).source == "$DATABASE_URL"
+
+
+def test_unreachable_error_shows_the_redacted_dsn_only():
+    dsn = db.normalize_dsn("postgresql://u:hunter2@127.0.0.1:1/x?connect_timeout=2", "--dsn")
+    with pytest.raises(DatabaseUnavailable) as raised:
+        db.connect(dsn)
+    message = str(raised.value)
+    assert "hunter2" not in message
+    assert "u:***@127.0.0.1:1" in message
+    assert "\n" not in message

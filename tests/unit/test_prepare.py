@@ -1,0 +1,108 @@
+"""producer.prepare: validation and defaults of a job submission, no database."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from pgjobs import App, ConfigurationError, InvalidPayload, JobSpec, UnknownTask, producer
+
+
+@pytest.fixture
+def tasks():
+    app = App("postgresql://nobody@127.0.0.1:1/never-connected")
+
+    @app.task(name="mail.send", queue="mail", max_attempts=7)
+    def send(to: str) -> None: ...
+
+    @app.task(name="plain")
+    def plain() -> None: ...
+
+    return dict(app.tasks)
+
+
+def test_defaults_without_a_registry():
+    job = producer.prepare(JobSpec("t"), None)
+    assert job == producer.PreparedJob("default", "t", "{}", 0, None, 0.0, 5, None, None)
+
+
+def test_task_defaults_then_spec_overrides(tasks):
+    job = producer.prepare(JobSpec("mail.send", {"to": "a"}), tasks)
+    assert (job.queue, job.max_attempts) == ("mail", 7)
+    assert json.loads(job.payload) == {"to": "a"}
+    job = producer.prepare(JobSpec("mail.send", queue="urgent", max_attempts=1), tasks)
+    assert (job.queue, job.max_attempts) == ("urgent", 1)
+
+
+def test_times_are_normalised():
+    at = datetime(2030, 1, 1, tzinfo=UTC)
+    assert producer.prepare(JobSpec("t", run_at=at), None).run_at == at
+    assert producer.prepare(JobSpec("t", run_in=timedelta(minutes=2)), None).run_in == 120.0
+    assert producer.prepare(JobSpec("t", run_in=3), None).run_in == 3.0
+    before = datetime.now(UTC)
+    expires = producer.prepare(JobSpec("t", expires_in=60), None).expires_at
+    assert expires is not None and expires.tzinfo is not None
+    assert before + timedelta(seconds=59) <= expires
+
+
+def test_unknown_task_only_when_a_registry_is_given(tasks):
+    with pytest.raises(UnknownTask, match=r"mail\.send, plain"):
+        producer.prepare(JobSpec("mail.sned"), tasks)
+    assert producer.prepare(JobSpec("mail.sned"), None).task == "mail.sned"
+    assert producer.prepare(JobSpec("mail.sned"), {}).task == "mail.sned"
+
+
+@pytest.mark.parametrize(
+    ("spec", "error"),
+    [
+        (JobSpec("t", {"x": object()}), InvalidPayload),
+        (JobSpec("t", {"x": math.inf}), InvalidPayload),
+        (JobSpec("t", [1]), InvalidPayload),  # type: ignore[arg-type]
+        (JobSpec("t", {"x": "nul\x00"}), InvalidPayload),
+        (JobSpec("t", {"nul\x00key": 1}), InvalidPayload),
+        (JobSpec(""), ConfigurationError),
+        (JobSpec("t", run_at=datetime(2030, 1, 1)), ConfigurationError),
+        (JobSpec("t", run_at="2030-01-01T00:00:00+00:00"), ConfigurationError),  # type: ignore[arg-type]
+        (JobSpec("t", run_in=-0.001), ConfigurationError),
+        (JobSpec("t", run_in=math.nan), ConfigurationError),
+        (JobSpec("t", run_in=True), ConfigurationError),
+        (JobSpec("t", run_in=1, run_at=datetime.now(UTC)), ConfigurationError),
+        (JobSpec("t", max_attempts=0), ConfigurationError),
+        (JobSpec("t", max_attempts=True), ConfigurationError),
+        (JobSpec("t", priority=2**15), ConfigurationError),
+        (JobSpec("t", queue="   "), ConfigurationError),
+        (JobSpec("t", idempotency_key=""), ConfigurationError),
+    ],
+)
+def test_invalid_specs_are_refused(spec, error):
+    with pytest.raises(error) as raised:
+        producer.prepare(spec, None)
+    assert str(raised.value)
+    assert "\n" not in str(raised.value)
+
+
+def test_text_that_merely_looks_like_a_nul_escape_is_accepted():
+    job = producer.prepare(JobSpec("t", {"path": "C:\\u0000dir", "x": "\\\\u0000"}), None)
+    assert json.loads(job.payload) == {"path": "C:\\u0000dir", "x": "\\\\u0000"}
+
+
+def test_priority_bounds_are_inclusive():
+    assert producer.prepare(JobSpec("t", priority=32767), None).priority == 32767
+    assert producer.prepare(JobSpec("t", priority=-32768), None).priority == -32768
+
+
+def test_payload_size_limit(monkeypatch):
+    monkeypatch.setattr(producer, "MAX_PAYLOAD_BYTES", 20)
+    producer.prepare(JobSpec("t", {"x": "a" * 12}), None)  # {"x":"aaaaaaaaaaaa"} is 20 bytes
+    with pytest.raises(InvalidPayload, match="21 bytes; the limit is 20"):
+        producer.prepare(JobSpec("t", {"x": "a" * 13}), None)
+
+
+def test_prepare_many_names_the_position_of_the_bad_job():
+    specs = [JobSpec("t"), JobSpec("t"), JobSpec("t", max_attempts=0)]
+    with pytest.raises(ConfigurationError, match=r"^job #2: max_attempts"):
+        producer.prepare_many(specs, None)
+    assert len(producer.prepare_many(specs[:2], None)) == 2
