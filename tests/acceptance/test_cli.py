@@ -1,0 +1,112 @@
+"""The CLI end to end, each command its own process: migrate a fresh database, enqueue, work in
+burst mode, read stats; and bad input gets one error line and a non-zero exit."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import psycopg
+import pytest
+
+from tests.acceptance.conftest import APP, pgjobs_command, scalar
+from tests.acceptance.workload import RUNS_DDL
+
+UNREACHABLE = "postgresql://postgres@127.0.0.1:1/x"
+
+
+def run_cli(
+    env: dict[str, str], *args: str, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        pgjobs_command(*args),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=env["PYTHONPATH"].split(":")[0],
+    )
+
+
+def assert_one_error_line(result: subprocess.CompletedProcess[str], *, mentions: str) -> None:
+    where = f"{result.args[3:]}: exit {result.returncode}, stderr {result.stderr!r}"
+    assert result.returncode != 0, where
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, where
+    assert lines[0].startswith("pgjobs: error:"), where
+    assert mentions in lines[0], where
+    assert result.stdout == "", where
+
+
+@pytest.mark.slow
+def test_cli_migrate_enqueue_work_stats(create_database, subprocess_env):
+    fresh = create_database()
+    env = {**subprocess_env, "PGJOBS_DATABASE_URL": fresh.url}
+
+    migrated = run_cli(env, "migrate")
+    assert migrated.returncode == 0, migrated.stderr
+    assert "pgjobs schema is at" in migrated.stdout
+    check = run_cli(env, "migrate", "--check")
+    assert check.returncode == 0, check.stdout + check.stderr
+
+    with psycopg.connect(fresh.url, autocommit=True) as conn:
+        conn.execute(RUNS_DDL)
+
+        enqueued = run_cli(env, "enqueue", "accept.record", "--payload", '{"key": 7}')
+        assert enqueued.returncode == 0, enqueued.stderr
+        job_id = int(enqueued.stdout.strip())  # the id, and nothing else
+        queued = conn.execute("SELECT task, payload FROM queued_jobs WHERE id = %s", [job_id])
+        assert queued.fetchall() == [("accept.record", {"key": 7})]
+
+        worked = run_cli(env, "work", "--app", APP, "--burst", "--poll-interval", "0.1")
+        assert worked.returncode == 0, worked.stderr
+        archived = conn.execute(
+            "SELECT status, result, attempts FROM archived_jobs WHERE id = %s", [job_id]
+        ).fetchall()
+        assert archived == [("succeeded", 7, 1)]
+        assert scalar(conn, "SELECT count(*) FROM queued_jobs") == 0
+        ran = conn.execute("SELECT key, phase FROM runs ORDER BY at").fetchall()
+        assert ran == [(7, "start"), (7, "done")]
+
+    stats = run_cli(env, "stats", "--json")
+    assert stats.returncode == 0, stats.stderr
+    by_queue = {row["queue"]: row for row in json.loads(stats.stdout)}
+    assert set(by_queue) == {"default"}
+    default = by_queue["default"]
+    assert default["finished_last_hour"] == 1
+    assert (default["ready"], default["scheduled"], default["running"], default["dead"]) == (
+        0,
+        0,
+        0,
+        0,
+    )
+
+
+@pytest.mark.slow
+def test_cli_bad_input_is_one_line_and_nonzero(create_database, subprocess_env, conn):
+    env = subprocess_env
+
+    bad_json = run_cli(env, "enqueue", "accept.record", "--payload", '{"key": ')
+    assert_one_error_line(bad_json, mentions="not valid JSON")
+
+    for args in (
+        ("enqueue", "accept.record", "--payload", '{"key": 1}'),
+        ("stats", "--json"),
+        ("work", "--app", APP, "--burst"),
+        ("migrate",),
+    ):
+        unreachable = run_cli(env, *args, "--dsn", UNREACHABLE)
+        assert_one_error_line(unreachable, mentions="cannot reach the database")
+
+    unmigrated = create_database()
+    env_unmigrated = {**env, "PGJOBS_DATABASE_URL": unmigrated.url}
+    for args in (
+        ("enqueue", "accept.record", "--payload", '{"key": 1}'),
+        ("stats", "--json"),
+        ("work", "--app", APP, "--burst"),
+    ):
+        missing = run_cli(env_unmigrated, *args)
+        assert_one_error_line(missing, mentions="pgjobs migrate")
+
+    # None of the bad commands wrote anything to the test database.
+    assert scalar(conn, "SELECT count(*) FROM queued_jobs") == 0

@@ -1,0 +1,84 @@
+"""The app the acceptance tests run with `pgjobs work --app tests.acceptance.workload:app`.
+
+Handlers record every run in the side table ``runs`` (created by the tests with ``RUNS_DDL``):
+one ``start`` row when a handler begins and one ``done`` row when it returns, each with the
+payload's ``key`` and the worker's pid. A job that ran to completion twice therefore shows two
+``done`` rows; a run cut short by kill -9 shows a ``start`` without a ``done``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+import psycopg
+
+import pgjobs
+
+#: The side table; tests drop and recreate it so that every test starts empty.
+RUNS_DDL = """
+DROP TABLE IF EXISTS runs;
+CREATE TABLE runs (
+    key bigint NOT NULL,
+    phase text NOT NULL CHECK (phase IN ('start', 'done')),
+    worker_pid int NOT NULL,
+    at timestamptz NOT NULL DEFAULT clock_timestamp()
+)
+"""
+
+#: Seconds a job of ``accept.slow_short_lease`` is leased: short, so that the kill -9 test sees
+#: the lease run out quickly; longer than the handler's default sleep.
+SHORT_LEASE = 4.0
+
+app = pgjobs.App()  # DSN from --dsn, $PGJOBS_DATABASE_URL or the embedded server
+
+_local = threading.local()
+
+
+def _conn() -> psycopg.Connection[Any]:
+    """The calling handler thread's own connection to the app's database."""
+    conn: psycopg.Connection[Any] | None = getattr(_local, "conn", None)
+    if conn is None or conn.closed:
+        conn = psycopg.connect(app.dsn.url, autocommit=True, application_name="pgjobs-runs")
+        _local.conn = conn
+    return conn
+
+
+def _record(key: int, phase: str) -> None:
+    _conn().execute(
+        "INSERT INTO runs (key, phase, worker_pid) VALUES (%s, %s, %s)", [key, phase, os.getpid()]
+    )
+
+
+@app.task(name="accept.record")
+def record(key: int) -> int:
+    """Quick: records one run and returns its key."""
+    _record(key, "start")
+    _record(key, "done")
+    return key
+
+
+@app.task(name="accept.slow")
+def slow(key: int, seconds: float = 2.0) -> int:
+    """Slow, with the default (long) lease: for the SIGTERM tests."""
+    _record(key, "start")
+    time.sleep(seconds)
+    _record(key, "done")
+    return key
+
+
+@app.task(name="accept.slow_short_lease", lease=SHORT_LEASE)
+def slow_short_lease(key: int, seconds: float = 1.5) -> int:
+    """Slow, with a short lease: for the kill -9 test."""
+    _record(key, "start")
+    time.sleep(seconds)
+    _record(key, "done")
+    return key
+
+
+@app.task(name="accept.echo")
+def echo(key: int) -> int:
+    """Touches no table of its own (the embedded test has no side table)."""
+    return key
