@@ -101,3 +101,26 @@ def once(key: int, seconds: float) -> int:
     _record(key)
     time.sleep(seconds)
     return key
+
+
+@app.task(name="fault.exit", lease=2.0, max_attempts=2)
+def exit_process(key: int) -> None:
+    """Poison: takes its whole worker process down, as a crashing C extension would."""
+    _record(key)
+    os._exit(3)
+
+
+@app.task(name="fault.segfault", lease=2.0, max_attempts=2)
+def segfault(key: int) -> None:
+    """Poison: a real segmentation fault."""
+    import ctypes
+
+    _record(key)
+    ctypes.string_at(0)
+
+
+@app.task(name="fault.hang", lease=2.0, max_attempts=2)
+def hang(key: int) -> None:
+    """Poison: never returns (its thread stays busy until the process exits)."""
+    _record(key)
+    threading.Event().wait()

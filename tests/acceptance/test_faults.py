@@ -312,6 +312,47 @@ def test_sigterm_dead_letters_an_unfinished_at_most_once_job(runs, dsn, worker):
     assert reason == "interrupted"
 
 
+def test_poison_handlers_take_no_other_job_with_them(runs, dsn, worker):
+    """Handlers that exit the process, segfault or hang: their own jobs end in dead_letter after
+    their attempts' leases, the other jobs all run, and a supervisor (here: the test) only has
+    to restart the workers that died."""
+    normal = enqueue(dsn.url, "fault.work", [{"key": n, "sleep": 0.02} for n in range(300)])
+    poison = [
+        *enqueue(dsn.url, "fault.exit", [{"key": 1001}], max_attempts=2),
+        *enqueue(dsn.url, "fault.segfault", [{"key": 1002}], max_attempts=2),
+        *enqueue(dsn.url, "fault.hang", [{"key": 1003}], max_attempts=2),
+    ]
+    workers = [worker("--concurrency", "4", "--grace", "1") for _ in range(2)]
+    restarts = 0
+
+    def settled() -> bool:
+        nonlocal restarts
+        for w in list(workers):
+            if not w.alive():
+                workers.remove(w)
+                workers.append(worker("--concurrency", "4", "--grace", "1"))
+                restarts += 1
+        return count(runs, "queued_jobs") == 0
+
+    wait_for(settled, 90, lambda: f"queue drained (queued: {count(runs, 'queued_jobs')})")
+    assert_invariants(runs, normal + poison)
+    dead = dict(runs.execute("SELECT id, reason FROM dead_letter").fetchall())
+    assert dead == dict.fromkeys(poison, "lease_expired")
+    assert count(runs, "archived_jobs") == len(normal)
+    assert restarts >= 2, "the exit and segfault handlers should each have killed a worker"
+    assert stop(workers, 30) == [0] * len(workers)
+    poison_runs = scalar(runs, "SELECT count(*) FROM fault_runs WHERE key > 1000")
+    assert poison_runs == 6, "each poison job runs once per attempt, two attempts each"
+    figures(
+        "poison handlers",
+        normal_jobs=len(normal),
+        poison_jobs=3,
+        poison_runs=poison_runs,
+        worker_restarts=restarts,
+        lost=0,
+    )
+
+
 SOAK_JOBS = int(os.environ.get("PGJOBS_SOAK_JOBS", "100000"))
 
 
