@@ -7,13 +7,15 @@ from pgjobs.errors import (
     ConfigurationError,
     DatabaseUnavailable,
     InvalidPayload,
+    JobNotFound,
+    JobStateConflict,
     NonRetryableError,
     PgjobsError,
     QueryFailed,
     SchemaMissing,
     UnknownTask,
 )
-from pgjobs.models import EnqueuedJob, Job, JobStatus, QueueStats
+from pgjobs.models import DeadGroup, DeadJob, EnqueuedJob, Job, JobHistory, JobStatus, QueueStats
 from pgjobs.tasks import JobSpec, RetryPolicy, Task
 from pgjobs.worker import JobContext, Worker, WorkerConfig, current_job
 
@@ -21,11 +23,16 @@ __all__ = [
     "App",
     "ConfigurationError",
     "DatabaseUnavailable",
+    "DeadGroup",
+    "DeadJob",
     "EnqueuedJob",
     "InvalidPayload",
     "Job",
     "JobContext",
+    "JobHistory",
+    "JobNotFound",
     "JobSpec",
+    "JobStateConflict",
     "JobStatus",
     "NonRetryableError",
     "PgjobsError",

@@ -10,8 +10,9 @@ from typing import Any, overload
 
 import psycopg_pool
 
-from pgjobs import db, producer
+from pgjobs import admin, db, producer
 from pgjobs.errors import ConfigurationError
+from pgjobs.models import JobHistory
 from pgjobs.tasks import (
     DEFAULT_LEASE,
     DEFAULT_MAX_ATTEMPTS,
@@ -181,6 +182,67 @@ class App:
         dsn = self.dsn
         with db.pooled(self._get_pool(), dsn) as conn:
             return [job.id for job in producer.insert(conn, rows, dsn)]
+
+    def job(self, job_id: int) -> JobHistory:
+        """A job wherever it is (queued, archived or dead), with its whole record.
+
+        Example: ``app.job(42).status``; raises ``JobNotFound`` for an unknown id.
+        """
+        with db.pooled(self._get_pool(), self.dsn) as conn:
+            return admin.job(conn, job_id)
+
+    def cancel(self, job_id: int, *, force: bool = False) -> JobHistory:
+        """Archive a queued job as cancelled, unrun. A running job is refused
+        (``JobStateConflict``) unless ``force``: it is then cancelled at once and its worker's
+        outcome discarded (see ``pgjobs.admin.cancel``).
+
+        Example: ``app.cancel(42)``
+        """
+        with db.pooled(self._get_pool(), self.dsn) as conn:
+            return admin.cancel(conn, job_id, force=force)
+
+    def replay(self, job_id: int) -> int:
+        """Enqueue a finished or dead job again as a new job linked to it; returns the new id.
+
+        Example: ``new_id = app.replay(42)``
+        """
+        with db.pooled(self._get_pool(), self.dsn) as conn:
+            return admin.replay(conn, job_id)
+
+    def redrive(
+        self,
+        *ids: int,
+        queue: str | None = None,
+        task: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        error: str | None = None,
+        fingerprint: str | None = None,
+        everything: bool = False,
+        batch_size: int = admin.DEFAULT_BATCH_SIZE,
+    ) -> int:
+        """Move dead jobs back to the queue with fresh attempts; returns how many moved.
+
+        Pass ids, or filters (as ``pgjobs dead redrive``), or ``everything=True`` for every dead
+        job. Named ids must all be dead, else ``JobNotFound`` and nothing moves.
+
+        Example: ``app.redrive(task="images.resize", error="timeout")``
+        """
+        where = admin.DeadFilter(
+            ids=ids or None,
+            queue=queue,
+            task=task,
+            since=since,
+            until=until,
+            error=error,
+            fingerprint=fingerprint,
+        )
+        if where.matches_all and not everything:
+            raise ConfigurationError(
+                "redrive needs job ids or a filter; pass everything=True to redrive every dead job"
+            )
+        with db.pooled(self._get_pool(), self.dsn) as conn:
+            return admin.redrive(conn, where, batch_size=batch_size)
 
     def _get_pool(self) -> psycopg_pool.ConnectionPool[Any]:
         dsn = self.dsn

@@ -2,25 +2,29 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Generator, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from pgjobs import db, migrate, queries
+from pgjobs import admin, db, migrate, queries
 from pgjobs.app import App
 from pgjobs.errors import ConfigurationError, PgjobsError
-from pgjobs.models import QueueStats
+from pgjobs.models import DeadGroup, JobStatus, QueueStats
 from pgjobs.tasks import JobSpec
 from pgjobs.worker import Worker, WorkerConfig
 
@@ -306,6 +310,412 @@ def _age(seconds: float | None) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.1f}m"
     return f"{seconds / 3600:.1f}h"
+
+
+# -- dead letter triage, job lookup and control (pgjobs.admin) --------------------------------
+
+dead_cli = typer.Typer(
+    help="Triage dead jobs: list, show, group by error, redrive, purge.", no_args_is_help=True
+)
+job_cli = typer.Typer(help="Look up one job wherever it is.", no_args_is_help=True)
+cli.add_typer(dead_cli, name="dead")
+cli.add_typer(job_cli, name="job")
+
+JobIdArgument = Annotated[int, typer.Argument(help="The job id.", show_default=False)]
+JobIdsArgument = Annotated[
+    list[int] | None, typer.Argument(help="Job ids (none: every dead job the filters match).")
+]
+QueueFilter = Annotated[str | None, typer.Option("--queue", "-q", help="Only this queue.")]
+TaskFilter = Annotated[str | None, typer.Option("--task", "-t", help="Only this task.")]
+SinceFilter = Annotated[
+    str | None,
+    typer.Option(help="Failed at or after: ISO 8601 with timezone, or an age such as 90m, 2h, 7d."),
+]
+UntilFilter = Annotated[
+    str | None, typer.Option(help="Failed before: ISO 8601 with timezone, or an age (2h = 2h ago).")
+]
+ErrorFilter = Annotated[
+    str | None, typer.Option("--error", "-e", help="Error message contains this (any case).")
+]
+FingerprintFilter = Annotated[
+    str | None,
+    typer.Option(help="Error fingerprint, or its 8-digit id, as `pgjobs dead group` shows it."),
+]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")]
+DryRunFlag = Annotated[
+    bool, typer.Option("--dry-run", help="Show what would change; change nothing.")
+]
+AllFlag = Annotated[
+    bool, typer.Option("--all", help="Without ids or filters: every dead job (required then).")
+]
+BatchSizeOption = Annotated[
+    int,
+    typer.Option(help="Jobs per transaction; an interruption loses no batch.", min=1, max=100_000),
+]
+
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _parse_moment(option: str, value: str | None) -> datetime | None:
+    """An ISO 8601 time, or an age ("90m", "2h", "7d": that long before now)."""
+    if value is None:
+        return None
+    number, unit = value[:-1], value[-1:].lower()
+    if unit in _AGE_UNITS and number.replace(".", "", 1).isdigit():
+        return datetime.now(UTC) - timedelta(seconds=float(number) * _AGE_UNITS[unit])
+    return _parse_time(option, value)
+
+
+def _dead_filter(
+    ids: list[int] | None,
+    queue: str | None,
+    task: str | None,
+    since: str | None,
+    until: str | None,
+    error: str | None,
+    fingerprint: str | None,
+) -> admin.DeadFilter:
+    return admin.DeadFilter(
+        ids=tuple(ids) if ids else None,
+        queue=queue,
+        task=task,
+        since=_parse_moment("--since", since),
+        until=_parse_moment("--until", until),
+        error=error,
+        fingerprint=fingerprint,
+    )
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def _print_json(value: Any) -> None:
+    typer.echo(json.dumps(value, indent=2, default=_json_value))
+
+
+def _when(value: datetime | None) -> str:
+    """A time in UTC to the second: "2026-11-21 15:34:54 UTC"."""
+    return "-" if value is None else f"{value.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+
+
+def _cell_time(value: datetime) -> str:
+    """A time for a table cell (the header says UTC): the time alone when it is today."""
+    value = value.astimezone(UTC)
+    if value.date() == datetime.now(UTC).date():
+        return f"{value:%H:%M:%S}"
+    return f"{value:%Y-%m-%d %H:%M}"
+
+
+def _print_fields(fields: list[tuple[str, Any]]) -> None:
+    for name, value in fields:
+        if value is not None:
+            typer.echo(f"  {name:<13}{value}")
+
+
+def _print_block(title: str, text: str | None) -> None:
+    if text:
+        typer.echo(f"{title}:")
+        for line in text.rstrip("\n").splitlines():
+            typer.echo(f"  {line}")
+
+
+def _redrives(count: int, last: datetime | None) -> str | None:
+    return None if count == 0 else f"{count} time(s), last at {_when(last)}"
+
+
+@dead_cli.command("list")
+def dead_list_command(
+    queue: QueueFilter = None,
+    task: TaskFilter = None,
+    since: SinceFilter = None,
+    until: UntilFilter = None,
+    error: ErrorFilter = None,
+    fingerprint: FingerprintFilter = None,
+    limit: Annotated[int, typer.Option(help="Show at most this many.", min=1)] = (
+        admin.DEFAULT_LIST_LIMIT
+    ),
+    as_json: JsonFlag = False,
+    dsn: DsnOption = None,
+) -> None:
+    """Dead jobs, newest first."""
+    where = _dead_filter(None, queue, task, since, until, error, fingerprint)
+    jobs = admin.dead_jobs(_dsn(dsn), where, limit=limit)
+    if as_json:
+        _print_json([dataclasses.asdict(job) for job in jobs])
+        return
+    table = Table(title="dead jobs, newest first (times in UTC)", box=box.SIMPLE_HEAD)
+    table.add_column("id", justify="right", no_wrap=True)
+    table.add_column("failed")
+    table.add_column("queue")
+    table.add_column("task", overflow="fold")
+    table.add_column("tries", justify="right", no_wrap=True)
+    table.add_column("reason")
+    table.add_column("error", overflow="fold")
+    for job in jobs:
+        table.add_row(
+            str(job.id),
+            _cell_time(job.failed_at),
+            escape(job.queue),
+            escape(job.task),
+            f"{job.attempts}/{job.max_attempts}",
+            job.reason,
+            escape(job.last_error or ""),
+        )
+    table.caption = "no dead job matches" if not jobs else f"{len(jobs)} shown (--limit {limit})"
+    Console().print(table)
+
+
+@dead_cli.command("show")
+def dead_show_command(
+    job_id: JobIdArgument, as_json: JsonFlag = False, dsn: DsnOption = None
+) -> None:
+    """One dead job: payload, attempts, reason, error and traceback."""
+    job = admin.dead_job(_dsn(dsn), job_id)
+    if as_json:
+        _print_json(dataclasses.asdict(job))
+        return
+    typer.echo(f"job {job.id}: dead ({job.reason})")
+    _print_fields(
+        [
+            ("task", job.task),
+            ("queue", job.queue),
+            ("payload", json.dumps(job.payload, ensure_ascii=False)),
+            ("attempts", f"{job.attempts} of {job.max_attempts}"),
+            ("error type", job.error_type),
+            ("fingerprint", f"{job.fingerprint}  [{job.fingerprint_id}]"),
+            ("created", _when(job.created_at)),
+            ("failed", f"{_when(job.failed_at)} on worker {job.worker or '-'}"),
+            ("redriven", _redrives(job.redrive_count, job.redriven_at)),
+            ("replay of", job.replay_of),
+            ("idempotency", job.idempotency_key),
+        ]
+    )
+    _print_block("error", job.last_error)
+    _print_block("traceback", job.traceback)
+
+
+@dead_cli.command("group")
+def dead_group_command(
+    queue: QueueFilter = None,
+    task: TaskFilter = None,
+    since: SinceFilter = None,
+    until: UntilFilter = None,
+    error: ErrorFilter = None,
+    as_json: JsonFlag = False,
+    dsn: DsnOption = None,
+) -> None:
+    """Dead jobs counted by task and error fingerprint, largest group first."""
+    where = _dead_filter(None, queue, task, since, until, error, None)
+    groups = admin.dead_groups(_dsn(dsn), where)
+    if as_json:
+        _print_json([dataclasses.asdict(group) for group in groups])
+        return
+    _print_groups(groups, "dead jobs by task and error")
+
+
+def _print_groups(groups: list[DeadGroup], title: str) -> None:
+    table = Table(title=f"{title} (times in UTC)", box=box.SIMPLE_HEAD)
+    table.add_column("count", justify="right", no_wrap=True)
+    table.add_column("task", overflow="fold")
+    table.add_column("error fingerprint", overflow="fold")
+    table.add_column("id", no_wrap=True)
+    table.add_column("first failed")
+    table.add_column("last failed")
+    for group in groups:
+        table.add_row(
+            f"{group.count:,}",
+            escape(group.task),
+            escape(group.fingerprint),
+            group.fingerprint_id,
+            _cell_time(group.first_failed_at),
+            _cell_time(group.last_failed_at),
+        )
+    total = sum(group.count for group in groups)
+    table.caption = f"{total:,} dead job(s) in {len(groups):,} group(s)"
+    Console().print(table)
+
+
+def _select(
+    verb: str, dsn: db.Dsn, where: admin.DeadFilter, everything: bool, dry_run: bool
+) -> admin.DeadSelection | None:
+    """The selection to redrive or purge, or None when there is nothing to do (said so)."""
+    if where.matches_all and not everything:
+        raise ConfigurationError(
+            f"name the jobs to {verb}: job ids, or filters (--queue, --task, --since, --until, "
+            f"--error, --fingerprint), or --all for every dead job"
+        )
+    selection = admin.select_dead(dsn, where)
+    if dry_run:
+        groups = admin.dead_groups(dsn, selection.filter)
+        _print_groups(groups, f"dry run: would {verb} {selection.count:,} dead job(s)")
+        return None
+    if selection.count == 0:
+        typer.echo(f"no dead job matches: nothing to {verb}")
+        return None
+    return selection
+
+
+def _run_batches(
+    verb: str, past: str, selection: admin.DeadSelection, batches: Generator[list[int], None, None]
+) -> None:
+    """Drive ``batches`` with a progress bar (on a terminal); Ctrl-C stops between or inside a
+    batch, and the batch in flight rolls back whole."""
+    done = count = 0
+    console = Console(stderr=True)
+    progress = Progress(
+        TextColumn(f"{past.capitalize()}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        disable=not console.is_terminal,
+        transient=True,
+    )
+    try:
+        with progress, contextlib.closing(batches):
+            bar = progress.add_task(verb, total=selection.count)
+            for ids in batches:
+                done += len(ids)
+                count += 1
+                progress.update(bar, completed=done)
+    except KeyboardInterrupt:
+        _error(
+            f"interrupted: {past} {done:,} of {selection.count:,} job(s) in {count} whole "
+            "batch(es); the batch in flight rolled back, so no job is lost or duplicated; "
+            "run the command again for the rest"
+        )
+        raise typer.Exit(130) from None
+    typer.echo(f"{past} {done:,} dead job(s) in {count} batch(es)")
+
+
+@dead_cli.command("redrive")
+def dead_redrive_command(
+    ids: JobIdsArgument = None,
+    queue: QueueFilter = None,
+    task: TaskFilter = None,
+    since: SinceFilter = None,
+    until: UntilFilter = None,
+    error: ErrorFilter = None,
+    fingerprint: FingerprintFilter = None,
+    everything: AllFlag = False,
+    dry_run: DryRunFlag = False,
+    batch_size: BatchSizeOption = admin.DEFAULT_BATCH_SIZE,
+    dsn: DsnOption = None,
+) -> None:
+    """Move dead jobs back to the queue with fresh attempts, ready now."""
+    resolved = _dsn(dsn)
+    where = _dead_filter(ids, queue, task, since, until, error, fingerprint)
+    selection = _select("redrive", resolved, where, everything, dry_run)
+    if selection is not None:
+        batches = admin.redrive_batches(resolved, selection, batch_size=batch_size)
+        _run_batches("redrive", "redrove", selection, batches)
+
+
+@dead_cli.command("purge")
+def dead_purge_command(
+    ids: JobIdsArgument = None,
+    queue: QueueFilter = None,
+    task: TaskFilter = None,
+    since: SinceFilter = None,
+    until: UntilFilter = None,
+    error: ErrorFilter = None,
+    fingerprint: FingerprintFilter = None,
+    everything: AllFlag = False,
+    dry_run: DryRunFlag = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    batch_size: BatchSizeOption = admin.DEFAULT_BATCH_SIZE,
+    dsn: DsnOption = None,
+) -> None:
+    """Delete dead jobs for good (asks first unless --yes)."""
+    resolved = _dsn(dsn)
+    where = _dead_filter(ids, queue, task, since, until, error, fingerprint)
+    selection = _select("purge", resolved, where, everything, dry_run)
+    if selection is None:
+        return
+    if not yes:
+        if not sys.stdin.isatty():
+            raise ConfigurationError(
+                f"refusing to purge {selection.count:,} dead job(s) without confirmation: "
+                "stdin is not a terminal, pass --yes"
+            )
+        if not typer.confirm(f"Delete {selection.count:,} dead job(s) for good?", default=False):
+            typer.echo("nothing purged")
+            raise typer.Exit(1)
+    batches = admin.purge_batches(resolved, selection, batch_size=batch_size)
+    _run_batches("purge", "purged", selection, batches)
+
+
+@job_cli.command("show")
+def job_show_command(
+    job_id: JobIdArgument, as_json: JsonFlag = False, dsn: DsnOption = None
+) -> None:
+    """A job wherever it is (queued, archived or dead), and its whole story."""
+    job = admin.job(_dsn(dsn), job_id)
+    if as_json:
+        _print_json(dataclasses.asdict(job))
+        return
+    detail = job.reason if job.reason else job.table
+    typer.echo(f"job {job.id}: {job.status} ({detail})")
+    running = None
+    if job.lease_owner is not None:
+        running = f"on worker {job.lease_owner}, lease until {_when(job.lease_expires_at)}"
+    finished = None
+    if job.finished_at is not None:
+        finished = _when(job.finished_at) + (f" on worker {job.worker}" if job.worker else "")
+    _print_fields(
+        [
+            ("task", job.task),
+            ("queue", job.queue),
+            ("priority", job.priority or None),
+            ("payload", json.dumps(job.payload, ensure_ascii=False)),
+            ("created", _when(job.created_at)),
+            ("run at", _when(job.run_at)),
+            ("expires", _when(job.expires_at) if job.expires_at else None),
+            ("attempts", f"{job.attempts} of {job.max_attempts}"),
+            ("running", running),
+            ("finished" if job.status is not JobStatus.DEAD else "failed", finished),
+            ("result", None if job.result is None else json.dumps(job.result)),
+            ("error type", job.error_type),
+            ("redriven", _redrives(job.redrive_count, job.redriven_at)),
+            ("replay of", job.replay_of),
+            ("replays", ", ".join(map(str, job.replays)) or None),
+            ("idempotency", job.idempotency_key),
+        ]
+    )
+    _print_block("last error", job.last_error)
+    _print_block("traceback", job.traceback)
+
+
+@cli.command("replay")
+def replay_command(job_id: JobIdArgument, dsn: DsnOption = None) -> None:
+    """Enqueue a finished or dead job again as a new job (replay_of = ID); prints the new id."""
+    typer.echo(admin.replay(_dsn(dsn), job_id))
+
+
+@cli.command("cancel")
+def cancel_command(
+    job_id: JobIdArgument,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Cancel even a running job: its handler runs on, its outcome is discarded.",
+        ),
+    ] = False,
+    dsn: DsnOption = None,
+) -> None:
+    """Archive a queued job as cancelled, unrun (a running one only with --force)."""
+    job = admin.cancel(_dsn(dsn), job_id, force=force)
+    if job.worker:
+        typer.echo(
+            f"job {job.id} cancelled while running on worker {job.worker}: "
+            "its handler may still finish, but its outcome will be discarded"
+        )
+    else:
+        typer.echo(f"job {job.id} cancelled")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

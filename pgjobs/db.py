@@ -26,7 +26,7 @@ import sqlalchemy.exc
 from psycopg import sql
 
 from pgjobs.errors import ConfigurationError, DatabaseUnavailable, QueryFailed, SchemaMissing
-from pgjobs.models import Job
+from pgjobs.models import DeadGroup, DeadJob, Job, JobHistory, JobStatus
 
 ENV_DSN = ("PGJOBS_DATABASE_URL", "DATABASE_URL")
 ENV_EMBEDDED_DIR = "PGJOBS_EMBEDDED_DIR"
@@ -256,6 +256,27 @@ def _one_line(message: str) -> str:
 def job_from_row(row: tuple[Any, ...]) -> Job:
     """A claimed ``queued_jobs`` row (columns as ``queries.JOB_COLUMNS``) as a ``Job``."""
     return Job(*row)
+
+
+def dead_job_from_row(row: tuple[Any, ...]) -> DeadJob:
+    """A ``dead_letter`` row (columns as ``queries.DEAD_LIST``) as a ``DeadJob``."""
+    return DeadJob(*row)
+
+
+def dead_group_from_row(row: tuple[Any, ...]) -> DeadGroup:
+    """A row of ``queries.DEAD_GROUP`` as a ``DeadGroup``."""
+    task, fingerprint, fingerprint_id, count, first, last, queues, latest_id = row
+    return DeadGroup(
+        task, fingerprint, fingerprint_id, count, first, last, tuple(queues), latest_id
+    )
+
+
+def job_history_from_row(row: tuple[Any, ...]) -> JobHistory:
+    """A row of ``queries.JOB_LOOKUP`` as a ``JobHistory``."""
+    values = list(row)
+    values[2] = JobStatus(values[2])
+    values[-1] = tuple(values[-1])
+    return JobHistory(*values)
 
 
 def schema_revision(conn: psycopg.Connection[Any]) -> str | None:

@@ -41,3 +41,12 @@ class NonRetryableError(Exception):
             if not order_exists(order_id):
                 raise pgjobs.NonRetryableError(f"order {order_id} does not exist")
     """
+
+
+class JobNotFound(PgjobsError):
+    """No job with this id is where the operation looks for it (or anywhere)."""
+
+
+class JobStateConflict(PgjobsError):
+    """The job is not in a state the operation allows: cancelling a running or finished job,
+    replaying a job that is still queued."""

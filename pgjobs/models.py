@@ -67,3 +67,93 @@ class QueueStats:
     finished_last_hour: int
     failed_last_hour: int
     oldest_ready_age: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadJob:
+    """A row of ``dead_letter``, with its error fingerprint (see ``pgjobs.admin``).
+
+    ``traceback`` is None in listings (``admin.dead_jobs``); ``admin.dead_job`` carries it.
+    """
+
+    id: int
+    queue: str
+    task: str
+    payload: dict[str, Any]
+    priority: int
+    run_at: datetime
+    attempts: int
+    max_attempts: int
+    #: Why the job is dead: exhausted, non_retryable, lease_expired, unknown_task, ...
+    reason: str
+    #: The exception's qualified type name (None when no handler ran).
+    error_type: str | None
+    last_error: str | None
+    traceback: str | None
+    worker: str | None
+    created_at: datetime
+    failed_at: datetime
+    expires_at: datetime | None
+    idempotency_key: str | None
+    redrive_count: int
+    redriven_at: datetime | None
+    replay_of: int | None
+    #: The error with numbers, UUIDs, hex ids and quoted strings replaced by placeholders.
+    fingerprint: str
+    #: The first 8 hex digits of the fingerprint's MD5: a short handle for `--fingerprint`.
+    fingerprint_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeadGroup:
+    """Dead jobs of one task that failed with the same error fingerprint."""
+
+    task: str
+    fingerprint: str
+    fingerprint_id: str
+    count: int
+    first_failed_at: datetime
+    last_failed_at: datetime
+    queues: tuple[str, ...]
+    #: The newest job of the group, for `pgjobs dead show`.
+    latest_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobHistory:
+    """A job wherever it is, with everything its row records: `pgjobs job show`.
+
+    ``table`` is where the job lives now; columns that its table does not have are None
+    (``lease_*`` outside queued_jobs, ``result`` outside archived_jobs, ``reason``/``error_type``/
+    ``traceback`` outside dead_letter). ``finished_at`` is archived_jobs' finished_at or
+    dead_letter's failed_at.
+    """
+
+    id: int
+    table: str
+    status: JobStatus
+    queue: str
+    task: str
+    payload: dict[str, Any]
+    priority: int
+    run_at: datetime
+    attempts: int
+    max_attempts: int
+    created_at: datetime
+    expires_at: datetime | None
+    idempotency_key: str | None
+    last_error: str | None
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    result: Any
+    worker: str | None
+    finished_at: datetime | None
+    reason: str | None
+    error_type: str | None
+    traceback: str | None
+    redrive_count: int
+    redriven_at: datetime | None
+    #: The job this one is a replay of (None when it is not a replay).
+    replay_of: int | None
+    #: Ids of the jobs that replay this one, oldest first.
+    replays: tuple[int, ...]

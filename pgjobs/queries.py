@@ -17,10 +17,11 @@ JOB_COLUMNS = (
     "lease_expires_at, last_error, created_at, expires_at, idempotency_key"
 )
 
-# Columns the three tables share, copied as-is when a row moves between them.
+# Columns the three tables share, copied as-is when a row moves between them (the redrive record
+# and the replay link travel with the job).
 _MOVED_COLUMNS = (
     "id, queue, task, payload, priority, run_at, attempts, max_attempts, "
-    "created_at, expires_at, idempotency_key"
+    "created_at, expires_at, idempotency_key, redrive_count, redriven_at, replay_of"
 )
 
 #: Insert one job without an idempotency key and wake idle workers of its queue.
@@ -94,7 +95,8 @@ ORDER BY i.position
 JOB_RESERVE_IDS = """
 SELECT now(), ARRAY(
     SELECT nextval(seq)
-    FROM pg_get_serial_sequence('queued_jobs', 'id') AS seq, generate_series(1, %(count)s)
+    FROM CAST(pg_get_serial_sequence('queued_jobs', 'id') AS regclass) AS seq,
+         generate_series(1, %(count)s)
 )
 """
 
@@ -318,3 +320,216 @@ ORDER BY q.queue
 
 #: The revision of pgjobs' schema in this database (fails with UndefinedTable when never migrated).
 SCHEMA_REVISION = "SELECT version_num FROM pgjobs_alembic_version"
+
+
+# -- Operations: triage, lookup and control (pgjobs.admin) --------------------------------------
+
+# The error fingerprint of a dead_letter row ``d``: its first error line with quoted strings,
+# UUIDs, hex ids and numbers replaced by placeholders (hex before numbers, so an id such as
+# 3f9a2b1c becomes one <n>, like a decimal id), prefixed by the reason when no exception was
+# recorded (lease_expired, unknown_task, ...). 40,000 failures of one outage share one
+# fingerprint. Computed, never stored: the rows keep the raw error.
+_FINGERPRINT = r"""
+left(
+    CASE WHEN d.error_type IS NULL THEN d.reason || ': ' ELSE '' END
+    || regexp_replace(regexp_replace(regexp_replace(regexp_replace(regexp_replace(
+        split_part(left(coalesce(d.last_error, ''), 1000), E'\n', 1),
+        $q$(^|[^[:alnum:]_])('[^']*'|"[^"]*")$q$, '\1<str>', 'g'),
+        '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}', '<uuid>', 'gi'),
+        '0x[0-9a-f]+|(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{8,}', '<n>', 'gi'),
+        '[0-9]+(\.[0-9]+)*', '<n>', 'g'),
+        '\s+', ' ', 'g'),
+    300)
+"""
+
+# dead_letter rows ``d`` with their fingerprint ``f.fingerprint`` and its short id.
+_DEAD_FROM = f"""
+dead_letter d
+CROSS JOIN LATERAL (SELECT {_FINGERPRINT} AS fingerprint) f0
+CROSS JOIN LATERAL (SELECT f0.fingerprint, left(md5(f0.fingerprint), 8) AS id) f
+"""
+
+# The filters of `pgjobs dead list/group/redrive/purge`; a NULL parameter does not filter.
+# ``error`` is a case-insensitive substring of last_error; ``fingerprint`` is a fingerprint or its
+# short id; ``until`` is exclusive.
+_DEAD_WHERE = """
+(%(ids)s::bigint[] IS NULL OR d.id = ANY(%(ids)s::bigint[]))
+AND (%(queue)s::text IS NULL OR d.queue = %(queue)s::text)
+AND (%(task)s::text IS NULL OR d.task = %(task)s::text)
+AND (%(since)s::timestamptz IS NULL OR d.failed_at >= %(since)s::timestamptz)
+AND (%(until)s::timestamptz IS NULL OR d.failed_at < %(until)s::timestamptz)
+AND (%(error)s::text IS NULL
+     OR strpos(lower(coalesce(d.last_error, '')), lower(%(error)s::text)) > 0)
+AND (%(fingerprint)s::text IS NULL OR %(fingerprint)s::text IN (f.fingerprint, f.id))
+"""
+
+# Columns of dead_letter ``d`` in the order models.DeadJob takes them; {traceback} is
+# ``d.traceback`` or NULL (listings leave it out).
+_DEAD_JOB_COLUMNS = """
+d.id, d.queue, d.task, d.payload, d.priority, d.run_at, d.attempts, d.max_attempts, d.reason,
+d.error_type, d.last_error, {traceback}, d.worker, d.created_at, d.failed_at, d.expires_at,
+d.idempotency_key, d.redrive_count, d.redriven_at, d.replay_of, f.fingerprint, f.id
+"""
+
+#: Dead jobs matching the filters, newest first, at most ``limit``, without their tracebacks.
+DEAD_LIST = f"""
+SELECT {_DEAD_JOB_COLUMNS.format(traceback="NULL::text")}
+FROM {_DEAD_FROM}
+WHERE {_DEAD_WHERE}
+ORDER BY d.failed_at DESC, d.id DESC
+LIMIT %(limit)s
+"""
+
+#: One dead job, with its traceback.
+DEAD_GET = f"""
+SELECT {_DEAD_JOB_COLUMNS.format(traceback="d.traceback")}
+FROM {_DEAD_FROM}
+WHERE d.id = %(id)s
+"""
+
+#: Dead jobs matching the filters, counted by task and error fingerprint, largest group first.
+#: Rows: (task, fingerprint, fingerprint id, count, first failed_at, last failed_at, queues,
+#: newest id).
+DEAD_GROUP = f"""
+SELECT d.task, f.fingerprint, f.id, count(*), min(d.failed_at), max(d.failed_at),
+       array_agg(DISTINCT d.queue ORDER BY d.queue), max(d.id)
+FROM {_DEAD_FROM}
+WHERE {_DEAD_WHERE}
+GROUP BY d.task, f.fingerprint, f.id
+ORDER BY count(*) DESC, d.task, f.fingerprint
+"""
+
+#: The ids of the dead jobs matching the filters, ascending, and the transaction's now(): what a
+#: redrive or purge will move, batch by batch by id (the filters are evaluated once here, not on
+#: the whole table per batch), and only jobs that failed before it started.
+DEAD_SELECT_IDS = f"""
+SELECT coalesce(array_agg(d.id ORDER BY d.id), '{{}}'), now()
+FROM {_DEAD_FROM}
+WHERE {_DEAD_WHERE}
+"""
+
+#: Which of these ids are in dead_letter.
+DEAD_FIND_IDS = """
+SELECT id FROM dead_letter WHERE id = ANY(%(ids)s::bigint[])
+"""
+
+# Up to ``limit`` dead jobs matching the filters (``ids``: one batch of DEAD_SELECT_IDS), in id
+# order, locked (SKIP LOCKED: two concurrent redrives or purges never take the same row).
+_DEAD_PICK = f"""
+SELECT d.id
+FROM {_DEAD_FROM}
+WHERE {_DEAD_WHERE}
+ORDER BY d.id
+LIMIT %(limit)s
+FOR UPDATE OF d SKIP LOCKED
+"""
+
+#: Move one batch of up to ``limit`` dead jobs matching the filters back to queued_jobs, ready now
+#: with fresh attempts (last_error kept), their redrive record updated, and wake idle workers of
+#: their queues. Returns the ids moved.
+DEAD_REDRIVE_BATCH = f"""
+WITH picked AS ({_DEAD_PICK}),
+gone AS (
+    DELETE FROM dead_letter d USING picked WHERE d.id = picked.id
+    RETURNING d.*
+),
+requeued AS (
+    INSERT INTO queued_jobs (id, queue, task, payload, priority, run_at, attempts, max_attempts,
+                             last_error, created_at, expires_at, idempotency_key,
+                             redrive_count, redriven_at, replay_of)
+    SELECT id, queue, task, payload, priority, now(), 0, max_attempts,
+           last_error, created_at, expires_at, idempotency_key,
+           redrive_count + 1, now(), replay_of
+    FROM gone
+    RETURNING id, queue
+),
+notified AS (
+    SELECT count(pg_notify('{NOTIFY_CHANNEL}', queue)) AS n
+    FROM (SELECT DISTINCT queue FROM requeued) q
+)
+SELECT r.id FROM requeued r CROSS JOIN notified ORDER BY r.id
+"""
+
+#: Delete one batch of up to ``limit`` dead jobs matching the filters, for good. Returns the ids.
+DEAD_PURGE_BATCH = f"""
+WITH picked AS ({_DEAD_PICK})
+DELETE FROM dead_letter d USING picked WHERE d.id = picked.id
+RETURNING d.id
+"""
+
+#: A job wherever it lives, in the order of models.JobHistory (status as text, replays as an
+#: array); no row when the id is in none of the three tables.
+JOB_LOOKUP = """
+WITH found AS (
+    SELECT id, 'queued_jobs' AS home,
+           CASE WHEN lease_expires_at IS NOT NULL THEN 'running'
+                WHEN run_at > now() THEN 'scheduled'
+                ELSE 'ready' END AS status,
+           queue, task, payload, priority, run_at, attempts, max_attempts, created_at,
+           expires_at, idempotency_key, last_error, lease_owner, lease_expires_at,
+           NULL::jsonb AS result, NULL::text AS worker, NULL::timestamptz AS finished_at,
+           NULL::text AS reason, NULL::text AS error_type, NULL::text AS traceback,
+           redrive_count, redriven_at, replay_of
+    FROM queued_jobs WHERE id = %(id)s
+    UNION ALL
+    SELECT id, 'archived_jobs', status,
+           queue, task, payload, priority, run_at, attempts, max_attempts, created_at,
+           expires_at, idempotency_key, last_error, NULL, NULL,
+           result, worker, finished_at,
+           NULL, NULL, NULL,
+           redrive_count, redriven_at, replay_of
+    FROM archived_jobs WHERE id = %(id)s
+    UNION ALL
+    SELECT id, 'dead_letter', 'dead',
+           queue, task, payload, priority, run_at, attempts, max_attempts, created_at,
+           expires_at, idempotency_key, last_error, NULL, NULL,
+           NULL, worker, failed_at,
+           reason, error_type, traceback,
+           redrive_count, redriven_at, replay_of
+    FROM dead_letter WHERE id = %(id)s
+)
+SELECT found.*, ARRAY(
+    SELECT id FROM queued_jobs WHERE replay_of = %(id)s
+    UNION ALL SELECT id FROM archived_jobs WHERE replay_of = %(id)s
+    UNION ALL SELECT id FROM dead_letter WHERE replay_of = %(id)s
+    ORDER BY 1
+)
+FROM found
+"""
+
+#: Archive a queued job as cancelled, unrun; a running (leased) one only when ``force``: its
+#: worker's outcome is then discarded by the fence. Returns (id, lease owner) when cancelled.
+JOB_CANCEL = f"""
+WITH target AS (
+    SELECT id FROM queued_jobs
+    WHERE id = %(id)s AND (lease_expires_at IS NULL OR %(force)s::boolean)
+    FOR UPDATE
+),
+gone AS (
+    DELETE FROM queued_jobs q USING target WHERE q.id = target.id
+    RETURNING q.*
+),
+archived AS (
+    INSERT INTO archived_jobs ({_MOVED_COLUMNS}, status, last_error, worker)
+    SELECT {_MOVED_COLUMNS}, 'cancelled', last_error, lease_owner FROM gone
+    RETURNING id, worker
+)
+SELECT id, worker FROM archived
+"""
+
+#: Enqueue a finished (archived) or dead job again as a new job linked by replay_of: same queue,
+#: task, payload, priority and max_attempts; no idempotency key or expiry; ready now. Wakes idle
+#: workers of its queue. Returns the new id; no row when the id is neither archived nor dead.
+JOB_REPLAY = f"""
+WITH original AS (
+    SELECT id, queue, task, payload, priority, max_attempts FROM archived_jobs WHERE id = %(id)s
+    UNION ALL
+    SELECT id, queue, task, payload, priority, max_attempts FROM dead_letter WHERE id = %(id)s
+),
+inserted AS (
+    INSERT INTO queued_jobs (queue, task, payload, priority, max_attempts, replay_of)
+    SELECT queue, task, payload, priority, max_attempts, id FROM original
+    RETURNING id, queue
+)
+SELECT id, pg_notify('{NOTIFY_CHANNEL}', queue) FROM inserted
+"""

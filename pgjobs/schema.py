@@ -28,6 +28,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.schema import SchemaItem
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -58,6 +59,19 @@ def _status_check(column: str, values: tuple[str, ...]) -> CheckConstraint:
     return CheckConstraint(f"{column} IN ({listed})", name=column)
 
 
+def _operations_columns(table: str) -> tuple[SchemaItem, ...]:
+    """The redrive record and replay link every table carries, so they travel with the job."""
+    return (
+        # How many times `pgjobs dead redrive` sent the job back to queued_jobs; when it last did.
+        Column("redrive_count", Integer, nullable=False, server_default=text("0")),
+        Column("redriven_at", DateTime(timezone=True)),
+        # The job that `pgjobs replay` copied into this one; NULL when the job is not a replay.
+        Column("replay_of", BigInteger),
+        # `pgjobs job show`: the replays of a job, wherever they are.
+        Index(f"ix_{table}_replay_of", "replay_of", postgresql_where=text("replay_of IS NOT NULL")),
+    )
+
+
 queued_jobs = Table(
     "queued_jobs",
     metadata,
@@ -81,6 +95,7 @@ queued_jobs = Table(
     # Set by the claim for tasks declared at-most-once: an expired lease dead-letters the job
     # instead of running it again.
     Column("at_most_once", Boolean, nullable=False, server_default=text("false")),
+    *_operations_columns("queued_jobs"),
     CheckConstraint("max_attempts >= 1", name="max_attempts_positive"),
     CheckConstraint("attempts >= 0", name="attempts_not_negative"),
     # The claim: ready rows of a queue in priority, then run_at, order.
@@ -133,6 +148,7 @@ archived_jobs = Table(
     Column("finished_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     Column("expires_at", DateTime(timezone=True)),
     Column("idempotency_key", Text),
+    *_operations_columns("archived_jobs"),
     _status_check("status", ARCHIVED_STATUSES),
     Index("ix_archived_jobs_finished_at", "finished_at"),
     Index(
@@ -163,6 +179,7 @@ dead_letter = Table(
     Column("failed_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     Column("expires_at", DateTime(timezone=True)),
     Column("idempotency_key", Text),
+    *_operations_columns("dead_letter"),
     _status_check("reason", DEAD_REASONS),
     # Triage by time, newest first, optionally narrowed to one task.
     Index("ix_dead_letter_failed_at", "failed_at"),

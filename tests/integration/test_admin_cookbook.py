@@ -1,0 +1,45 @@
+"""The README's SQL cookbook runs as printed, and its fingerprint query counts exactly what
+`pgjobs dead group` counts."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from pgjobs import App, admin
+from tests.integration.admin_factories import bury, claim_one, succeed
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def cookbook() -> list[str]:
+    text = README.read_text()
+    section = text[text.index("### SQL cookbook") :]
+    block = re.search(r"```sql\n(.*?)```", section, re.S)
+    assert block is not None, "the SQL cookbook has a ```sql block"
+    statements = [s.strip() for s in block.group(1).split(";\n") if s.strip()]
+    assert len(statements) >= 6
+    return statements
+
+
+def test_every_cookbook_query_runs_and_the_fingerprints_match_dead_group(make_app, conn, dsn):
+    app: App = make_app(check_task_names=False)
+    done = app.enqueue("t.ok", {})
+    succeed(conn, claim_one(conn, done))
+    app.enqueue("t.waiting", {})
+    bury(conn, 40, task="sync", error=lambda n: f"ConnectionError: host 10.0.0.{n} id {n:08x}")
+    bury(conn, 3, task="img", error=lambda n: f"ValueError: file 'a{n}.png' is corrupt")
+    bury(conn, 2, task="gone", reason="lease_expired", error_type=None, error=lambda n: f"w{n}")
+
+    results = {}
+    for statement in cookbook():
+        title = statement.splitlines()[0]
+        results[title] = conn.execute(statement).fetchall()
+
+    (by_fingerprint,) = [rows for title, rows in results.items() if "fingerprint" in title]
+    assert sorted((task, fp, n) for task, fp, n, _, _ in by_fingerprint) == sorted(
+        (g.task, g.fingerprint, g.count) for g in admin.dead_groups(dsn)
+    )
+    assert len(by_fingerprint) == 3
+    (top,) = [rows for title, rows in results.items() if "Top failing" in title]
+    assert top[0] == ("sync", 40, 0)
