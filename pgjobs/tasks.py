@@ -63,6 +63,10 @@ class Task:
     at_most_once: bool = False
     is_async: bool = False
     signature: inspect.Signature | None = None
+    # Verdicts of check_payload by the payload's key names (binding looks at nothing else).
+    _fits: dict[tuple[str, ...], str | None] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -73,11 +77,19 @@ class Task:
             return f"payload must be a JSON object, got {type(payload).__name__}"
         if self.signature is None:
             return None
+        keys = tuple(payload)
+        try:
+            return self._fits[keys]
+        except KeyError:
+            pass
         try:
             self.signature.bind(**payload)
+            verdict = None
         except TypeError as exc:
-            return f"payload does not fit {self.name}{self.signature}: {exc}"
-        return None
+            verdict = f"payload does not fit {self.name}{self.signature}: {exc}"
+        if len(self._fits) < 1024:  # payloads with ever-new key sets are not worth remembering
+            self._fits[keys] = verdict
+        return verdict
 
 
 def make_task(
