@@ -8,16 +8,34 @@ history in the same database.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from alembic import context
-from sqlalchemy import create_engine, pool
+from sqlalchemy import Connection, create_engine, pool
 
 from pgjobs import db
 from pgjobs.schema import metadata
 
 VERSION_TABLE = "pgjobs_alembic_version"
+#: How long one statement may wait for a lock before the migration fails (and can be re-run),
+#: instead of queueing every worker behind it. `-x lock_timeout=10s`, or `pgjobs migrate
+#: --lock-timeout 10s`; 0 waits forever.
+DEFAULT_LOCK_TIMEOUT = "5s"
+_DURATION = re.compile(r"\d+(\.\d+)?\s*(us|ms|s|min|h|d)?")
 config = context.config
+
+
+def lock_timeout() -> str:
+    """The lock_timeout of this run: `-x lock_timeout=`, then the caller's (pgjobs.migrate)."""
+    value = (
+        context.get_x_argument(as_dictionary=True).get("lock_timeout")
+        or config.attributes.get("lock_timeout")
+        or DEFAULT_LOCK_TIMEOUT
+    ).strip()
+    if not _DURATION.fullmatch(value):
+        raise ValueError(f"lock_timeout {value!r}: expected a duration such as 5s, 500ms or 0")
+    return value
 
 
 def include_object(
@@ -53,19 +71,29 @@ def _options() -> dict[str, Any]:
 
 def run_offline() -> None:
     context.configure(url=_url(offline=True), literal_binds=True, **_options())
+    context.execute(f"SET lock_timeout = '{lock_timeout()}'")
     with context.begin_transaction():
         context.run_migrations()
+
+
+def _set_lock_timeout(connection: Connection) -> None:
+    # Session-wide, so that it holds in autocommit blocks too; committed at once so that
+    # Alembic's own transactions (one per migration) start on a clean connection.
+    connection.exec_driver_sql(f"SET lock_timeout = '{lock_timeout()}'")
+    connection.commit()
 
 
 def run_online() -> None:
     connection = config.attributes.get("connection")
     if connection is not None:
+        _set_lock_timeout(connection)
         context.configure(connection=connection, **_options())
         with context.begin_transaction():
             context.run_migrations()
         return
     engine = create_engine(_url(offline=False), poolclass=pool.NullPool)
     with engine.connect() as connection:
+        _set_lock_timeout(connection)
         context.configure(connection=connection, **_options())
         with context.begin_transaction():
             context.run_migrations()

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Generator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,12 +17,15 @@ from typing import Annotated, Any
 
 import typer
 from rich import box
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
-from pgjobs import admin, db, migrate, queries
+from pgjobs import admin, db, migrate, retention
+from pgjobs import stats as stats_view
 from pgjobs.app import App
 from pgjobs.errors import ConfigurationError, PgjobsError
 from pgjobs.models import DeadGroup, JobStatus, QueueStats
@@ -71,13 +75,23 @@ def migrate_command(
         bool,
         typer.Option("--check", help="Exit 1 when the database is behind pgjobs' newest revision."),
     ] = False,
+    lock_timeout: Annotated[
+        str | None,
+        typer.Option(
+            help="Longest wait for a lock per statement, e.g. 5s, 500ms; 0 waits forever. "
+            "Default: 5s.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Create or upgrade pgjobs' tables (Alembic, shipped inside the package)."""
     if sql:
         target = downgrade if downgrade is not None else revision
         if downgrade is not None and ":" not in target:
             target = f"{migrate.head()}:{target}"
-        sys.stdout.write(migrate.sql(target, downgrade=downgrade is not None))
+        sys.stdout.write(
+            migrate.sql(target, downgrade=downgrade is not None, lock_timeout=lock_timeout)
+        )
         return
     resolved = _dsn(dsn)
     if current or check:
@@ -88,10 +102,10 @@ def migrate_command(
             raise typer.Exit(1)
         return
     if downgrade is not None:
-        migrate.downgrade(resolved, downgrade)
+        migrate.downgrade(resolved, downgrade, lock_timeout=lock_timeout)
         typer.echo(f"pgjobs schema downgraded to {downgrade} in {resolved.redacted}")
         return
-    migrate.upgrade(resolved, revision)
+    migrate.upgrade(resolved, revision, lock_timeout=lock_timeout)
     typer.echo(f"pgjobs schema is at {migrate.current(resolved)} in {resolved.redacted}")
 
 
@@ -268,48 +282,155 @@ def work_command(
 @cli.command("stats")
 def stats_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON for machines.")] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose", "-v", help="Also the tables' health: dead rows, autovacuum, sizes."
+        ),
+    ] = False,
+    watch: Annotated[
+        bool, typer.Option("--watch", "-w", help="Refresh in place until Ctrl-C.")
+    ] = False,
+    interval: Annotated[
+        float, typer.Option(help="Seconds between refreshes with --watch.", min=0.1)
+    ] = 2.0,
     dsn: DsnOption = None,
 ) -> None:
-    """Per-queue counts: ready, scheduled, running, dead, finished in the last hour."""
+    """Per queue: ready, scheduled, running, dead, finished in the last hour, throughput and retry
+    rate over the last minute, oldest ready job; the live workers and what each one runs."""
     resolved = _dsn(dsn)
-    with db.connect(resolved) as conn:
-        rows = db.fetch_all(conn, queries.QUEUE_STATS)
-    stats = [QueueStats(*row) for row in rows]
-    if as_json:
-        typer.echo(json.dumps([_stats_dict(s) for s in stats], indent=2))
+    title = f"pgjobs queues ({resolved.redacted})"
+    if not watch:
+        with db.connect(resolved) as conn:
+            snap = stats_view.snapshot(conn, verbose=verbose)
+        if as_json:
+            typer.echo(json.dumps(stats_view.as_json(snap, verbose=verbose), indent=2, default=str))
+        else:
+            _wide_console().print(stats_view.render(snap, title, verbose=verbose))
         return
-    table = Table(title=f"pgjobs queues ({resolved.redacted})")
-    for column in ("queue", "ready", "scheduled", "running", "dead", "finished 1h", "failed 1h"):
-        table.add_column(column, justify="left" if column == "queue" else "right")
-    table.add_column("oldest ready", justify="right")
-    for s in stats:
-        table.add_row(
-            s.queue,
-            f"{s.ready:,}",
-            f"{s.scheduled:,}",
-            f"{s.running:,}",
-            f"[red]{s.dead:,}[/red]" if s.dead else "0",
-            f"{s.finished_last_hour:,}",
-            f"{s.failed_last_hour:,}",
-            _age(s.oldest_ready_age),
-        )
-    if not stats:
-        table.caption = "no jobs yet"
-    Console().print(table)
+    _watch_stats(resolved, title, verbose=verbose, as_json=as_json, interval=interval)
+
+
+def _watch_stats(dsn: db.Dsn, title: str, *, verbose: bool, as_json: bool, interval: float) -> None:
+    """Redraw the stats every ``interval`` seconds (JSON: one line per reading) until Ctrl-C.
+    A lost database shows as a line under the last reading; the next refresh reconnects."""
+    conn: Any = None
+    last: RenderableType = Text("connecting...")
+
+    def reading() -> RenderableType:
+        nonlocal conn, last
+        try:
+            if conn is None or conn.closed:
+                conn = db.connect(dsn)
+            snap = stats_view.snapshot(conn, verbose=verbose)
+        except PgjobsError as exc:
+            if conn is not None:
+                conn.close()
+            conn = None
+            if as_json:
+                typer.echo(json.dumps({"error": str(exc)}))
+            return Group(last, Text(f"{datetime.now():%H:%M:%S} {exc}", style="bold red"))
+        if as_json:
+            typer.echo(json.dumps(stats_view.as_json(snap, verbose=verbose), default=str))
+        last = stats_view.render(snap, f"{title} at {datetime.now():%H:%M:%S}", verbose=verbose)
+        return last
+
+    try:
+        if as_json:
+            while True:
+                reading()
+                time.sleep(interval)
+        with Live(reading(), auto_refresh=False) as live:
+            while True:
+                time.sleep(interval)
+                live.update(reading(), refresh=True)
+    except KeyboardInterrupt:
+        pass  # Ctrl-C ends watching: exit 0
+    finally:
+        if conn is not None:
+            conn.close()
+
+
+def _wide_console() -> Console:
+    """A console for tables: as wide as the terminal, or 140 columns into a pipe or file
+    (rich's default of 80 would cut the headers of the stats tables)."""
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        return Console(width=140)
+    return console
 
 
 def _stats_dict(stats: QueueStats) -> dict[str, Any]:
-    return dataclasses.asdict(stats)
+    return stats_view.queue_json(stats)
 
 
-def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.1f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f}m"
-    return f"{seconds / 3600:.1f}h"
+@cli.command("prune")
+def prune_command(
+    older_than: Annotated[
+        str,
+        typer.Option(
+            "--older-than",
+            help="Drop the archive partitions whose jobs all finished longer ago than this: "
+            "30d, 12h, 2w...",
+            show_default=False,
+        ),
+    ],
+    export: Annotated[
+        Path | None,
+        typer.Option(
+            help="Copy each partition out before dropping it: into FOLDER/<partition>.csv when "
+            "this is a folder, else appended to this file.",
+            metavar="FILE|FOLDER",
+        ),
+    ] = None,
+    export_format: Annotated[
+        str, typer.Option("--format", help="Export format: csv (with a header) or text (COPY's).")
+    ] = "csv",
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show what would be dropped; drop nothing.")
+    ] = False,
+    lock_timeout: Annotated[
+        float,
+        typer.Option(help="Seconds to wait for the lock on archived_jobs per attempt.", min=0.01),
+    ] = 2.0,
+    dsn: DsnOption = None,
+) -> None:
+    """Drop whole partitions of archived_jobs older than a cutoff (optionally exported first)."""
+    age = retention.parse_age(older_than)
+    resolved = _dsn(dsn)
+    verb = "would drop" if dry_run else "dropped"
+
+    def report(done: retention.PrunedPartition) -> None:
+        p = done.partition
+        since = "the beginning" if p.lower is None else _when(p.lower)
+        line = f"{verb} {p.name} ({since} .. {_when(p.upper)}): {done.rows:,} rows"
+        if done.exported_to is not None:
+            line += f", exported to {done.exported_to}"
+        typer.echo(line)
+
+    result = retention.prune(
+        resolved,
+        age,
+        export=export,
+        export_format=export_format,
+        dry_run=dry_run,
+        lock_timeout=lock_timeout,
+        on_pruned=report,
+    )
+    typer.echo(
+        f"{verb} {len(result.pruned)} partition(s), {result.rows:,} rows finished before "
+        f"{_when(result.cutoff)}"
+    )
+    for p in result.straddling:
+        typer.echo(
+            f"kept {p.name}: it also holds jobs finished after the cutoff (until "
+            f"{_when(p.upper)}); it goes once all of them are older than {older_than}"
+        )
+    if result.default_rows_older:
+        typer.echo(
+            f"kept {result.default_rows_older:,} old row(s) of the DEFAULT partition: workers "
+            "move them into partitions of their own days, which the next prune drops"
+        )
 
 
 # -- dead letter triage, job lookup and control (pgjobs.admin) --------------------------------

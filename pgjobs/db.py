@@ -25,7 +25,13 @@ import sqlalchemy
 import sqlalchemy.exc
 from psycopg import sql
 
-from pgjobs.errors import ConfigurationError, DatabaseUnavailable, QueryFailed, SchemaMissing
+from pgjobs.errors import (
+    ConfigurationError,
+    DatabaseUnavailable,
+    LockTimeout,
+    QueryFailed,
+    SchemaMissing,
+)
 from pgjobs.models import DeadGroup, DeadJob, Job, JobHistory, JobStatus
 
 ENV_DSN = ("PGJOBS_DATABASE_URL", "DATABASE_URL")
@@ -225,6 +231,10 @@ def translate_errors(dsn: Dsn | None = None) -> Iterator[None]:
         raise SchemaMissing(f"the pgjobs tables are missing: {MIGRATE_HINT}") from exc
     except psycopg.errors.UndefinedColumn as exc:
         raise SchemaMissing(f"the pgjobs schema is out of date: {MIGRATE_HINT}") from exc
+    except psycopg.errors.LockNotAvailable as exc:
+        raise LockTimeout(
+            f"gave up waiting for a lock (lock_timeout): {_one_line(str(exc))}"
+        ) from exc
     except psycopg.OperationalError as exc:
         where = f" {dsn.redacted} ({dsn.source})" if dsn else ""
         reason = _one_line(str(exc))

@@ -50,3 +50,8 @@ class JobNotFound(PgjobsError):
 class JobStateConflict(PgjobsError):
     """The job is not in a state the operation allows: cancelling a running or finished job,
     replaying a job that is still queued."""
+
+
+class LockTimeout(QueryFailed):
+    """A statement waited for a lock longer than its ``lock_timeout`` and was cancelled; nothing
+    changed, and it may be tried again."""

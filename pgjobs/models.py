@@ -67,6 +67,25 @@ class QueueStats:
     finished_last_hour: int
     failed_last_hour: int
     oldest_ready_age: float | None
+    #: Jobs archived (succeeded, cancelled, expired) in the last 60 seconds.
+    finished_last_minute: int = 0
+    #: Jobs dead-lettered in the last 60 seconds.
+    failed_last_minute: int = 0
+    #: Of the jobs that ran and finished (archived or dead) in the last 60 seconds: how many
+    #: needed more than one attempt, and how many there were.
+    retried_last_minute: int = 0
+    ran_last_minute: int = 0
+
+    @property
+    def throughput(self) -> float:
+        """Jobs archived per second over the last minute."""
+        return self.finished_last_minute / 60
+
+    @property
+    def retry_rate(self) -> float | None:
+        """Share (0..1) of the jobs that ran and finished in the last minute that needed more
+        than one attempt; None when none finished."""
+        return self.retried_last_minute / self.ran_last_minute if self.ran_last_minute else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,3 +176,61 @@ class JobHistory:
     replay_of: int | None
     #: Ids of the jobs that replay this one, oldest first.
     replays: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A live worker process, as it registered itself in ``pgjobs_workers``."""
+
+    id: str
+    host: str
+    pid: int
+    queues: list[str]
+    concurrency: int
+    started_at: datetime
+    last_seen_at: datetime
+    #: Jobs it holds a lease on right now.
+    running: int
+    #: Seconds since it started, and since its last heartbeat.
+    uptime: float
+    last_seen_age: float
+
+
+@dataclass(frozen=True, slots=True)
+class TableHealth:
+    """Vacuum state and size of one pgjobs table (summed over its partitions, if any)."""
+
+    table: str
+    live_rows: int
+    dead_rows: int
+    last_autovacuum: datetime | None
+    last_vacuum: datetime | None
+    last_autoanalyze: datetime | None
+    autovacuum_count: int
+    total_bytes: int
+    #: 0 for a table that is not partitioned.
+    partitions: int
+    #: Storage parameters set on the table, e.g. ["autovacuum_vacuum_scale_factor=0.01"].
+    options: list[str] | None
+
+    @property
+    def dead_ratio(self) -> float | None:
+        """Dead rows per live row (``n_dead_tup / n_live_tup``); None when there is no live row."""
+        return self.dead_rows / self.live_rows if self.live_rows else None
+
+
+@dataclass(frozen=True, slots=True)
+class ArchivePartition:
+    """One partition of ``archived_jobs``, holding the rows finished in [lower, upper)."""
+
+    name: str
+    #: None: MINVALUE (a table converted by migration 0004 holds all history before ``upper``).
+    lower: datetime | None
+    #: None for the DEFAULT partition (rows no other partition covers).
+    upper: datetime | None
+    is_default: bool
+    #: A DETACH ... CONCURRENTLY was interrupted; `pgjobs prune` finishes it.
+    detach_pending: bool
+    #: The planner's estimate (None before the first ANALYZE).
+    estimated_rows: int | None
+    total_bytes: int

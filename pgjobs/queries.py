@@ -281,7 +281,9 @@ SELECT EXISTS (
 )
 """
 
-#: Per-queue counts for `pgjobs stats`; ages in seconds.
+#: Per-queue counts for `pgjobs stats`; ages in seconds. The last-minute columns give throughput
+#: (archived per second) and retry rate (of the jobs that ran and finished, archived or dead, the
+#: share that needed more than one attempt).
 QUEUE_STATS = """
 WITH hot AS (
     SELECT queue,
@@ -297,12 +299,23 @@ WITH hot AS (
 dead AS (
     SELECT queue,
            count(*) AS dead,
-           count(*) FILTER (WHERE failed_at > now() - interval '1 hour') AS failed_last_hour
+           count(*) FILTER (WHERE failed_at > now() - interval '1 hour') AS failed_last_hour,
+           count(*) FILTER (WHERE failed_at > now() - interval '1 minute') AS failed_last_minute,
+           count(*) FILTER (WHERE failed_at > now() - interval '1 minute' AND attempts > 1)
+               AS retried_last_minute,
+           count(*) FILTER (WHERE failed_at > now() - interval '1 minute' AND attempts >= 1)
+               AS ran_last_minute
     FROM dead_letter
     GROUP BY queue
 ),
 finished AS (
-    SELECT queue, count(*) AS finished_last_hour
+    SELECT queue, count(*) AS finished_last_hour,
+           count(*) FILTER (WHERE finished_at > now() - interval '1 minute')
+               AS finished_last_minute,
+           count(*) FILTER (WHERE finished_at > now() - interval '1 minute' AND attempts > 1)
+               AS retried_last_minute,
+           count(*) FILTER (WHERE finished_at > now() - interval '1 minute' AND attempts >= 1)
+               AS ran_last_minute
     FROM archived_jobs
     WHERE finished_at > now() - interval '1 hour'
     GROUP BY queue
@@ -310,7 +323,10 @@ finished AS (
 SELECT q.queue,
        coalesce(hot.ready, 0), coalesce(hot.scheduled, 0), coalesce(hot.running, 0),
        coalesce(dead.dead, 0), coalesce(finished.finished_last_hour, 0),
-       coalesce(dead.failed_last_hour, 0), hot.oldest_ready_age
+       coalesce(dead.failed_last_hour, 0), hot.oldest_ready_age,
+       coalesce(finished.finished_last_minute, 0), coalesce(dead.failed_last_minute, 0),
+       coalesce(finished.retried_last_minute, 0) + coalesce(dead.retried_last_minute, 0),
+       coalesce(finished.ran_last_minute, 0) + coalesce(dead.ran_last_minute, 0)
 FROM (SELECT queue FROM hot UNION SELECT queue FROM dead UNION SELECT queue FROM finished) q
 LEFT JOIN hot USING (queue)
 LEFT JOIN dead USING (queue)
@@ -532,4 +548,199 @@ inserted AS (
     RETURNING id, queue
 )
 SELECT id, pg_notify('{NOTIFY_CHANNEL}', queue) FROM inserted
+"""
+
+
+# -- Retention, worker registry and table health -----------------------------------------------
+
+#: Key of the transaction-level advisory lock held around DDL on archived_jobs' partitions
+#: (creating, detaching, dropping), so that workers and `pgjobs prune` take turns.
+ARCHIVE_DDL_LOCK_KEY = 7_106_873_430_001
+#: Key of the session-level advisory lock of `pgjobs prune`: one prune at a time per database.
+ARCHIVE_PRUNE_LOCK_KEY = 7_106_873_430_002
+
+#: Bound lock waits for the rest of the transaction (value: a PostgreSQL duration, e.g. '5s').
+LOCK_TIMEOUT_LOCAL = "SELECT set_config('lock_timeout', %(timeout)s, true)"
+
+#: Bound lock waits for the rest of the session.
+LOCK_TIMEOUT_SESSION = "SELECT set_config('lock_timeout', %(timeout)s, false)"
+
+#: Wait (within lock_timeout) for the turn to change archived_jobs' partitions.
+ARCHIVE_DDL_LOCK = "SELECT pg_advisory_xact_lock(%(key)s)"
+
+#: Take the prune lock if no other session holds it. Rows: (taken).
+ARCHIVE_PRUNE_TRY_LOCK = "SELECT pg_try_advisory_lock(%(key)s)"
+
+#: Today as a UTC date, whether archived_jobs is partitioned (False before migration 0004), and
+#: the server's version number (DETACH ... CONCURRENTLY needs 140000).
+ARCHIVE_STATE = """
+SELECT (now() AT TIME ZONE 'UTC')::date,
+       EXISTS (SELECT 1 FROM pg_partitioned_table
+               WHERE partrelid = to_regclass('archived_jobs')),
+       current_setting('server_version_num')::int,
+       now()
+"""
+
+#: The partitions of archived_jobs, oldest first, the DEFAULT partition last. Rows: (name,
+#: lower bound or NULL for MINVALUE, upper bound or NULL for DEFAULT, is default, detach pending,
+#: estimated rows or NULL when never analysed, total bytes with indexes and TOAST).
+ARCHIVE_PARTITIONS = """
+SELECT c.relname::text,
+       CASE WHEN m.bounds[1] = 'MINVALUE' THEN NULL
+            ELSE trim(BOTH '''' FROM m.bounds[1])::timestamptz END,
+       trim(BOTH '''' FROM m.bounds[2])::timestamptz,
+       b.expr = 'DEFAULT',
+       i.inhdetachpending,
+       CASE WHEN c.reltuples >= 0 THEN c.reltuples::bigint END,
+       pg_total_relation_size(c.oid)
+FROM pg_inherits i
+JOIN pg_class c ON c.oid = i.inhrelid
+CROSS JOIN LATERAL (SELECT pg_get_expr(c.relpartbound, c.oid) AS expr) b
+LEFT JOIN LATERAL (
+    SELECT regexp_match(b.expr, 'FROM \\((.+)\\) TO \\((.+)\\)') AS bounds
+) m ON true
+WHERE i.inhparent = to_regclass('archived_jobs')
+ORDER BY b.expr = 'DEFAULT', 3 NULLS FIRST
+"""
+
+#: Create one partition of archived_jobs for [lower, upper); compose {partition}, {lower} and
+#: {upper} with psycopg.sql. Takes an ACCESS EXCLUSIVE lock on archived_jobs for a moment.
+ARCHIVE_PARTITION_CREATE = """
+CREATE TABLE IF NOT EXISTS {partition} PARTITION OF archived_jobs
+    FOR VALUES FROM ({lower}) TO ({upper})
+"""
+
+#: The UTC days of the rows in the DEFAULT partition {default}, oldest first, at most ``limit``.
+ARCHIVE_DEFAULT_DAYS = """
+SELECT DISTINCT (finished_at AT TIME ZONE 'UTC')::date AS day
+FROM {default}
+ORDER BY day
+LIMIT %(limit)s
+"""
+
+#: Keep writers out of the DEFAULT partition {default} until the end of the transaction.
+ARCHIVE_DEFAULT_LOCK = "LOCK TABLE {default} IN SHARE ROW EXCLUSIVE MODE"
+
+#: Take the rows of [lower, upper) out of the DEFAULT partition {default} into a temporary table
+#: (dropped at commit), so that a partition for that range can be created.
+ARCHIVE_DEFAULT_STAGE = """
+CREATE TEMP TABLE pgjobs_moving ON COMMIT DROP AS
+WITH moved AS (
+    DELETE FROM {default} WHERE finished_at >= {lower} AND finished_at < {upper}
+    RETURNING *
+)
+SELECT * FROM moved
+"""
+
+#: Put the rows staged by ARCHIVE_DEFAULT_STAGE back, into the partition just created.
+ARCHIVE_DEFAULT_UNSTAGE = "INSERT INTO archived_jobs SELECT * FROM pgjobs_moving"
+
+#: Rows of the DEFAULT partition {default} that finished before ``cutoff``.
+ARCHIVE_DEFAULT_COUNT_OLDER = "SELECT count(*) FROM {default} WHERE finished_at < %(cutoff)s"
+
+#: Exact number of rows in one partition {partition}.
+ARCHIVE_PARTITION_COUNT = "SELECT count(*) FROM ONLY {partition}"
+
+#: Copy one partition {partition} out, as CSV with a header line ({options}: the COPY options).
+ARCHIVE_PARTITION_COPY_OUT = "COPY {partition} TO STDOUT ({options})"
+
+#: Detach one partition {partition} (ACCESS EXCLUSIVE on archived_jobs for a moment; the only
+#: way while a DEFAULT partition exists).
+ARCHIVE_PARTITION_DETACH = "ALTER TABLE archived_jobs DETACH PARTITION {partition}"
+
+#: Detach one partition {partition} without blocking readers and writers of archived_jobs
+#: (PostgreSQL 14+, outside a transaction, impossible while a DEFAULT partition exists).
+ARCHIVE_PARTITION_DETACH_CONCURRENTLY = (
+    "ALTER TABLE archived_jobs DETACH PARTITION {partition} CONCURRENTLY"
+)
+
+#: Complete a concurrent detach of {partition} that was interrupted.
+ARCHIVE_PARTITION_DETACH_FINALIZE = (
+    "ALTER TABLE archived_jobs DETACH PARTITION {partition} FINALIZE"
+)
+
+#: Drop a detached partition {partition}.
+ARCHIVE_PARTITION_DROP = "DROP TABLE IF EXISTS {partition}"
+
+#: Register a worker, or refresh its heartbeat, and remove the rows of workers not seen for
+#: ``stale_after`` seconds (they crashed or lost the database). Rows: (stale rows removed).
+WORKER_HEARTBEAT = """
+WITH me AS (
+    INSERT INTO pgjobs_workers AS w (id, host, pid, queues, concurrency, started_at)
+    VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::text[], %(concurrency)s, %(started_at)s)
+    ON CONFLICT (id) DO UPDATE SET last_seen_at = now()
+    RETURNING w.id
+),
+stale AS (
+    DELETE FROM pgjobs_workers
+    WHERE last_seen_at < now() - %(stale_after)s * interval '1 second' AND id <> %(id)s
+    RETURNING id
+)
+SELECT count(*) FROM stale
+"""
+
+#: Remove a worker's row at its clean exit.
+WORKER_UNREGISTER = "DELETE FROM pgjobs_workers WHERE id = %(id)s"
+
+#: Live workers (seen in the last ``stale_after`` seconds) with their running jobs, by host and
+#: start. Rows: (id, host, pid, queues, concurrency, started_at, last_seen_at, running,
+#: seconds since start, seconds since last seen).
+WORKERS_LIVE = """
+SELECT w.id, w.host, w.pid, w.queues, w.concurrency, w.started_at, w.last_seen_at,
+       coalesce(r.running, 0),
+       extract(epoch FROM now() - w.started_at)::float8,
+       extract(epoch FROM now() - w.last_seen_at)::float8
+FROM pgjobs_workers w
+LEFT JOIN (
+    SELECT lease_owner, count(*) AS running
+    FROM queued_jobs
+    WHERE lease_expires_at IS NOT NULL
+    GROUP BY lease_owner
+) r ON r.lease_owner = w.id
+WHERE w.last_seen_at >= now() - %(stale_after)s * interval '1 second'
+ORDER BY w.host, w.started_at, w.id
+"""
+
+#: Running jobs leased to workers that are not live (crashed, or cut off from the database):
+#: their leases free them when they expire. Rows: (jobs, owners, seconds until the first
+#: lease expires, seconds until the last one does).
+LEASES_WITHOUT_LIVE_WORKER = """
+SELECT count(*), count(DISTINCT lease_owner),
+       extract(epoch FROM min(lease_expires_at) - now())::float8,
+       extract(epoch FROM max(lease_expires_at) - now())::float8
+FROM queued_jobs q
+WHERE lease_expires_at IS NOT NULL
+  AND NOT EXISTS (
+      SELECT 1 FROM pgjobs_workers w
+      WHERE w.id = q.lease_owner
+        AND w.last_seen_at >= now() - %(stale_after)s * interval '1 second'
+  )
+"""
+
+#: First statement of the transaction `pgjobs stats` reads in: one snapshot for all its queries.
+STATS_SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+
+#: Health of pgjobs' tables for `pgjobs stats --verbose` (a partitioned table sums over its
+#: partitions). Rows: (table, live rows, dead rows, last autovacuum, last vacuum, last
+#: autoanalyze, autovacuum runs, total bytes, partitions, storage options).
+TABLE_HEALTH = """
+SELECT t.name,
+       sum(s.n_live_tup)::bigint, sum(s.n_dead_tup)::bigint,
+       max(s.last_autovacuum), max(s.last_vacuum), max(s.last_autoanalyze),
+       sum(s.autovacuum_count)::bigint,
+       sum(pg_total_relation_size(p.relid))::bigint,
+       count(*) FILTER (WHERE p.relid <> to_regclass(t.name)),
+       (SELECT c.reloptions FROM pg_class c WHERE c.oid = to_regclass(t.name))
+FROM unnest(ARRAY['queued_jobs', 'archived_jobs', 'dead_letter', 'pgjobs_workers']) AS t(name)
+CROSS JOIN LATERAL (
+    SELECT relid FROM pg_partition_tree(to_regclass(t.name)) WHERE isleaf
+    UNION ALL
+    SELECT to_regclass(t.name)
+    WHERE NOT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = to_regclass(t.name))
+) p
+LEFT JOIN pg_stat_user_tables s ON s.relid = p.relid
+WHERE to_regclass(t.name) IS NOT NULL
+GROUP BY t.name
+ORDER BY array_position(
+    ARRAY['queued_jobs', 'archived_jobs', 'dead_letter', 'pgjobs_workers'], t.name)
 """

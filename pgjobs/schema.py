@@ -27,7 +27,7 @@ from sqlalchemy import (
     Text,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.schema import SchemaItem
 
 NAMING_CONVENTION = {
@@ -125,8 +125,21 @@ queued_jobs = Table(
         unique=True,
         postgresql_where=text("idempotency_key IS NOT NULL"),
     ),
+    # The hot table churns (an insert, an update per attempt and a delete per job): vacuum it
+    # once 1% of its rows are dead (PostgreSQL's default is 20%), analyse it after 2% changed.
+    # Set by migration 0004; Alembic does not compare storage parameters.
+    postgresql_with={
+        "autovacuum_vacuum_scale_factor": "0.01",
+        "autovacuum_vacuum_insert_scale_factor": "0.01",
+        "autovacuum_analyze_scale_factor": "0.02",
+    },
 )
 
+# Range-partitioned by finished_at, one partition per UTC day, so that retention drops whole
+# partitions (`pgjobs prune`) instead of deleting rows. The partitions (archived_jobs_pYYYYMMDD,
+# archived_jobs_default, and archived_jobs_legacy for history converted by migration 0004) are
+# created by that migration and by the archive-partitions service, not declared here. A primary
+# key of a partitioned table must include the partition key: (id, finished_at).
 archived_jobs = Table(
     "archived_jobs",
     metadata,
@@ -145,7 +158,13 @@ archived_jobs = Table(
     # The worker that ran the job last (NULL for cancelled or expired jobs).
     Column("worker", Text),
     Column("created_at", DateTime(timezone=True), nullable=False),
-    Column("finished_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column(
+        "finished_at",
+        DateTime(timezone=True),
+        primary_key=True,
+        nullable=False,
+        server_default=text("now()"),
+    ),
     Column("expires_at", DateTime(timezone=True)),
     Column("idempotency_key", Text),
     *_operations_columns("archived_jobs"),
@@ -156,6 +175,7 @@ archived_jobs = Table(
         "idempotency_key",
         postgresql_where=text("idempotency_key IS NOT NULL"),
     ),
+    postgresql_partition_by="RANGE (finished_at)",
 )
 
 dead_letter = Table(
@@ -189,4 +209,21 @@ dead_letter = Table(
         "idempotency_key",
         postgresql_where=text("idempotency_key IS NOT NULL"),
     ),
+)
+
+# Worker processes, registered at start, refreshed by a heartbeat, removed at a clean exit (or by
+# another worker once the heartbeat is stale). Running jobs per worker come from
+# queued_jobs.lease_owner, which holds the worker's id. Prefixed because a plain `workers` table
+# is likely to exist in the application's own schema.
+pgjobs_workers = Table(
+    "pgjobs_workers",
+    metadata,
+    # host:pid:random, as the worker writes it into queued_jobs.lease_owner.
+    Column("id", Text, primary_key=True),
+    Column("host", Text, nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("queues", ARRAY(Text), nullable=False),
+    Column("concurrency", Integer, nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Column("last_seen_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
 )

@@ -119,8 +119,8 @@ def make_task(
         fn=fn,
         queue=queue,
         max_attempts=max_attempts,
-        retry=RetryPolicy(retry_base, retry_cap),
-        lease=lease,
+        retry=RetryPolicy(float(retry_base), float(retry_cap)),
+        lease=float(lease),  # bound as float8[] by the claim: an int among floats cannot be
         at_most_once=at_most_once,
         is_async=inspect.iscoroutinefunction(fn),
         signature=signature,

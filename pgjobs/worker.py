@@ -21,9 +21,10 @@ import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from pgjobs import db, queries
+from pgjobs import db, migrate, queries
 from pgjobs.completer import Outcomes, result_json
 from pgjobs.errors import (
     ConfigurationError,
@@ -33,9 +34,11 @@ from pgjobs.errors import (
     QueryFailed,
     SchemaMissing,
 )
-from pgjobs.maintenance import ServiceConfig, run_services
+from pgjobs.maintenance import Service, ServiceConfig, run_services
 from pgjobs.maintenance.expirer import Expirer
 from pgjobs.maintenance.leases import LeaseRescuer
+from pgjobs.maintenance.partitions import ArchivePartitions
+from pgjobs.maintenance.registry import WorkerIdentity, WorkerRegistry
 from pgjobs.models import Job
 from pgjobs.tasks import DEFAULT_LEASE, Task
 
@@ -147,6 +150,18 @@ def _without_nul(text: str) -> str:
     return text.replace("\x00", "\\x00") if "\x00" in text else text
 
 
+class _Lane:
+    """One of the worker's claim connections and the round trip in flight on it."""
+
+    __slots__ = ("asked", "conn", "ready_at", "trip")
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.trip: asyncio.Task[list[Job]] | None = None
+        self.asked = 0  # slots reserved for the claim in flight
+        self.ready_at = 0.0  # loop time before which no trip starts (reconnection backoff)
+
+
 class Worker:
     """Runs the app's tasks until stopped by a signal (or, with ``burst``, until idle).
 
@@ -177,6 +192,7 @@ class Worker:
         self._reconnect_attempt = 0
         self._executor: ThreadPoolExecutor | None = None
         self._abandoned = 0
+        self._woken = False  # a NOTIFY arrived for one of our queues since the last claim
 
     def run(self) -> int:
         """Work until stopped; returns the process exit code (0 after a graceful shutdown)."""
@@ -190,6 +206,11 @@ class Worker:
             raise SchemaMissing(
                 f"the pgjobs tables are missing in {dsn.redacted}: run `pgjobs migrate`"
             )
+        if revision != migrate.head():
+            raise SchemaMissing(
+                f"the pgjobs schema in {dsn.redacted} is at revision {revision}, this pgjobs "
+                f"needs {migrate.head()}: run `pgjobs migrate`"
+            )
         loop = self._loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
@@ -197,12 +218,25 @@ class Worker:
             self._executor = ThreadPoolExecutor(self.config.concurrency, "pgjobs-handler")
         conn = await db.connect_async(dsn)
         background = [asyncio.create_task(self._listen(dsn), name="pgjobs-listen")]
+        # Every worker registers itself (for `pgjobs stats`), with or without maintenance.
+        registry = WorkerRegistry(
+            WorkerIdentity(
+                self.id,
+                socket.gethostname(),
+                os.getpid(),
+                self.queues,
+                self.config.concurrency,
+                datetime.now(UTC),
+            )
+        )
+        services: list[Service] = [registry]
         if self.config.maintenance:
-            services = [
+            services += [
                 LeaseRescuer(ServiceConfig(interval=self.config.rescue_interval)),
                 Expirer(ServiceConfig(interval=self.config.expire_interval)),
+                ArchivePartitions(),
             ]
-            background.append(asyncio.create_task(run_services(services, dsn, self._stop)))
+        background.append(asyncio.create_task(run_services(services, dsn, self._stop)))
         log.info(
             "worker %s started: queues=%s concurrency=%d tasks=%d",
             self.id,
@@ -219,6 +253,8 @@ class Worker:
             await asyncio.gather(*background, return_exceptions=True)
             with contextlib.suppress(Exception):
                 await conn.close()
+            with contextlib.suppress(PgjobsError):  # else the row goes stale and is removed
+                await registry.unregister(dsn)
         busy = self._abandoned > 0
         log.info("worker %s stopped", self.id)
         if self._executor is not None:
@@ -246,61 +282,109 @@ class Worker:
         self._changed.set()
 
     async def _work(self, conn: Any, dsn: db.Dsn) -> None:
+        """The claim loop. Round trips go over up to two connections ("lanes"): while one
+        trip is in flight, slots freed meanwhile are settled and refilled over the other, so the
+        handlers do not wait for the database and the database does not wait for the handlers."""
         loop = asyncio.get_running_loop()
+        lanes = [_Lane(conn)] + ([_Lane(None)] if self.config.concurrency > 1 else [])
         deadline: float | None = None
-        idle = False
+        idle = False  # the last claim found fewer jobs than it asked for
         backlog = False  # the last claim filled every slot it asked for: more jobs are waiting
+        poll_at = 0.0
         gathering_since: float | None = None
         gather = max(1, self.config.concurrency // 2)
-        while True:
-            stopping = self._stop.is_set()
-            if stopping and deadline is None:
-                deadline = loop.time() + self.config.grace
-            free = 0 if stopping else self.config.concurrency - len(self._running)
-            due = bool(free > 0 or len(self._outcomes) or self._extensions)
-            wait = self.config.poll_interval
-            if due and backlog and free < gather and not stopping and not self._extensions:
-                # Under load, slots free up one after another: gather them (for a few ms at
-                # most) so that one round trip settles and claims a batch rather than one job.
-                now = loop.time()
-                gathering_since = gathering_since if gathering_since is not None else now
-                if now - gathering_since < BATCH_WINDOW:
-                    due = False
-                    wait = gathering_since + BATCH_WINDOW - now
-            if due:
-                gathering_since = None
-                try:
-                    if not self._connected:
-                        conn = await db.connect_async(dsn)
-                        self._connected = True
-                        self._reconnect_attempt = 0
-                        log.warning("database connection restored")
-                    claimed = await self._trip(conn, free)
-                except DatabaseUnavailable as exc:
-                    claimed = []
-                    await self._lost_connection(conn, exc)
-                for job in claimed:
-                    self._start(job)
-                idle = free > 0 and not claimed
-                backlog = free > 0 and len(claimed) == free
-            if stopping:
-                if not self._running and not len(self._outcomes):
-                    return
-                assert deadline is not None
-                if loop.time() >= deadline:
-                    await self._abandon(conn)
-                    return
-            elif self._burst_done(idle) and not await self._queues_have_jobs(conn):
-                log.info("burst: no job left in %s", ",".join(self.queues))
-                return
-            timeout = wait
-            if deadline is not None:
-                timeout = max(0.0, min(timeout, deadline - loop.time()))
-            if not self._connected:
-                timeout = min(timeout, self._reconnect_delay())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout)
-            self._changed.clear()
+        try:
+            while True:
+                for landed in lanes:
+                    if landed.trip is not None and landed.trip.done():
+                        claimed, asked = await self._landed(landed, dsn)
+                        if asked > 0:
+                            idle = len(claimed) < asked  # the queues ran dry: poll from now on
+                            backlog = not idle
+                            poll_at = loop.time() + self.config.poll_interval
+                stopping = self._stop.is_set()
+                if stopping and deadline is None:
+                    deadline = loop.time() + self.config.grace
+                in_flight = [x for x in lanes if x.trip is not None]
+                reserved = sum(x.asked for x in in_flight)
+                free = 0 if stopping else self.config.concurrency - len(self._running) - reserved
+                wait = self.config.poll_interval
+                # With the queues dry, claim again only when polled or woken by a NOTIFY.
+                if idle and not self._woken and loop.time() < poll_at:
+                    wait = poll_at - loop.time()
+                    free = 0
+                lane = next(
+                    (x for x in lanes if x.trip is None and x.ready_at <= loop.time()), None
+                )
+                due = lane is not None and bool(free > 0 or len(self._outcomes) or self._extensions)
+                if due and backlog and free < gather and not stopping and not self._extensions:
+                    # Under load, slots free up one after another: gather them (a few ms at
+                    # most) so that one round trip settles and claims a batch, not one job.
+                    now = loop.time()
+                    gathering_since = gathering_since if gathering_since is not None else now
+                    if now - gathering_since < BATCH_WINDOW:
+                        due = False
+                        wait = gathering_since + BATCH_WINDOW - now
+                if due and lane is not None:
+                    gathering_since = None
+                    if free > 0:
+                        self._woken = False
+                    lane.asked = max(free, 0)
+                    lane.trip = asyncio.create_task(self._lane_trip(lane, dsn, lane.asked))
+                    lane.trip.add_done_callback(lambda _: self._changed.set())
+                    in_flight.append(lane)
+                if not in_flight:
+                    if stopping:
+                        if not self._running and not len(self._outcomes):
+                            return
+                        assert deadline is not None
+                        if loop.time() >= deadline:
+                            await self._abandon(lanes, dsn)
+                            return
+                    elif self._burst_done(idle) and not await self._queues_have_jobs(lanes, dsn):
+                        log.info("burst: no job left in %s", ",".join(self.queues))
+                        return
+                if deadline is not None:
+                    wait = max(0.0, min(wait, deadline - loop.time()))
+                if not self._connected:
+                    wait = min(wait, min(x.ready_at for x in lanes) - loop.time())
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), max(wait, 0.0))
+                self._changed.clear()
+        finally:
+            for lane in lanes:
+                if lane.trip is not None:
+                    lane.trip.cancel()
+                    with contextlib.suppress(BaseException):
+                        await lane.trip
+                if lane.conn is not None and lane.conn is not conn:
+                    with contextlib.suppress(Exception):
+                        await lane.conn.close()
+
+    async def _lane_trip(self, lane: _Lane, dsn: db.Dsn, free: int) -> list[Job]:
+        if lane.conn is None or lane.conn.closed:
+            lane.conn = await db.connect_async(dsn)
+        return await self._trip(lane.conn, free)
+
+    async def _landed(self, lane: _Lane, dsn: db.Dsn) -> tuple[list[Job], int]:
+        """Take the result of ``lane``'s finished trip: start the jobs it claimed."""
+        assert lane.trip is not None
+        trip, asked = lane.trip, lane.asked
+        lane.trip, lane.asked = None, 0
+        try:
+            claimed = trip.result()
+        except (DatabaseUnavailable, SchemaMissing) as exc:
+            await self._lost_connection(lane.conn, exc)
+            lane.conn = None
+            lane.ready_at = asyncio.get_running_loop().time() + self._reconnect_delay()
+            return [], 0
+        if not self._connected:
+            self._connected = True
+            self._reconnect_attempt = 0
+            log.warning("database connection restored")
+        for job in claimed:
+            self._start(job)
+        return claimed, asked
 
     async def _trip(self, conn: Any, free: int) -> list[Job]:
         """Settle buffered outcomes, extend requested leases and claim up to ``free`` jobs,
@@ -332,7 +416,9 @@ class Worker:
             }
         try:
             applied, kept, jobs = await db.settle_and_claim(conn, settle, extend, claim)
-        except DatabaseUnavailable:
+        except (DatabaseUnavailable, SchemaMissing):
+            # SchemaMissing here means the schema changed under a running worker (a migration
+            # in progress): keep everything and try again, as after a lost connection.
             if settle is not None:
                 self._outcomes.restore(settle)
             self._extensions = {**extensions, **self._extensions}
@@ -362,10 +448,12 @@ class Worker:
     def _reconnect_delay(self) -> float:
         return RECONNECT_DELAYS[min(self._reconnect_attempt, len(RECONNECT_DELAYS) - 1)]
 
-    async def _lost_connection(self, conn: Any, exc: DatabaseUnavailable) -> None:
+    async def _lost_connection(self, conn: Any, exc: PgjobsError) -> None:
         if self._connected:
+            what = "connection lost" if isinstance(exc, DatabaseUnavailable) else "schema refused"
             log.warning(
-                "database connection lost (%s); %d outcome(s) kept for retry; reconnecting",
+                "database %s (%s); %d outcome(s) kept for retry; reconnecting",
+                what,
                 exc,
                 len(self._outcomes),
             )
@@ -384,11 +472,17 @@ class Worker:
             and not len(self._outcomes)
         )
 
-    async def _queues_have_jobs(self, conn: Any) -> bool:
+    async def _queues_have_jobs(self, lanes: list[_Lane], dsn: db.Dsn) -> bool:
+        lane = lanes[0]
         try:
-            rows = await db.fetch_all_async(conn, queries.QUEUES_HAVE_JOBS, {"queues": self.queues})
-        except DatabaseUnavailable as exc:
-            await self._lost_connection(conn, exc)
+            if lane.conn is None or lane.conn.closed:
+                lane.conn = await db.connect_async(dsn)
+            rows = await db.fetch_all_async(
+                lane.conn, queries.QUEUES_HAVE_JOBS, {"queues": self.queues}
+            )
+        except (DatabaseUnavailable, SchemaMissing) as exc:
+            await self._lost_connection(lane.conn, exc)
+            lane.conn = None
             return True
         return bool(rows[0][0])
 
@@ -453,7 +547,7 @@ class Worker:
             self._extensions[context.job.id] = (context, seconds)
             self._changed.set()
 
-    async def _abandon(self, conn: Any) -> None:
+    async def _abandon(self, lanes: list[_Lane], dsn: db.Dsn) -> None:
         """Grace period over: give running jobs back now (their attempt stays used) rather than
         leave them to their leases; at-most-once jobs go to dead_letter, never to run again."""
         for context, future in list(self._running.values()):
@@ -469,11 +563,10 @@ class Worker:
         self._abandoned = len(self._running)
         log.warning("grace period over: gave back %d running job(s)", self._abandoned)
         self._running.clear()
-        if self._connected:
-            try:
-                await self._trip(conn, 0)
-            except DatabaseUnavailable as exc:
-                log.warning("could not flush outcomes (%s); leases will recover those jobs", exc)
+        try:
+            await self._lane_trip(lanes[0], dsn, 0)
+        except (DatabaseUnavailable, SchemaMissing) as exc:
+            log.warning("could not flush outcomes (%s); leases will recover those jobs", exc)
 
     async def _listen(self, dsn: db.Dsn) -> None:
         """Wake the claim loop when a job is enqueued on one of this worker's queues."""
@@ -484,6 +577,7 @@ class Worker:
                 async for queue in db.notifications(dsn, queries.NOTIFY_CHANNEL):
                     attempt = 0
                     if queue in queues:
+                        self._woken = True
                         self._changed.set()
             except DatabaseUnavailable:
                 # The claim loop reports the outage; polling covers the gap.

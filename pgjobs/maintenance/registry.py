@@ -1,0 +1,88 @@
+"""The worker registry: every worker keeps a row in ``pgjobs_workers`` (id, host, pid, queues,
+concurrency, started, last seen) so that `pgjobs stats` can list the live workers and the jobs
+each one runs. The row is written at the first round, refreshed every round (the heartbeat),
+and deleted at a clean exit; rows whose heartbeat stopped are deleted by any other worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from pgjobs import db, queries
+from pgjobs.errors import ConfigurationError
+from pgjobs.maintenance import Service, ServiceConfig
+
+#: Seconds between heartbeats.
+HEARTBEAT_INTERVAL = 10.0
+#: Seconds without a heartbeat after which a worker counts as gone (six missed heartbeats).
+STALE_AFTER = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerIdentity:
+    """What a worker registers about itself."""
+
+    #: The worker's id, as it writes it into queued_jobs.lease_owner.
+    id: str
+    host: str
+    pid: int
+    queues: Sequence[str]
+    concurrency: int
+    started_at: datetime
+
+
+class WorkerRegistry(Service):
+    """Registers one worker and refreshes its heartbeat; removes the rows of workers whose
+    heartbeat is older than ``stale_after`` seconds.
+
+    Example: ``await WorkerRegistry(identity).run_once(conn)`` returns ``{"stale_removed": 0}``.
+    """
+
+    name = "worker-registry"
+
+    def __init__(
+        self,
+        identity: WorkerIdentity,
+        config: ServiceConfig | None = None,
+        *,
+        stale_after: float = STALE_AFTER,
+    ) -> None:
+        super().__init__(config or ServiceConfig(interval=HEARTBEAT_INTERVAL))
+        if not stale_after > self.config.interval * (1 + self.config.jitter):
+            raise ConfigurationError(
+                f"stale_after ({stale_after}s) must exceed the longest heartbeat interval "
+                f"({self.config.interval * (1 + self.config.jitter):.1f}s)"
+            )
+        self.identity = identity
+        self.stale_after = stale_after
+
+    async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
+        me = self.identity
+        rows = await db.fetch_all_async(
+            conn,
+            queries.WORKER_HEARTBEAT,
+            {
+                "id": me.id,
+                "host": me.host,
+                "pid": me.pid,
+                "queues": list(me.queues),
+                "concurrency": me.concurrency,
+                "started_at": me.started_at,
+                "stale_after": self.stale_after,
+            },
+        )
+        return {"stale_removed": rows[0][0]}
+
+    async def unregister(self, dsn: db.Dsn) -> None:
+        """Delete this worker's row, on a connection of its own (the worker's may be gone)."""
+        conn = await db.connect_async(dsn)
+        try:
+            with db.translate_errors(dsn):
+                await conn.execute(queries.WORKER_UNREGISTER, {"id": self.identity.id})
+        finally:
+            await conn.close()

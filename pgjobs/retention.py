@@ -1,0 +1,275 @@
+"""Retention of ``archived_jobs``: `pgjobs prune` detaches and drops whole partitions whose rows
+all finished before a cutoff, optionally copying each one to a file first.
+
+Dropping a partition costs the same for ten rows or ten million: no row is deleted, nothing is
+left for VACUUM, and the table never bloats. The DDL needs a brief ACCESS EXCLUSIVE lock on
+``archived_jobs`` (workers' inserts wait a few milliseconds), taken with a ``lock_timeout`` and
+retried, so that a long reader of the archive makes prune wait and retry rather than stall the
+workers queued behind it. ``DETACH PARTITION ... CONCURRENTLY`` (PostgreSQL 14+) avoids even that
+lock, but PostgreSQL refuses it while a DEFAULT partition exists; pgjobs keeps one (an insert
+must never fail), so prune uses it only where the DEFAULT partition was dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from pgjobs import db, queries
+from pgjobs.errors import ConfigurationError, LockTimeout, PgjobsError, SchemaMissing
+from pgjobs.models import ArchivePartition
+
+#: Export formats: file extension and COPY options.
+EXPORT_FORMATS = {"csv": ("csv", "FORMAT csv, HEADER true"), "text": ("txt", "FORMAT text")}
+#: Attempts at the DDL of one partition when its lock cannot be had within the lock timeout.
+LOCK_ATTEMPTS = 5
+_AGE = re.compile(r"(\d+(?:\.\d+)?)\s*(s|m|h|d|w)")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_age(value: str, option: str = "--older-than") -> timedelta:
+    """A positive age such as ``30d``, ``12h``, ``90m``, ``2w`` or ``45s``.
+
+    Example: ``parse_age("30d") == timedelta(days=30)``
+    """
+    found = _AGE.fullmatch(value.strip().lower())
+    if found is None or float(found.group(1)) <= 0:
+        raise ConfigurationError(
+            f"{option} {value!r}: expected a positive age such as 30d, 12h, 90m or 2w"
+        )
+    return timedelta(seconds=float(found.group(1)) * _UNITS[found.group(2)])
+
+
+@dataclass(frozen=True, slots=True)
+class PrunedPartition:
+    """A partition that prune dropped (or, in a dry run, would drop)."""
+
+    partition: ArchivePartition
+    rows: int
+    #: The file its rows were copied to, if exported.
+    exported_to: Path | None
+    #: Detached with DETACH ... CONCURRENTLY (only possible without a DEFAULT partition).
+    concurrently: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PruneReport:
+    """What one `pgjobs prune` did."""
+
+    #: Partitions whose rows all finished before this instant were dropped.
+    cutoff: datetime
+    dry_run: bool
+    pruned: list[PrunedPartition]
+    #: Partitions holding rows on both sides of the cutoff, kept whole until their newest row is
+    #: older than the cutoff (e.g. ``archived_jobs_legacy``, history converted by migration 0004).
+    straddling: list[ArchivePartition]
+    #: Rows of the DEFAULT partition older than the cutoff: the archive-partitions service moves
+    #: them into partitions of their own days, which a later prune drops.
+    default_rows_older: int
+
+    @property
+    def rows(self) -> int:
+        return sum(p.rows for p in self.pruned)
+
+
+def archive_partitions(conn: psycopg.Connection[Any]) -> list[ArchivePartition]:
+    """The partitions of ``archived_jobs``, oldest first, the DEFAULT partition last."""
+    return [ArchivePartition(*row) for row in db.fetch_all(conn, queries.ARCHIVE_PARTITIONS)]
+
+
+def prune(
+    dsn: db.Dsn,
+    older_than: timedelta,
+    *,
+    export: Path | None = None,
+    export_format: str = "csv",
+    dry_run: bool = False,
+    lock_timeout: float = 2.0,
+    on_pruned: Callable[[PrunedPartition], None] | None = None,
+) -> PruneReport:
+    """Drop the partitions of ``archived_jobs`` whose rows all finished more than ``older_than``
+    ago, oldest first. With ``export``, each partition is first copied (``export_format``:
+    ``csv`` with a header, or ``text``, COPY's own format) to ``export``: into a file per
+    partition named after it when ``export`` is a directory, else appended to that file; the
+    file is flushed to disk before the partition is dropped. ``lock_timeout`` (seconds) bounds
+    each wait for the lock on ``archived_jobs``; a timed-out attempt is retried a few times.
+
+    Example: ``prune(resolve_dsn(None), timedelta(days=30), export=Path("/backup"))``
+    """
+    if export_format not in EXPORT_FORMATS:
+        raise ConfigurationError(
+            f"export format {export_format!r}: choose {' or '.join(EXPORT_FORMATS)}"
+        )
+    if not lock_timeout > 0:
+        raise ConfigurationError(f"lock timeout must be > 0 seconds, got {lock_timeout}")
+    if export is not None and not export.is_dir() and not export.parent.is_dir():
+        raise ConfigurationError(f"--export {export}: folder {export.parent} does not exist")
+    with db.connect(dsn) as conn:
+        _, partitioned, server_version, now = db.fetch_all(conn, queries.ARCHIVE_STATE)[0]
+        if not partitioned:
+            raise SchemaMissing(
+                "archived_jobs is not partitioned (schema older than 0004): run `pgjobs migrate`"
+            )
+        taken = db.fetch_all(
+            conn, queries.ARCHIVE_PRUNE_TRY_LOCK, {"key": queries.ARCHIVE_PRUNE_LOCK_KEY}
+        )[0][0]
+        if not taken:
+            raise PgjobsError("another `pgjobs prune` is running on this database; try later")
+        db.fetch_all(
+            conn, queries.LOCK_TIMEOUT_SESSION, {"timeout": f"{int(lock_timeout * 1000)}ms"}
+        )
+        cutoff: datetime = now - older_than
+        partitions = archive_partitions(conn)
+        default = next((p for p in partitions if p.is_default), None)
+        concurrently = server_version >= 140000 and default is None
+        expired = [
+            p for p in partitions if not p.is_default and p.upper is not None and p.upper <= cutoff
+        ]
+        straddling = [
+            p
+            for p in partitions
+            if not p.is_default
+            and p.upper is not None
+            and p.upper > cutoff
+            and (p.lower is None or p.lower < cutoff)
+        ]
+        default_rows_older = 0
+        if default is not None:
+            default_rows_older = db.fetch_all(
+                conn,
+                sql.SQL(queries.ARCHIVE_DEFAULT_COUNT_OLDER)
+                .format(default=sql.Identifier(default.name))
+                .as_string(conn),
+                {"cutoff": cutoff},
+            )[0][0]
+        pruned = []
+        for partition in expired:
+            name = sql.Identifier(partition.name)
+            rows = db.fetch_all(
+                conn,
+                sql.SQL(queries.ARCHIVE_PARTITION_COUNT).format(partition=name).as_string(conn),
+            )[0][0]
+            exported_to = None
+            if export is not None and not dry_run:
+                exported_to = _export(conn, partition.name, export, export_format)
+            if not dry_run:
+                _drop(conn, partition, concurrently=concurrently)
+            done = PrunedPartition(partition, rows, exported_to, concurrently)
+            pruned.append(done)
+            if on_pruned is not None:
+                on_pruned(done)
+    return PruneReport(cutoff, dry_run, pruned, straddling, default_rows_older)
+
+
+def _export(
+    conn: psycopg.Connection[Any], partition: str, export: Path, export_format: str
+) -> Path:
+    """Copy one partition to its file; returns the file, flushed to disk."""
+    extension, options = EXPORT_FORMATS[export_format]
+    statement = sql.SQL(queries.ARCHIVE_PARTITION_COPY_OUT).format(
+        partition=sql.Identifier(partition), options=sql.SQL(options)
+    )
+    if export.is_dir():
+        # A whole file per partition: written aside, renamed into place once complete.
+        target = export / f"{partition}.{extension}"
+        partial = target.with_name(target.name + ".partial")
+        with _durable(partial, "wb") as out:
+            _copy(conn, statement, out.write)
+        partial.replace(target)
+        _fsync_dir(export)
+        return target
+    # Appended to one file: a failed copy is cut off again, so that a re-run does not append
+    # the same rows twice. A CSV header is written only at the top of the file.
+    start = export.stat().st_size if export.exists() else 0
+    if export_format == "csv" and start > 0:
+        options = "FORMAT csv"
+        statement = sql.SQL(queries.ARCHIVE_PARTITION_COPY_OUT).format(
+            partition=sql.Identifier(partition), options=sql.SQL(options)
+        )
+    try:
+        with _durable(export, "ab") as out:
+            _copy(conn, statement, out.write)
+    except BaseException:
+        with contextlib.suppress(OSError), open(export, "r+b") as out:
+            out.truncate(start)
+        raise
+    _fsync_dir(export.parent)
+    return export
+
+
+def _copy(
+    conn: psycopg.Connection[Any], statement: sql.Composed, write: Callable[[bytes], Any]
+) -> None:
+    with db.translate_errors(), conn.cursor() as cur, cur.copy(statement) as copy:
+        for chunk in copy:
+            write(bytes(chunk))
+
+
+@contextlib.contextmanager
+def _durable(path: Path, mode: str) -> Iterator[Any]:
+    try:
+        out = open(path, mode)  # noqa: SIM115 - closed below, after fsync
+    except OSError as exc:
+        raise ConfigurationError(f"cannot write the export to {path}: {exc.strerror}") from None
+    try:
+        yield out
+        out.flush()
+        os.fsync(out.fileno())
+    finally:
+        out.close()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _drop(
+    conn: psycopg.Connection[Any], partition: ArchivePartition, *, concurrently: bool
+) -> None:
+    """Detach and drop one partition, retrying when its lock cannot be had in time."""
+    name = sql.Identifier(partition.name)
+
+    def detach_and_drop() -> None:
+        with db.translate_errors():
+            if partition.detach_pending:
+                conn.execute(
+                    sql.SQL(queries.ARCHIVE_PARTITION_DETACH_FINALIZE).format(partition=name)
+                )
+            elif concurrently:
+                conn.execute(
+                    sql.SQL(queries.ARCHIVE_PARTITION_DETACH_CONCURRENTLY).format(partition=name)
+                )
+            else:
+                with conn.transaction():
+                    conn.execute(queries.ARCHIVE_DDL_LOCK, {"key": queries.ARCHIVE_DDL_LOCK_KEY})
+                    conn.execute(sql.SQL(queries.ARCHIVE_PARTITION_DETACH).format(partition=name))
+                    conn.execute(sql.SQL(queries.ARCHIVE_PARTITION_DROP).format(partition=name))
+                return
+            conn.execute(sql.SQL(queries.ARCHIVE_PARTITION_DROP).format(partition=name))
+
+    for attempt in range(1, LOCK_ATTEMPTS + 1):
+        try:
+            detach_and_drop()
+            return
+        except LockTimeout as exc:
+            if attempt == LOCK_ATTEMPTS:
+                raise LockTimeout(
+                    f"could not lock archived_jobs to drop {partition.name} in {attempt} "
+                    f"attempts ({exc}): a long transaction holds it; retry later or pass a "
+                    "longer --lock-timeout"
+                ) from exc
+            time.sleep(min(0.5 * 2**attempt, 10.0))
