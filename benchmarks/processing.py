@@ -1,0 +1,241 @@
+"""Group b: processing of pre-filled no-op jobs by `pgjobs work --burst` subprocesses, beside raw
+SQL consumers (claim a batch with SKIP LOCKED, then archive it in one statement).
+
+Throughput is read from the database, not timed around the process: the jobs archived after the
+first batch over the span of ``finished_at``, so worker startup and shutdown do not count.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from benchmarks import harness
+from benchmarks.harness import BenchmarkError, Context, say
+from benchmarks.report import Figure, Row, ratio_target
+
+
+@dataclass(frozen=True, slots=True)
+class Setup:
+    """One way of processing ``jobs`` pre-filled jobs."""
+
+    #: "pgjobs" (worker processes) or "raw" (benchmarks/raw.py consumers).
+    kind: str
+    processes: int
+    #: The worker's --concurrency, or the raw consumer's claim batch size.
+    width: int
+    jobs: int
+    #: The task of the pre-filled jobs.
+    task: str = "bench.noop"
+
+    def label(self) -> str:
+        if self.kind == "raw":
+            conns = "1 connection" if self.processes == 1 else f"{self.processes} connections"
+            return f"claim {self.width} (SKIP LOCKED), archive them; {conns}"
+        procs = "1 process" if self.processes == 1 else f"{self.processes} processes"
+        each = " each" if self.processes > 1 else ""
+        sync = ", sync handlers" if self.task.endswith("_sync") else ""
+        return f"{procs}, --concurrency {self.width}{each}{sync}"
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """What one processing run measured."""
+
+    rate: float
+    jobs: int
+    #: CPU seconds of the benchmark database's backends during the run (None: the server is
+    #: not on this machine).
+    pg_cpu: float | None
+    #: CPU seconds of the worker (or raw consumer) processes, their startup and shutdown
+    #: (measured on an empty queue) taken out.
+    client_cpu: float
+    #: Transactions in the benchmark database during the run (one per statement, mostly).
+    transactions: int
+
+    @property
+    def pg_cpu_per_1k(self) -> float | None:
+        return None if self.pg_cpu is None else self.pg_cpu / self.jobs * 1000
+
+    @property
+    def client_us_per_job(self) -> float:
+        return self.client_cpu / self.jobs * 1e6
+
+
+def _commands(ctx: Context, setup: Setup, burst: bool) -> list[list[str]]:
+    if setup.kind == "raw":
+        command = harness.raw_client("process", ctx.db.url, "--batch", str(setup.width))
+    else:
+        command = harness.pgjobs_worker(ctx.db.url, setup.width, burst=burst)
+    return [command] * setup.processes
+
+
+def startup_cpu(ctx: Context, kind: str) -> float:
+    """CPU seconds one worker (or raw consumer) process spends starting and stopping, on an empty
+    queue: taken out of the client CPU per job, so that it counts the work only."""
+    cache: dict[str, float] = ctx.cache.setdefault("startup_cpu", {})
+    if kind not in cache:
+        ctx.db.reset()
+        proc = ctx.procs.start(_commands(ctx, Setup(kind, 1, 8, 0), burst=True)[0])
+        proc.wait(60)
+        cache[kind] = proc.cpu or 0.0
+    return cache[kind]
+
+
+def run_once(ctx: Context, setup: Setup, *, reset: bool = True, burst: bool = True) -> Run:
+    """Fill ``setup.jobs`` ready jobs, process them all, and read the processing window.
+
+    ``reset`` empties every table first. Without ``burst`` (when scheduled jobs stay in the queue
+    and a bursting worker would never exit) the workers get SIGTERM once the queue is drained.
+    """
+    db = ctx.db
+    startup = startup_cpu(ctx, setup.kind)
+    if reset:
+        db.reset()
+    marker = db.fill_ready(setup.jobs, setup.task)
+    pg_cpu = harness.BackendCpu(db) if db.local else None
+    transactions = db.transactions()
+    workers = [ctx.procs.start(command) for command in _commands(ctx, setup, burst)]
+    deadline = time.monotonic() + 120 + setup.jobs / 300
+    stopping = setup.kind == "raw" or burst
+    checked = time.monotonic()
+    while any(worker.poll() is None for worker in workers):
+        if pg_cpu is not None:
+            pg_cpu.sample()
+        if not stopping and time.monotonic() - checked >= 0.2:
+            checked = time.monotonic()
+            if db.queue_drained():
+                stopping = True
+                for worker in workers:
+                    worker.terminate()
+        if time.monotonic() > deadline:
+            raise BenchmarkError(f"{workers[0].describe()} still running after the deadline")
+        time.sleep(0.02)
+    for worker in workers:
+        if worker.returncode != 0:
+            raise BenchmarkError(f"{worker.describe()} exited with {worker.returncode}")
+    db.wait_for_disconnects()
+    window = db.archived_window(marker)
+    if window.count != setup.jobs:
+        raise BenchmarkError(
+            f"{setup.label()}: {window.count} of {setup.jobs} jobs archived; "
+            f"stderr: {workers[0].describe()}"
+        )
+    client_cpu = sum(worker.cpu or 0.0 for worker in workers) - startup * len(workers)
+    transactions = db.transactions() - transactions
+    return Run(
+        window.rate,
+        setup.jobs,
+        None if pg_cpu is None else pg_cpu.seconds(),
+        client_cpu,
+        transactions,
+    )
+
+
+def measure(ctx: Context, setups: list[Setup]) -> dict[Setup, list[Run]]:
+    """``ctx.repeats`` runs of each setup, interleaved so that drift on a shared machine spreads
+    over all of them; runs made earlier in this benchmark (by another group) are reused."""
+    cache: dict[Setup, list[Run]] = ctx.cache.setdefault("processing", {})
+    for repeat in range(ctx.repeats):
+        for setup in setups:
+            runs = cache.setdefault(setup, [])
+            if len(runs) > repeat:
+                continue
+            run = run_once(ctx, setup)
+            runs.append(run)
+            say(f"  {setup.kind} {setup.label()}: {run.rate:,.0f} jobs/s")
+    return {setup: cache[setup] for setup in setups}
+
+
+def rates(runs: list[Run]) -> Figure:
+    return Figure("jobs/s", [run.rate for run in runs])
+
+
+def _median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
+def client_note(pgjobs: list[Run], raw: list[Run]) -> str:
+    """Where the time goes: client CPU per job, and jobs per database transaction."""
+
+    def us(runs: list[Run]) -> float:
+        return _median([run.client_us_per_job for run in runs])
+
+    def per_xact(runs: list[Run]) -> float:
+        return _median([run.jobs / max(run.transactions, 1) for run in runs])
+
+    return (
+        f"client CPU/job: pgjobs {us(pgjobs):.0f} µs, raw {us(raw):.0f} µs; "
+        f"jobs/transaction: pgjobs {per_xact(pgjobs):.1f}, raw {per_xact(raw):.1f}"
+    )
+
+
+def details(runs: list[Run]) -> dict[str, Any]:
+    """Per-run figures for the JSON output."""
+    return {
+        "jobs": runs[0].jobs,
+        "client_cpu_us_per_job": [round(run.client_us_per_job, 1) for run in runs],
+        "jobs_per_transaction": [round(run.jobs / max(run.transactions, 1), 2) for run in runs],
+        "pg_cpu_s_per_1k_jobs": [run.pg_cpu_per_1k for run in runs],
+    }
+
+
+def setups(ctx: Context) -> dict[str, Setup]:
+    """The setups of group b, by name (other groups reuse some of them).
+
+    Each one-process row has the raw consumer with the same bound on jobs in flight beside it
+    (claim batches of 1, 8, 32 on one connection); the issue's reference, batches of 100 on two
+    connections, is what the targets are checked against.
+    """
+    # Sizes keep each run to a few seconds of processing at today's speeds; throughput is read
+    # over the processing window, so it does not depend on them much.
+    jobs = ctx.size(100_000, 10_000)
+    return {
+        "c1": Setup("pgjobs", 1, 1, ctx.size(2_000, 500)),
+        "c8": Setup("pgjobs", 1, 8, ctx.size(30_000, 5_000)),
+        "c32": Setup("pgjobs", 1, 32, ctx.size(50_000, 10_000)),
+        "c32_sync": Setup("pgjobs", 1, 32, ctx.size(30_000, 5_000), task="bench.noop_sync"),
+        "2x32": Setup("pgjobs", 2, 32, jobs),
+        "raw_b1": Setup("raw", 1, 1, ctx.size(2_000, 500)),
+        "raw_b8": Setup("raw", 1, 8, ctx.size(30_000, 5_000)),
+        "raw_b32": Setup("raw", 1, 32, ctx.size(50_000, 10_000)),
+        "raw_2": Setup("raw", 2, 100, jobs),
+    }
+
+
+def run(ctx: Context) -> list[Row]:
+    named = setups(ctx)
+    results = measure(ctx, list(named.values()))
+    runs = {name: results[setup] for name, setup in named.items()}
+    reference = rates(runs["raw_2"])
+    rows = []
+    pairs = (
+        ("c1", "raw_b1", None),
+        ("c8", "raw_b8", 0.35),
+        ("c32", "raw_b32", 0.35),
+        ("c32_sync", "raw_b32", None),
+        ("2x32", "raw_2", 0.50),
+    )
+    for name, raw_name, goal in pairs:
+        figure = rates(runs[name])
+        target = None
+        if goal is not None:
+            target = ratio_target(
+                f"≥ {goal:.0%} of raw: claim 100, 2 connections",
+                figure.median / reference.median,
+                goal,
+            )
+        rows.append(
+            Row(
+                "processing",
+                named[name].label(),
+                figure,
+                rates(runs[raw_name]),
+                named[raw_name].label(),
+                target,
+                client_note(runs[name], runs[raw_name]),
+                {"pgjobs": details(runs[name]), "raw": details(runs[raw_name])},
+            )
+        )
+    return rows

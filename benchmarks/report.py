@@ -1,0 +1,196 @@
+"""What a benchmark produces (rows of figures, each beside its raw-SQL reference) and how it is
+shown: one rich table for humans, JSON for machines."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+#: Units of figures, and whether a larger value is the better one.
+HIGHER_IS_BETTER = {
+    "jobs/s": True,
+    "ms": False,
+    "MiB": False,
+    "CPU s/1k jobs": False,
+    "CPU ms/s": False,
+}
+
+
+@dataclass
+class Figure:
+    """One quantity measured in several runs; shown as the median with the min-max range."""
+
+    unit: str
+    runs: list[float]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.runs)
+
+    @property
+    def low(self) -> float:
+        return min(self.runs)
+
+    @property
+    def high(self) -> float:
+        return max(self.runs)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "unit": self.unit,
+            "median": self.median,
+            "min": self.low,
+            "max": self.high,
+            "runs": self.runs,
+        }
+
+
+@dataclass
+class Target:
+    """A goal of the performance issue, checked against what was measured.
+
+    ``shown`` is the measured value in the target's own terms (a ratio, a latency), ``met`` is
+    None when the figure could not be measured.
+    """
+
+    goal: str
+    shown: str
+    met: bool | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"goal": self.goal, "measured": self.shown, "met": self.met}
+
+
+@dataclass
+class Row:
+    """One line of the table: pgjobs' figure beside the leanest raw-SQL figure for the same work."""
+
+    group: str
+    name: str
+    pgjobs: Figure | None
+    raw: Figure | None = None
+    #: What the raw reference does, e.g. "one autocommit INSERT per job".
+    raw_name: str = ""
+    target: Target | None = None
+    note: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float | None:
+        """pgjobs' median over the raw median."""
+        if self.pgjobs is None or self.raw is None or not self.raw.median:
+            return None
+        return self.pgjobs.median / self.raw.median
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "group": self.group,
+            "name": self.name,
+            "pgjobs": self.pgjobs.to_json() if self.pgjobs else None,
+            "raw": self.raw.to_json() if self.raw else None,
+            "raw_name": self.raw_name,
+            "ratio": self.ratio,
+            "target": self.target.to_json() if self.target else None,
+            "note": self.note,
+            "details": self.details,
+        }
+
+
+def ratio_target(goal: str, ratio: float | None, at_least: float) -> Target:
+    """A target of the form "pgjobs reaches at least ``at_least`` of a reference"."""
+    if ratio is None:
+        return Target(goal, "n/a", None)
+    return Target(goal, f"{ratio:.0%}", ratio >= at_least)
+
+
+def limit_target(goal: str, figure: Figure | None, at_most: float) -> Target:
+    """A target of the form "the median stays at or below ``at_most``"."""
+    if figure is None:
+        return Target(goal, "n/a", None)
+    return Target(goal, format_value(figure.median, figure.unit), figure.median <= at_most)
+
+
+def format_value(value: float, unit: str) -> str:
+    if unit == "jobs/s":
+        return f"{value:,.0f}/s"
+    if unit == "CPU s/1k jobs":
+        return f"{value:.3f} s"
+    if unit == "CPU ms/s":
+        return f"{value:.2f} ms/s"
+    if unit == "ms":
+        return f"{value:.1f} ms" if value < 100 else f"{value:,.0f} ms"
+    if unit == "MiB":
+        return f"{value:.1f} MiB"
+    return f"{value:g} {unit}"
+
+
+def _compact(value: float, unit: str) -> str:
+    if unit == "jobs/s":
+        return f"{value / 1000:.1f}k" if value >= 10_000 else f"{value:,.0f}"
+    if unit == "CPU s/1k jobs":
+        return f"{value:.3f}"
+    if unit in ("ms", "MiB", "CPU ms/s"):
+        return f"{value:.1f}" if value < 100 else f"{value:,.0f}"
+    return f"{value:g}"
+
+
+def format_figure(figure: Figure | None) -> Text:
+    if figure is None:
+        return Text("—", style="dim")
+    text = Text(format_value(figure.median, figure.unit))
+    if len(figure.runs) > 1:
+        low, high = _compact(figure.low, figure.unit), _compact(figure.high, figure.unit)
+        text.append(f"\n{low}-{high}", style="dim")
+    return text
+
+
+def _format_ratio(row: Row) -> Text:
+    ratio = row.ratio
+    if ratio is None or row.pgjobs is None:
+        return Text("—", style="dim")
+    better = HIGHER_IS_BETTER.get(row.pgjobs.unit, True)
+    # For "lower is better" units a ratio above 1 means pgjobs costs more than raw SQL.
+    return Text(f"{ratio:.2f}x", style="" if better else "italic")
+
+
+def _format_target(target: Target | None) -> Text:
+    if target is None:
+        return Text("")
+    mark, style = {True: ("✓", "green"), False: ("✗", "red"), None: ("?", "yellow")}[target.met]
+    text = Text(f"{mark} ", style=style)
+    text.append(target.goal)
+    text.append(f"\n{target.shown}", style="dim")
+    return text
+
+
+def render(rows: list[Row], machine: list[str], console: Console) -> None:
+    """Print the machine description, then one table of every row."""
+    for line in machine:
+        console.print(line, highlight=False)
+    table = Table(title="pgjobs benchmarks: median of runs (min-max below)", show_lines=True)
+    table.add_column("group", style="bold")
+    table.add_column("measurement")
+    table.add_column("pgjobs", justify="right")
+    table.add_column("raw SQL", justify="right")
+    table.add_column("pgjobs/raw", justify="right")
+    table.add_column("target")
+    table.add_column("notes", style="dim")
+    for row in rows:
+        name = Text(row.name)
+        if row.raw_name:
+            name.append(f"\nraw: {row.raw_name}", style="dim")
+        table.add_row(
+            row.group,
+            name,
+            format_figure(row.pgjobs),
+            format_figure(row.raw),
+            _format_ratio(row),
+            _format_target(row.target),
+            row.note,
+        )
+    console.print(table)

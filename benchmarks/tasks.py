@@ -1,0 +1,55 @@
+"""The benchmark app: no-op, sleeping and latency-recording tasks, all on the queue ``bench``.
+
+Workers load it with ``pgjobs work --app benchmarks.tasks:app`` from the repository root.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any, TextIO
+
+import pgjobs
+from benchmarks import QUEUE
+
+#: File the latency task appends "n time.time()" lines to (set by the latency benchmark).
+LATENCY_FILE_ENV = "PGJOBS_BENCH_LATENCY_FILE"
+
+app = pgjobs.App()
+
+
+@app.task(name="bench.noop", queue=QUEUE)
+async def noop(**_: Any) -> None:
+    """Does nothing: what is left is the queue's own cost."""
+
+
+@app.task(name="bench.noop_sync", queue=QUEUE)
+def noop_sync(**_: Any) -> None:
+    """Does nothing, in the worker's thread pool."""
+
+
+@app.task(name="bench.sleep", queue=QUEUE)
+async def sleep(seconds: float = 0.5) -> None:
+    """Holds a slot for ``seconds`` without using CPU."""
+    await asyncio.sleep(seconds)
+
+
+@app.task(name="bench.sleep_sync", queue=QUEUE)
+def sleep_sync(seconds: float = 0.5) -> None:
+    """Holds a slot (and a thread of the pool) for ``seconds``."""
+    time.sleep(seconds)
+
+
+_latency_file: TextIO | None = None
+
+
+@app.task(name="bench.latency", queue=QUEUE)
+async def latency(n: int) -> None:
+    """Records when the handler started, as ``n time.time()``, for the pickup-latency figure."""
+    started = time.time()
+    global _latency_file
+    if _latency_file is None:
+        _latency_file = open(os.environ[LATENCY_FILE_ENV], "a")  # noqa: SIM115 (kept open)
+    _latency_file.write(f"{n} {started!r}\n")
+    _latency_file.flush()
