@@ -342,7 +342,11 @@ def test_poison_handlers_take_no_other_job_with_them(runs, dsn, worker):
     assert restarts >= 2, "the exit and segfault handlers should each have killed a worker"
     assert stop(workers, 30) == [0] * len(workers)
     poison_runs = scalar(runs, "SELECT count(*) FROM fault_runs WHERE key > 1000")
-    assert poison_runs == 6, "each poison job runs once per attempt, two attempts each"
+    # Two attempts each; a run can be cut before it records itself when another poison job
+    # takes the same process down first.
+    assert 3 <= poison_runs <= 6
+    attempts = scalar(runs, "SELECT array_agg(attempts) FROM dead_letter")
+    assert attempts == [2, 2, 2]
     figures(
         "poison handlers",
         normal_jobs=len(normal),
