@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 from rich.console import Console
 
-from benchmarks import enqueue, growth, harness, latency, memory, pgcpu, processing
+from benchmarks import enqueue, growth, harness, latency, memory, pgcpu, processing, prune
 from benchmarks.harness import BenchDatabase, BenchmarkError, Context, say
 from benchmarks.report import Row, render
 from pgjobs import db
@@ -32,6 +32,7 @@ GROUPS: dict[str, tuple[str, Callable[[Context], list[Row]]]] = {
     "memory": ("d", memory.run),
     "growth": ("e", growth.run),
     "pgcpu": ("f", pgcpu.run),
+    "prune": ("g", prune.run),  # issue 5: retention of a 1M-row archive
 }
 #: Environment variable naming the server to benchmark on (before pgjobs' own variables).
 ENV_DSN = "PGJOBS_BENCH_DSN"
