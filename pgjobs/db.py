@@ -373,7 +373,11 @@ async def settle_and_claim(
         async with conn.pipeline(), conn.transaction():
             settled = extended = claimed = None
             if settle:
-                settled = await conn.execute(queries.JOB_SETTLE_MANY, settle, prepare=True)
+                only_successes = not (
+                    settle["retry_ids"] or settle["dead_ids"] or settle["release_ids"]
+                )
+                statement = queries.JOB_SUCCEED_MANY if only_successes else queries.JOB_SETTLE_MANY
+                settled = await conn.execute(statement, settle, prepare=True)
             if extend:
                 extended = await conn.execute(queries.JOB_EXTEND_LEASES, extend, prepare=True)
             if claim:

@@ -145,12 +145,9 @@ WHERE id = ANY(ARRAY(
 RETURNING {JOB_COLUMNS}
 """
 
-#: Apply a batch of outcomes, each fenced by (id, attempt, lease owner) so that a worker whose
-#: lease was lost changes nothing: successes move to archived_jobs, failures to retry are
-#: rescheduled, failures for good move to dead_letter, and jobs given back are released (with
-#: their attempt refunded when they never started). Returns the ids that were applied.
-JOB_SETTLE_MANY = f"""
-WITH succeeded AS (
+# Successes: archive each job whose lease (attempt and owner) the worker still holds.
+_SUCCEED_MANY = f"""
+succeeded AS (
     DELETE FROM queued_jobs q
     USING unnest(%(ok_ids)s::bigint[], %(ok_attempts)s::int[], %(ok_results)s::text[]::jsonb[])
         AS o(id, attempts, result)
@@ -161,7 +158,22 @@ archived AS (
     INSERT INTO archived_jobs ({_MOVED_COLUMNS}, status, result, last_error, worker)
     SELECT {_MOVED_COLUMNS}, 'succeeded', result, last_error, lease_owner FROM succeeded
     RETURNING id
-),
+)
+"""
+
+#: The common case of JOB_SETTLE_MANY, when a batch holds only successes: archive them.
+#: Returns the ids that were applied.
+JOB_SUCCEED_MANY = f"""
+WITH {_SUCCEED_MANY}
+SELECT id FROM archived
+"""
+
+#: Apply a batch of outcomes, each fenced by (id, attempt, lease owner) so that a worker whose
+#: lease was lost changes nothing: successes move to archived_jobs, failures to retry are
+#: rescheduled, failures for good move to dead_letter, and jobs given back are released (with
+#: their attempt refunded when they never started). Returns the ids that were applied.
+JOB_SETTLE_MANY = f"""
+WITH {_SUCCEED_MANY},
 retried AS (
     UPDATE queued_jobs q
     SET run_at = now() + r.delay * interval '1 second',
