@@ -8,7 +8,6 @@ from typing import Any
 
 import psycopg
 
-from pgjobs import cli
 from pgjobs.completer import Outcomes
 from pgjobs.models import Job
 from tests.integration.factories import claim, settle
@@ -75,22 +74,6 @@ def succeed(conn: psycopg.Connection[Any], job: Job, *, owner: str = "w1") -> se
     outcomes = Outcomes(owner)
     outcomes.succeed(job, '"ok"')
     return settle(conn, outcomes)
-
-
-def run(capsys: Any, *argv: str) -> tuple[int, str, str]:
-    """``pgjobs ARGV`` in process: (exit code, stdout, stderr)."""
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_one_line_error(code: int, err: str, *words: str) -> None:
-    assert code != 0
-    lines = err.splitlines()
-    assert len(lines) == 1, f"expected one line on stderr, got {lines!r}"
-    assert lines[0].startswith("pgjobs: error: ")
-    for word in words:
-        assert word in lines[0], lines[0]
 
 
 def ids_in(conn: psycopg.Connection[Any], table: str, ids: Sequence[int]) -> set[int]:

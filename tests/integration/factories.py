@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from pgjobs import App, Worker, WorkerConfig, db, queries
+from pgjobs import App, Worker, WorkerConfig, cli, db, queries
 from pgjobs.completer import Outcomes
 from pgjobs.maintenance import Service
 from pgjobs.models import Job
@@ -150,3 +150,19 @@ def insert_raw(
     ).fetchone()
     assert found is not None
     return int(found[0])
+
+
+def run(capsys: Any, *argv: str) -> tuple[int, str, str]:
+    """``pgjobs ARGV`` in process: (exit code, stdout, stderr)."""
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(code: int, err: str, *words: str) -> None:
+    assert code != 0
+    lines = err.splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got {lines!r}"
+    assert lines[0].startswith("pgjobs: error: ")
+    for word in words:
+        assert word in lines[0], lines[0]

@@ -12,8 +12,8 @@ import pytest
 from pgjobs import App, JobSpec, admin
 from pgjobs.admin import DeadFilter
 from pgjobs.errors import ConfigurationError, JobNotFound
-from tests.integration.admin_factories import assert_one_line_error, bury, run
-from tests.integration.factories import assert_one_home, db_now, work
+from tests.integration.admin_factories import bury
+from tests.integration.factories import assert_one_home, assert_one_line_error, db_now, run, work
 
 
 @pytest.fixture(autouse=True)

@@ -11,14 +11,12 @@ from pgjobs import App, JobStatus, admin
 from pgjobs.admin import DeadFilter
 from pgjobs.errors import JobNotFound, JobStateConflict
 from tests.integration.admin_factories import (
-    assert_one_line_error,
     bury,
     claim_one,
     fail_for_good,
-    run,
     succeed,
 )
-from tests.integration.factories import assert_one_home, row, work
+from tests.integration.factories import assert_one_home, assert_one_line_error, row, run, work
 
 
 @pytest.fixture(autouse=True)

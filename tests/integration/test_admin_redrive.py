@@ -14,15 +14,21 @@ from pgjobs import App, admin, queries
 from pgjobs.admin import DeadFilter
 from pgjobs.errors import ConfigurationError, JobNotFound, QueryFailed
 from tests.integration.admin_factories import (
-    assert_one_line_error,
     bury,
     claim_one,
     fail_for_good,
     ids_in,
-    run,
     succeed,
 )
-from tests.integration.factories import assert_one_home, counts, db_now, row, work
+from tests.integration.factories import (
+    assert_one_home,
+    assert_one_line_error,
+    counts,
+    db_now,
+    row,
+    run,
+    work,
+)
 
 
 @pytest.fixture(autouse=True)

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
-from pgjobs import cli, migrate
-from tests.integration.factories import counts, db_now, row
+from pgjobs import migrate
+from tests.integration.factories import assert_one_line_error, counts, db_now, row, run
 
 APP = "tests.integration.cli_app:app"
 UNREACHABLE = "postgresql://postgres@127.0.0.1:1/x"
@@ -22,21 +22,6 @@ def no_dsn_in_env(monkeypatch):
     """Every test passes --dsn (or sets the variable itself); never fall back to embedded."""
     monkeypatch.delenv("PGJOBS_DATABASE_URL", raising=False)
     monkeypatch.delenv("DATABASE_URL", raising=False)
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_one_line_error(code: int, err: str, *words: str) -> None:
-    assert code != 0
-    lines = err.splitlines()
-    assert len(lines) == 1, f"expected one line on stderr, got {lines!r}"
-    assert lines[0].startswith("pgjobs: error: ")
-    for word in words:
-        assert word in lines[0]
 
 
 # -- migrate ---------------------------------------------------------------------------------
