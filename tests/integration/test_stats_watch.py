@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
@@ -189,8 +190,11 @@ def test_stats_watch_json_prints_a_line_per_reading_and_survives_a_lost_database
 
         wait_until(lambda: len(lines()) >= 2 or not watch.alive(), timeout=20, what="2 readings")
         assert all(isinstance(reading, list) for reading in lines()), watch.err()
-        with psycopg.connect(doomed.url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE "{doomed.url.rsplit("/", 1)[1]}" WITH (FORCE)')
+        # The URL may name a Unix socket in its query (the embedded server), so edit its path.
+        parts = urlsplit(doomed.url)
+        admin_url = urlunsplit(parts._replace(path="/postgres"))
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE "{parts.path.lstrip("/")}" WITH (FORCE)')
         wait_until(
             lambda: any("error" in r for r in lines() if isinstance(r, dict)) or not watch.alive(),
             timeout=20,
