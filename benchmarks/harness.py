@@ -128,14 +128,7 @@ class BenchDatabase:
         first, as the workers' archive-partitions service would have created them.
         """
         if self.scalar("SELECT relkind = 'p' FROM pg_class WHERE oid = 'archived_jobs'::regclass"):
-            from pgjobs.maintenance.partitions import create_statement, day_range, partition_name
-
-            today = datetime.now(UTC).date()
-            with self.conn.transaction():
-                self.conn.execute(queries.ARCHIVE_DDL_LOCK, {"key": queries.ARCHIVE_DDL_LOCK_KEY})
-                for n in range(HISTORY_DAYS + 1):
-                    day = today - timedelta(days=n)
-                    self.conn.execute(create_statement(partition_name(day), *day_range(day)))
+            self.create_archive_days(HISTORY_DAYS)
         start = int(self.scalar("SELECT coalesce(max(id), 0) FROM archived_jobs")) + 1
         start = max(
             start, int(self.scalar("SELECT nextval(pg_get_serial_sequence('queued_jobs', 'id'))"))
@@ -158,6 +151,18 @@ class BenchDatabase:
         self.conn.execute("ANALYZE archived_jobs")
         with contextlib.suppress(psycopg.Error):
             self.conn.execute("CHECKPOINT")  # so that no checkpoint of the fill runs mid-measure
+
+    def create_archive_days(self, days: int) -> None:
+        """The daily archived_jobs partitions of today and the ``days`` before, as the workers'
+        archive-partitions service would have created them."""
+        from pgjobs.maintenance.partitions import create_statement, day_range, partition_name
+
+        today = datetime.now(UTC).date()
+        with self.conn.transaction():
+            self.conn.execute(queries.ARCHIVE_DDL_LOCK, {"key": queries.ARCHIVE_DDL_LOCK_KEY})
+            for n in range(days + 1):
+                day = today - timedelta(days=n)
+                self.conn.execute(create_statement(partition_name(day), *day_range(day)))
 
     def vacuum(self, *tables: str) -> None:
         for table in tables:

@@ -17,14 +17,13 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 from benchmarks import harness
 from benchmarks.harness import BenchDatabase, Context, say
 from benchmarks.report import Figure, Row, render
-from pgjobs import db, queries, retention
-from pgjobs.maintenance.partitions import create_statement, day_range, partition_name
+from pgjobs import db, retention
 
 DAYS = 40
 KEEP_DAYS = 30
@@ -35,12 +34,7 @@ DELETE_BATCH = 10_000
 def _fill(bench: BenchDatabase, rows: int) -> None:
     """``rows`` archived jobs spread evenly over the last DAYS days, in daily partitions."""
     bench.reset()
-    today = datetime.now(UTC).date()
-    with bench.conn.transaction():
-        bench.conn.execute(queries.ARCHIVE_DDL_LOCK, {"key": queries.ARCHIVE_DDL_LOCK_KEY})
-        for n in range(DAYS + 1):
-            day = today - timedelta(days=n)
-            bench.conn.execute(create_statement(partition_name(day), *day_range(day)))
+    bench.create_archive_days(DAYS)
     bench.conn.execute(
         "INSERT INTO archived_jobs (id, queue, task, payload, priority, run_at, attempts, "
         "max_attempts, status, worker, created_at, finished_at) "

@@ -211,11 +211,6 @@ async def connect_async(dsn: Dsn) -> psycopg.AsyncConnection[Any]:
         return await psycopg.AsyncConnection.connect(dsn.url, **_connect_kwargs(dsn))
 
 
-def pool_kwargs(dsn: Dsn) -> dict[str, Any]:
-    """Connection settings for a psycopg_pool pool of pgjobs connections."""
-    return _connect_kwargs(dsn)
-
-
 @contextlib.contextmanager
 def translate_errors(dsn: Dsn | None = None) -> Iterator[None]:
     """Turn psycopg errors raised inside the block into ``pgjobs.errors``."""
@@ -245,18 +240,6 @@ def translate_errors(dsn: Dsn | None = None) -> Iterator[None]:
         raise DatabaseUnavailable(f"database connection unusable: {_one_line(str(exc))}") from exc
     except psycopg.Error as exc:
         raise QueryFailed(f"PostgreSQL refused a statement: {_one_line(str(exc))}") from exc
-
-
-def is_connection_lost(exc: BaseException) -> bool:
-    """Whether ``exc`` (or its cause) means the connection is gone and a reconnect may help."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(
-            seen, DatabaseUnavailable | psycopg.OperationalError | psycopg.InterfaceError
-        ):
-            return True
-        seen = seen.__cause__
-    return False
 
 
 def _one_line(message: str) -> str:
