@@ -343,32 +343,54 @@ async def settle_and_claim(
     conn: psycopg.AsyncConnection[Any],
     settle: dict[str, Any] | None,
     extend: dict[str, Any] | None,
-    claim: dict[str, Any] | None,
+    claim: dict[str, Any],
 ) -> tuple[set[int], set[int], list[Job]]:
-    """One round trip and one transaction of the worker, pipelined: apply buffered outcomes
-    (``JOB_SETTLE_MANY``), extend leases (``JOB_EXTEND_LEASES``) and claim the next batch
-    (``JOB_CLAIM``); each part is skipped when its parameters are None.
-    Returns (ids settled, ids extended, jobs claimed)."""
+    """One round trip and one transaction of the worker: apply buffered outcomes (``settle``,
+    as ``Outcomes.drain`` gives them), extend leases (``extend``) and claim up to
+    ``claim["limit"]`` jobs (0 claims none). Returns (ids settled, ids extended, jobs claimed).
+
+    The usual trip, successes only and no extension, is one statement
+    (``JOB_SUCCEED_AND_CLAIM``); any other pipelines ``JOB_SETTLE_MANY``,
+    ``JOB_EXTEND_LEASES`` and ``JOB_CLAIM`` in one transaction, skipping the parts not needed.
+    """
     from pgjobs import queries
 
     with translate_errors():
+        if not extend and (settle is None or _only_successes(settle)):
+            ok_ids = settle["ok_ids"] if settle else []
+            results = settle["ok_results"] if settle else []
+            params = {
+                **claim,
+                "ok_ids": ok_ids,
+                "ok_attempts": settle["ok_attempts"] if settle else [],
+                # NULL when no handler returned a value: unnest pads it, and it costs nothing
+                # to send.
+                "ok_results": results if any(r is not None for r in results) else None,
+            }
+            cursor = await conn.execute(queries.JOB_SUCCEED_AND_CLAIM, params, prepare=True)
+            rows = await cursor.fetchall()
+            if not ok_ids:
+                return set(), set(), [Job(*row) for row in rows]
+            # Claimed rows have every column; archived ones only their id (queue is NULL).
+            jobs = [Job(*row) for row in rows if row[1] is not None]
+            return {row[0] for row in rows if row[1] is None}, set(), jobs
         # One transaction, so one commit (the unit of cost) for the whole trip.
         async with conn.pipeline(), conn.transaction():
             settled = extended = claimed = None
             if settle:
-                only_successes = not (
-                    settle["retry_ids"] or settle["dead_ids"] or settle["release_ids"]
-                )
-                statement = queries.JOB_SUCCEED_MANY if only_successes else queries.JOB_SETTLE_MANY
-                settled = await conn.execute(statement, settle, prepare=True)
+                settled = await conn.execute(queries.JOB_SETTLE_MANY, settle, prepare=True)
             if extend:
                 extended = await conn.execute(queries.JOB_EXTEND_LEASES, extend, prepare=True)
-            if claim:
+            if claim["limit"] > 0:
                 claimed = await conn.execute(queries.JOB_CLAIM, claim, prepare=True)
         applied = {row[0] for row in await settled.fetchall()} if settled else set()
         kept = {row[0] for row in await extended.fetchall()} if extended else set()
         jobs = [Job(*row) for row in await claimed.fetchall()] if claimed else []
     return applied, kept, jobs
+
+
+def _only_successes(settle: dict[str, Any]) -> bool:
+    return not (settle["retry_ids"] or settle["dead_ids"] or settle["release_ids"])
 
 
 async def notifications(dsn: Dsn, channel: str) -> AsyncIterator[str]:

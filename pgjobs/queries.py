@@ -161,11 +161,17 @@ archived AS (
 )
 """
 
-#: The common case of JOB_SETTLE_MANY, when a batch holds only successes: archive them.
-#: Returns the ids that were applied.
-JOB_SUCCEED_MANY = f"""
-WITH {_SUCCEED_MANY}
-SELECT id FROM archived
+#: The worker's usual round trip in one statement, so one commit and no pipeline: archive the
+#: successes of the last batch (fenced as in JOB_SETTLE_MANY) and claim the next batch (as
+#: JOB_CLAIM; ``limit`` 0 claims nothing). The two parts touch different rows: a job being
+#: archived is leased, a claimable one is not. ``ok_results`` may be NULL (no handler returned
+#: a value). Returns the claimed jobs (JOB_COLUMNS), then one row per archived job, id only.
+JOB_SUCCEED_AND_CLAIM = f"""
+WITH {_SUCCEED_MANY},
+claimed AS ({JOB_CLAIM})
+SELECT {JOB_COLUMNS} FROM claimed
+UNION ALL
+SELECT id, {", ".join(["NULL"] * (JOB_COLUMNS.count(",")))} FROM archived
 """
 
 #: Apply a batch of outcomes, each fenced by (id, attempt, lease owner) so that a worker whose

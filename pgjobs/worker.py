@@ -186,13 +186,19 @@ class Worker:
         self._stop = asyncio.Event()
         self._signals = 0
         self._connected = True
-        self._lease_tasks = list(self.tasks)
-        self._lease_seconds = [t.lease for t in self.tasks.values()]
-        self._at_most_once_tasks = [t.name for t in self.tasks.values() if t.at_most_once]
         self._reconnect_attempt = 0
         self._executor: ThreadPoolExecutor | None = None
         self._abandoned = 0
         self._woken = False  # a NOTIFY arrived for one of our queues since the last claim
+        # JOB_CLAIM's parameters but its limit.
+        self._claim_params: dict[str, Any] = {
+            "owner": self.id,
+            "queues": self.queues,
+            "lease": DEFAULT_LEASE,
+            "lease_tasks": [t.name for t in self.tasks.values()],
+            "lease_seconds": [t.lease for t in self.tasks.values()],
+            "at_most_once_tasks": [t.name for t in self.tasks.values() if t.at_most_once],
+        }
 
     def run(self) -> int:
         """Work until stopped; returns the process exit code (0 after a graceful shutdown)."""
@@ -403,17 +409,7 @@ class Worker:
                 "attempts": [c.job.attempts for c, _ in contexts],
                 "seconds": [seconds for _, seconds in contexts],
             }
-        claim = None
-        if free > 0:
-            claim = {
-                "owner": self.id,
-                "queues": self.queues,
-                "limit": free,
-                "lease": DEFAULT_LEASE,
-                "lease_tasks": self._lease_tasks,
-                "lease_seconds": self._lease_seconds,
-                "at_most_once_tasks": self._at_most_once_tasks,
-            }
+        claim = {**self._claim_params, "limit": free}
         try:
             applied, kept, jobs = await db.settle_and_claim(conn, settle, extend, claim)
         except (DatabaseUnavailable, SchemaMissing):
