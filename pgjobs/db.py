@@ -205,10 +205,21 @@ def connect(dsn: Dsn) -> psycopg.Connection[Any]:
         return psycopg.connect(dsn.url, **_connect_kwargs(dsn))
 
 
-async def connect_async(dsn: Dsn) -> psycopg.AsyncConnection[Any]:
-    """An autocommit async psycopg connection; failures become ``DatabaseUnavailable``."""
+async def connect_async(dsn: Dsn, *, generic_plans: bool = False) -> psycopg.AsyncConnection[Any]:
+    """An autocommit async psycopg connection; failures become ``DatabaseUnavailable``.
+
+    ``generic_plans`` is for connections that run the same prepared statements many times a
+    second (the worker's claim connections): PostgreSQL would otherwise plan the claim anew at
+    every execution, which costs more server CPU than running it (~1 ms against ~0.3 ms for a
+    batch of 32), for the same plan.
+    """
+    from pgjobs import queries
+
     with translate_errors(dsn):
-        return await psycopg.AsyncConnection.connect(dsn.url, **_connect_kwargs(dsn))
+        conn = await psycopg.AsyncConnection.connect(dsn.url, **_connect_kwargs(dsn))
+        if generic_plans:
+            await conn.execute(queries.SESSION_GENERIC_PLANS)
+        return conn
 
 
 @contextlib.contextmanager

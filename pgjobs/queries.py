@@ -110,6 +110,10 @@ QUEUES_NOTIFY = f"""
 SELECT pg_notify('{NOTIFY_CHANNEL}', queue) FROM unnest(%(queues)s::text[]) AS queue
 """
 
+#: Plan each prepared statement once for this session, not at every execution (see
+#: db.connect_async): the worker's hot statements have one good plan whatever their parameters.
+SESSION_GENERIC_PLANS = "SET plan_cache_mode = force_generic_plan"
+
 #: Claim up to ``limit`` ready jobs of the given queues (priority, then run_at order across
 #: them), lease them to ``owner`` (for their task's lease, else ``lease`` seconds), mark the
 #: at-most-once ones, and use up one attempt each.

@@ -222,7 +222,7 @@ class Worker:
             loop.add_signal_handler(sig, self._on_signal, sig)
         if any(not t.is_async for t in self.tasks.values()):
             self._executor = ThreadPoolExecutor(self.config.concurrency, "pgjobs-handler")
-        conn = await db.connect_async(dsn)
+        conn = await db.connect_async(dsn, generic_plans=True)
         background = [asyncio.create_task(self._listen(dsn), name="pgjobs-listen")]
         # Every worker registers itself (for `pgjobs stats`), with or without maintenance.
         registry = WorkerRegistry(
@@ -369,7 +369,7 @@ class Worker:
 
     async def _lane_trip(self, lane: _Lane, dsn: db.Dsn, free: int) -> list[Job]:
         if lane.conn is None or lane.conn.closed:
-            lane.conn = await db.connect_async(dsn)
+            lane.conn = await db.connect_async(dsn, generic_plans=True)
         return await self._trip(lane.conn, free)
 
     async def _landed(self, lane: _Lane, dsn: db.Dsn) -> tuple[list[Job], int]:
@@ -472,7 +472,7 @@ class Worker:
         lane = lanes[0]
         try:
             if lane.conn is None or lane.conn.closed:
-                lane.conn = await db.connect_async(dsn)
+                lane.conn = await db.connect_async(dsn, generic_plans=True)
             rows = await db.fetch_all_async(
                 lane.conn, queries.QUEUES_HAVE_JOBS, {"queues": self.queues}
             )

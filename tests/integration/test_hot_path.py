@@ -1,0 +1,132 @@
+"""The worker's round trip (``db.settle_and_claim``): the one-statement path for successes and
+the pipelined path for everything else, with the same fencing and the same results."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+import psycopg
+import pytest
+
+from pgjobs import db
+from pgjobs.completer import Outcomes
+from pgjobs.models import Job
+from tests.integration.factories import assert_one_home, claim, row
+
+OWNER = "worker-a"
+
+
+def claim_params(limit: int) -> dict[str, Any]:
+    return {
+        "owner": OWNER,
+        "queues": ["default"],
+        "limit": limit,
+        "lease": 300.0,
+        "lease_tasks": [],
+        "lease_seconds": [],
+        "at_most_once_tasks": [],
+    }
+
+
+def trip(
+    dsn: db.Dsn, outcomes: Outcomes | None, limit: int, extend: dict[str, Any] | None = None
+) -> tuple[set[int], set[int], list[Job]]:
+    """One ``settle_and_claim`` on a fresh worker connection."""
+
+    async def once() -> tuple[set[int], set[int], list[Job]]:
+        aconn = await db.connect_async(dsn, generic_plans=True)
+        try:
+            settle = outcomes.drain()[0] if outcomes is not None else None
+            return await db.settle_and_claim(aconn, settle, extend, claim_params(limit))
+        finally:
+            await aconn.close()
+
+    return asyncio.run(once())
+
+
+@pytest.fixture
+def enqueue(make_app):
+    app = make_app(check_task_names=False)
+
+    def enqueue(n: int) -> list[int]:
+        return [app.enqueue("t.work", {"n": i}) for i in range(n)]
+
+    return enqueue
+
+
+def test_successes_are_archived_and_the_next_batch_claimed_in_one_trip(dsn, conn, enqueue):
+    ids = enqueue(5)
+    first = claim(conn, owner=OWNER, limit=2)
+    outcomes = Outcomes(OWNER)
+    outcomes.succeed(first[0], None)
+    outcomes.succeed(first[1], '{"sent": 3}')
+
+    applied, extended, jobs = trip(dsn, outcomes, limit=2)
+
+    assert applied == {first[0].id, first[1].id}
+    assert extended == set()
+    assert [job.id for job in jobs] == ids[2:4]
+    assert all(job.lease_owner == OWNER and job.attempts == 1 for job in jobs)
+    assert jobs[0].payload == {"n": 2}
+    where = assert_one_home(conn, ids)
+    assert [where[i] for i in ids] == ["archived_jobs"] * 2 + ["queued_jobs"] * 3
+    assert row(conn, "archived_jobs", first[0].id)["result"] is None  # type: ignore[index]
+    assert row(conn, "archived_jobs", first[1].id)["result"] == {"sent": 3}  # type: ignore[index]
+    assert row(conn, "queued_jobs", ids[4])["lease_owner"] is None  # type: ignore[index]
+
+
+def test_a_trip_that_only_settles_claims_nothing(dsn, conn, enqueue):
+    ids = enqueue(2)
+    [job] = claim(conn, owner=OWNER, limit=1)
+    outcomes = Outcomes(OWNER)
+    outcomes.succeed(job, None)
+
+    assert trip(dsn, outcomes, limit=0) == ({job.id}, set(), [])
+    assert row(conn, "queued_jobs", ids[1])["lease_owner"] is None  # type: ignore[index]
+
+
+def test_a_stale_success_is_refused_and_the_claim_still_happens(dsn, conn, enqueue):
+    ids = enqueue(2)
+    [job] = claim(conn, owner=OWNER, limit=1)
+    outcomes = Outcomes(OWNER)
+    outcomes.succeed(dataclasses.replace(job, attempts=job.attempts + 1), None)
+
+    applied, _, jobs = trip(dsn, outcomes, limit=5)
+
+    assert applied == set()
+    assert [j.id for j in jobs] == [ids[1]]
+    assert row(conn, "queued_jobs", job.id)["lease_owner"] == OWNER  # type: ignore[index]
+
+
+def test_mixed_outcomes_and_extensions_take_the_pipelined_path(dsn, conn, enqueue):
+    ids = enqueue(4)
+    ok, failed, running = claim(conn, owner=OWNER, limit=3)
+    outcomes = Outcomes(OWNER)
+    outcomes.succeed(ok, None)
+    outcomes.retry(failed, 60.0, "ValueError: try later")
+    extend = {"owner": OWNER, "ids": [running.id], "attempts": [1], "seconds": [900.0]}
+
+    applied, extended, jobs = trip(dsn, outcomes, limit=1, extend=extend)
+
+    assert applied == {ok.id, failed.id}
+    assert extended == {running.id}
+    assert [j.id for j in jobs] == [ids[3]]
+    assert row(conn, "queued_jobs", failed.id)["last_error"] == "ValueError: try later"  # type: ignore[index]
+
+
+def test_worker_connections_plan_their_statements_once(dsn):
+    async def setting() -> str:
+        aconn = await db.connect_async(dsn, generic_plans=True)
+        plain = await psycopg.AsyncConnection.connect(dsn.url, autocommit=True)
+        try:
+            cur = await aconn.execute("SHOW plan_cache_mode")
+            other = await plain.execute("SHOW plan_cache_mode")
+            assert (await other.fetchone()) == ("auto",)
+            return str((await cur.fetchone())[0])  # type: ignore[index]
+        finally:
+            await aconn.close()
+            await plain.close()
+
+    assert asyncio.run(setting()) == "force_generic_plan"
