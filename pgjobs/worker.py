@@ -18,8 +18,9 @@ import signal
 import socket
 import traceback
 import uuid
+from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -180,7 +181,10 @@ class Worker:
         self.queues = list(dict.fromkeys(queues))
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._outcomes = Outcomes(self.id)
-        self._running: dict[int, tuple[JobContext, asyncio.Future[Any]]] = {}
+        self._running: dict[int, tuple[JobContext, asyncio.Future[Any] | Future[Any]]] = {}
+        # Outcomes of sync handlers, appended by pool threads, collected on the loop.
+        self._sync_outcomes: deque[tuple[Job, Task, Any, BaseException | None]] = deque()
+        self._sync_wakeup_due = False
         self._extensions: dict[int, tuple[JobContext, float]] = {}
         self._changed = asyncio.Event()
         self._stop = asyncio.Event()
@@ -500,26 +504,60 @@ class Worker:
             self._changed.set()
             return
         context = JobContext(job, self)
-        future: asyncio.Future[Any]
         if task.is_async:
             future = asyncio.ensure_future(_call_async(context, task.fn, job.payload))
+            self._running[job.id] = (context, future)
+            future.add_done_callback(functools.partial(self._async_finished, job, task))
         else:
-            call = functools.partial(_call_sync, context, task.fn, job.payload)
-            future = self._loop.run_in_executor(self._executor, call)
-        self._running[job.id] = (context, future)
-        future.add_done_callback(functools.partial(self._finished, job, task))
+            assert self._executor is not None
+            self._running[job.id] = (context, self._executor.submit(self._run_sync, context, task))
 
-    def _finished(self, job: Job, task: Task, future: asyncio.Future[Any]) -> None:
+    def _async_finished(self, job: Job, task: Task, future: asyncio.Future[Any]) -> None:
+        if future.cancelled():
+            self._finished(job, task, None, None, cancelled=True)
+        else:
+            exc = future.exception()
+            self._finished(job, task, None if exc else future.result(), exc)
+
+    def _run_sync(self, context: JobContext, task: Task) -> None:
+        """In a pool thread: run a sync handler, then hand its outcome to the loop. Outcomes
+        are collected in batches: one wake-up of the loop for however many handlers finished
+        meanwhile, rather than one per job."""
+        outcome: tuple[Job, Task, Any, BaseException | None]
+        try:
+            outcome = (context.job, task, _call_sync(context, task.fn, context.job.payload), None)
+        except BaseException as exc:  # whatever the handler raised is its job's outcome
+            outcome = (context.job, task, None, exc)
+        # Append before looking at the flag, which the loop clears before it collects: every
+        # outcome is either collected by a wake-up already due or schedules one.
+        self._sync_outcomes.append(outcome)
+        if not self._sync_wakeup_due:
+            self._sync_wakeup_due = True
+            self._loop.call_soon_threadsafe(self._collect_sync_outcomes)
+
+    def _collect_sync_outcomes(self) -> None:
+        self._sync_wakeup_due = False
+        while self._sync_outcomes:
+            self._finished(*self._sync_outcomes.popleft())
+
+    def _finished(
+        self,
+        job: Job,
+        task: Task,
+        result: Any,
+        exc: BaseException | None,
+        *,
+        cancelled: bool = False,
+    ) -> None:
         if self._running.pop(job.id, None) is None:
             return  # already given back by _abandon
         self._extensions.pop(job.id, None)
         self._changed.set()
-        if future.cancelled():
+        if cancelled:
             self._outcomes.release(job, refund=False)
             return
-        exc = future.exception()
         if exc is None:
-            self._outcomes.succeed(job, result_json(future.result()))
+            self._outcomes.succeed(job, result_json(result))
             return
         error = _one_line(exc)
         where = f"job {job.id} ({job.task}) failed on attempt {job.attempts}/{job.max_attempts}"

@@ -130,3 +130,32 @@ def test_async_handler_failure_is_retried_then_succeeds(make_app, conn):
     assert (archived["status"], archived["attempts"], archived["result"]) == ("succeeded", 2, "ok")
     assert archived["last_error"] == "ConnectionError: upstream reset"
     assert_one_home(conn, [job_id])
+
+
+def test_many_sync_handlers_finishing_together_each_get_their_own_outcome(make_app, conn):
+    """Sync handlers report from the pool threads in batches; none may be lost or mixed up,
+    including a handler that raises a BaseException (SystemExit) rather than an Exception."""
+    app: App = make_app()
+
+    @app.task(name="t.sync_mix", max_attempts=1)
+    def sync_mix(n: int) -> int:
+        if n % 10 == 3:
+            raise SystemExit(n)
+        if n % 10 == 7:
+            raise ValueError(f"bad {n}")
+        return n * 2
+
+    ids = [app.enqueue("t.sync_mix", {"n": n}) for n in range(200)]
+    assert work(app, concurrency=16) == 0
+
+    where = assert_one_home(conn, ids)
+    for n, job_id in enumerate(ids):
+        if n % 10 in (3, 7):
+            assert where[job_id] == "dead_letter"
+            dead = row(conn, "dead_letter", job_id)
+            assert dead is not None
+            expected = f"SystemExit: {n}" if n % 10 == 3 else f"ValueError: bad {n}"
+            assert dead["last_error"] == expected
+        else:
+            assert where[job_id] == "archived_jobs"
+            assert row(conn, "archived_jobs", job_id)["result"] == n * 2  # type: ignore[index]
