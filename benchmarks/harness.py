@@ -5,6 +5,7 @@ the database's backends from /proc, peak RSS from /proc/PID/status)."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import secrets
 import signal
@@ -175,13 +176,14 @@ class BenchDatabase:
             WITH run AS (SELECT finished_at FROM archived_jobs WHERE id > %(marker)s)
             SELECT count(*),
                    count(*) FILTER (WHERE finished_at = (SELECT min(finished_at) FROM run)),
-                   coalesce(extract(epoch FROM max(finished_at) - min(finished_at)), 0)::float8
+                   coalesce(extract(epoch FROM min(finished_at)), 0)::float8,
+                   coalesce(extract(epoch FROM max(finished_at)), 0)::float8
             FROM run
             """,
             {"marker": marker},
         ).fetchone()
         assert row is not None
-        return Window(int(row[0]), int(row[1]), float(row[2]))
+        return Window(int(row[0]), int(row[1]), float(row[2]), float(row[3]))
 
     def transactions(self) -> int:
         """Transactions committed or rolled back in the benchmark database so far (each
@@ -227,11 +229,17 @@ class BenchDatabase:
 @dataclass(frozen=True, slots=True)
 class Window:
     """Jobs archived by one run: ``count``, of which ``first`` finished at the very first
-    ``finished_at``, and ``seconds`` from the first ``finished_at`` to the last."""
+    ``finished_at``; ``started`` and ``ended`` are the first and last ``finished_at`` (Unix
+    time, the server shares this machine's clock)."""
 
     count: int
     first: int
-    seconds: float
+    started: float
+    ended: float
+
+    @property
+    def seconds(self) -> float:
+        return self.ended - self.started
 
     @property
     def rate(self) -> float:
@@ -265,6 +273,42 @@ def process_cpu(pid: int) -> float | None:
     if fields is None:
         return None
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def process_tree_cpu(pid: int) -> float | None:
+    """CPU seconds of a live process and all its threads (utime + stime of /proc/PID/stat, in
+    clock ticks of 10 ms; /proc/PID/schedstat counts the main thread only)."""
+    fields = _stat_fields(pid)
+    if fields is None:
+        return None
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+class CpuTrace:
+    """CPU seconds of some processes over time, sampled while they run, so that the CPU they
+    used between two moments (a processing window) can be read afterwards, without their
+    startup and shutdown."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, float]] = []  # (Unix time, CPU seconds of all)
+
+    def sample(self, pids: Sequence[int]) -> None:
+        now = time.time()
+        cpu = [process_tree_cpu(pid) for pid in pids]
+        if None not in cpu:
+            self.samples.append((now, sum(c for c in cpu if c is not None)))
+
+    def at(self, when: float) -> float | None:
+        """The CPU used by ``when``, interpolated between the samples around it."""
+        for (t0, c0), (t1, c1) in itertools.pairwise(self.samples):
+            if t0 <= when <= t1:
+                return c0 if t1 == t0 else c0 + (c1 - c0) * (when - t0) / (t1 - t0)
+        return None
+
+    def between(self, start: float, end: float) -> float | None:
+        """CPU seconds used from ``start`` to ``end``; None when the samples do not cover both."""
+        first, last = self.at(start), self.at(end)
+        return None if first is None or last is None else last - first
 
 
 def peak_rss_mib(pid: int) -> float | None:

@@ -48,9 +48,11 @@ class Run:
     #: CPU seconds of the benchmark database's backends during the run (None: the server is
     #: not on this machine).
     pg_cpu: float | None
-    #: CPU seconds of the worker (or raw consumer) processes, their startup and shutdown
-    #: (measured on an empty queue) taken out.
-    client_cpu: float
+    #: CPU seconds of the worker (or raw consumer) processes over the processing window (their
+    #: startup and shutdown left out), and the jobs finished in that window; None when the
+    #: window was too short to sample.
+    client_cpu: float | None
+    window_jobs: int
     #: Transactions in the benchmark database during the run (one per statement, mostly).
     transactions: int
 
@@ -59,8 +61,10 @@ class Run:
         return None if self.pg_cpu is None else self.pg_cpu / self.jobs * 1000
 
     @property
-    def client_us_per_job(self) -> float:
-        return self.client_cpu / self.jobs * 1e6
+    def client_us_per_job(self) -> float | None:
+        if self.client_cpu is None or self.window_jobs <= 0:
+            return None
+        return self.client_cpu / self.window_jobs * 1e6
 
 
 def _commands(ctx: Context, setup: Setup, burst: bool) -> list[list[str]]:
@@ -71,18 +75,6 @@ def _commands(ctx: Context, setup: Setup, burst: bool) -> list[list[str]]:
     return [command] * setup.processes
 
 
-def startup_cpu(ctx: Context, kind: str) -> float:
-    """CPU seconds one worker (or raw consumer) process spends starting and stopping, on an empty
-    queue: taken out of the client CPU per job, so that it counts the work only."""
-    cache: dict[str, float] = ctx.cache.setdefault("startup_cpu", {})
-    if kind not in cache:
-        ctx.db.reset()
-        proc = ctx.procs.start(_commands(ctx, Setup(kind, 1, 8, 0), burst=True)[0])
-        proc.wait(60)
-        cache[kind] = proc.cpu or 0.0
-    return cache[kind]
-
-
 def run_once(ctx: Context, setup: Setup, *, reset: bool = True, burst: bool = True) -> Run:
     """Fill ``setup.jobs`` ready jobs, process them all, and read the processing window.
 
@@ -90,17 +82,18 @@ def run_once(ctx: Context, setup: Setup, *, reset: bool = True, burst: bool = Tr
     and a bursting worker would never exit) the workers get SIGTERM once the queue is drained.
     """
     db = ctx.db
-    startup = startup_cpu(ctx, setup.kind)
     if reset:
         db.reset()
     marker = db.fill_ready(setup.jobs, setup.task)
     pg_cpu = harness.BackendCpu(db) if db.local else None
     transactions = db.transactions()
     workers = [ctx.procs.start(command) for command in _commands(ctx, setup, burst)]
+    client = harness.CpuTrace()
     deadline = time.monotonic() + 120 + setup.jobs / 300
     stopping = setup.kind == "raw" or burst
     checked = time.monotonic()
     while any(worker.poll() is None for worker in workers):
+        client.sample([worker.popen.pid for worker in workers])
         if pg_cpu is not None:
             pg_cpu.sample()
         if not stopping and time.monotonic() - checked >= 0.2:
@@ -122,14 +115,14 @@ def run_once(ctx: Context, setup: Setup, *, reset: bool = True, burst: bool = Tr
             f"{setup.label()}: {window.count} of {setup.jobs} jobs archived; "
             f"stderr: {workers[0].describe()}"
         )
-    client_cpu = sum(worker.cpu or 0.0 for worker in workers) - startup * len(workers)
     transactions = db.transactions() - transactions
     return Run(
-        window.rate,
-        setup.jobs,
-        None if pg_cpu is None else pg_cpu.seconds(),
-        client_cpu,
-        transactions,
+        rate=window.rate,
+        jobs=setup.jobs,
+        pg_cpu=None if pg_cpu is None else pg_cpu.seconds(),
+        client_cpu=client.between(window.started, window.ended),
+        window_jobs=window.count - window.first,
+        transactions=transactions,
     )
 
 
@@ -159,14 +152,15 @@ def _median(values: list[float]) -> float:
 def client_note(pgjobs: list[Run], raw: list[Run]) -> str:
     """Where the time goes: client CPU per job, and jobs per database transaction."""
 
-    def us(runs: list[Run]) -> float:
-        return _median([run.client_us_per_job for run in runs])
+    def us(runs: list[Run]) -> str:
+        known = [x for run in runs if (x := run.client_us_per_job) is not None]
+        return f"{_median(known):.0f} µs" if known else "? µs"
 
     def per_xact(runs: list[Run]) -> float:
         return _median([run.jobs / max(run.transactions, 1) for run in runs])
 
     return (
-        f"client CPU/job: pgjobs {us(pgjobs):.0f} µs, raw {us(raw):.0f} µs; "
+        f"client CPU/job: pgjobs {us(pgjobs)}, raw {us(raw)}; "
         f"jobs/transaction: pgjobs {per_xact(pgjobs):.1f}, raw {per_xact(raw):.1f}"
     )
 
@@ -175,7 +169,9 @@ def details(runs: list[Run]) -> dict[str, Any]:
     """Per-run figures for the JSON output."""
     return {
         "jobs": runs[0].jobs,
-        "client_cpu_us_per_job": [round(run.client_us_per_job, 1) for run in runs],
+        "client_cpu_us_per_job": [
+            None if (us := run.client_us_per_job) is None else round(us, 1) for run in runs
+        ],
         "jobs_per_transaction": [round(run.jobs / max(run.transactions, 1), 2) for run in runs],
         "pg_cpu_s_per_1k_jobs": [run.pg_cpu_per_1k for run in runs],
     }
@@ -186,7 +182,10 @@ def setups(ctx: Context) -> dict[str, Setup]:
 
     Each one-process row has the raw consumer with the same bound on jobs in flight beside it
     (claim batches of 1, 8, 32 on one connection); the issue's reference, batches of 100 on two
-    connections, is what the targets are checked against.
+    connections, is what the targets are checked against: the one-process target on the
+    --concurrency 32 row (a worker's batches are at most its --concurrency, so at 1 or 8 it is
+    held to far fewer jobs per commit than the reference and is compared with raw batches of
+    its own size instead).
     """
     # Sizes keep each run to a few seconds of processing at today's speeds; throughput is read
     # over the processing window, so it does not depend on them much.
@@ -212,7 +211,7 @@ def run(ctx: Context) -> list[Row]:
     rows = []
     pairs = (
         ("c1", "raw_b1", None),
-        ("c8", "raw_b8", 0.35),
+        ("c8", "raw_b8", None),
         ("c32", "raw_b32", 0.35),
         ("c32_sync", "raw_b32", None),
         ("2x32", "raw_2", 0.50),
