@@ -15,14 +15,12 @@ import warnings
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import psycopg.errors
 import psycopg_pool
-import sqlalchemy
-import sqlalchemy.exc
 from psycopg import sql
 
 from pgjobs.errors import (
@@ -33,6 +31,9 @@ from pgjobs.errors import (
     SchemaMissing,
 )
 from pgjobs.models import DeadGroup, DeadJob, Job, JobHistory, JobStatus
+
+if TYPE_CHECKING:
+    import sqlalchemy
 
 ENV_DSN = ("PGJOBS_DATABASE_URL", "DATABASE_URL")
 ENV_EMBEDDED_DIR = "PGJOBS_EMBEDDED_DIR"
@@ -228,10 +229,10 @@ def translate_errors(dsn: Dsn | None = None) -> Iterator[None]:
     try:
         try:
             yield
-        except sqlalchemy.exc.DBAPIError as exc:
-            # SQLAlchemy wraps the driver's exception; judge the original.
-            if isinstance(exc.orig, psycopg.Error):
-                raise exc.orig from exc
+        except Exception as exc:
+            original = _driver_error(exc)
+            if original is not None:
+                raise original from exc
             raise
     except psycopg.errors.UndefinedTable as exc:
         raise SchemaMissing(f"the pgjobs tables are missing: {MIGRATE_HINT}") from exc
@@ -251,6 +252,15 @@ def translate_errors(dsn: Dsn | None = None) -> Iterator[None]:
         raise DatabaseUnavailable(f"database connection unusable: {_one_line(str(exc))}") from exc
     except psycopg.Error as exc:
         raise QueryFailed(f"PostgreSQL refused a statement: {_one_line(str(exc))}") from exc
+
+
+def _driver_error(exc: Exception) -> psycopg.Error | None:
+    """The psycopg error SQLAlchemy wrapped in ``exc``, to be judged as the original. SQLAlchemy
+    is imported only where it is used (migrations): when it is not loaded, it raised nothing."""
+    sqlalchemy_exc = sys.modules.get("sqlalchemy.exc")
+    if sqlalchemy_exc is None or not isinstance(exc, sqlalchemy_exc.DBAPIError):
+        return None
+    return exc.orig if isinstance(exc.orig, psycopg.Error) else None
 
 
 def _one_line(message: str) -> str:
@@ -420,6 +430,8 @@ async def notifications(dsn: Dsn, channel: str) -> AsyncIterator[str]:
 
 def sqlalchemy_engine(dsn: Dsn) -> sqlalchemy.Engine:
     """A SQLAlchemy engine (psycopg 3 dialect, no pooling) for migrations and one-off commands."""
+    import sqlalchemy
+
     return sqlalchemy.create_engine(
         dsn.sqlalchemy_url,
         poolclass=sqlalchemy.NullPool,

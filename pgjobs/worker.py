@@ -210,17 +210,7 @@ class Worker:
 
     async def _main(self) -> int:
         dsn = self.app.dsn
-        with db.connect(dsn) as probe:
-            revision = db.schema_revision(probe)
-        if revision is None:
-            raise SchemaMissing(
-                f"the pgjobs tables are missing in {dsn.redacted}: run `pgjobs migrate`"
-            )
-        if revision != migrate.head():
-            raise SchemaMissing(
-                f"the pgjobs schema in {dsn.redacted} is at revision {revision}, this pgjobs "
-                f"needs {migrate.head()}: run `pgjobs migrate`"
-            )
+        migrate.require_head(dsn)
         loop = self._loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)

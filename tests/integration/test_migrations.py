@@ -156,3 +156,9 @@ def test_alembic_command_line_upgrade_and_check(create_database, alembic_env):
     drifted = _alembic("check", env=alembic_env)
     assert drifted.returncode != 0
     assert "surprise" in drifted.stdout + drifted.stderr
+
+
+def test_the_head_workers_check_is_the_newest_migration():
+    """Workers compare the database with ``migrate.HEAD`` without loading Alembic; a new
+    migration without a new HEAD would let workers run on a schema one revision behind."""
+    assert migrate.migrations_head() == migrate.HEAD
