@@ -382,8 +382,8 @@ async def settle_and_claim(
             results = settle["ok_results"] if settle else []
             params = {
                 **claim,
-                "ok_ids": ok_ids,
-                "ok_attempts": settle["ok_attempts"] if settle else [],
+                "ok_ids": _int_array(ok_ids),
+                "ok_attempts": _int_array(settle["ok_attempts"] if settle else []),
                 # NULL when no handler returned a value: unnest pads it, and it costs nothing
                 # to send.
                 "ok_results": results if any(r is not None for r in results) else None,
@@ -408,6 +408,13 @@ async def settle_and_claim(
         kept = {row[0] for row in await extended.fetchall()} if extended else set()
         jobs = [Job(*row) for row in await claimed.fetchall()] if claimed else []
     return applied, kept, jobs
+
+
+def _int_array(values: list[int]) -> str:
+    """``values`` as a PostgreSQL array literal. psycopg's list adapter inspects every element
+    to choose the array type (~50 µs for two lists of 32 ints), which the worker's busiest
+    statement does not need: its SQL casts the text to the array type."""
+    return "{" + ",".join(map(str, values)) + "}"
 
 
 def _only_successes(settle: dict[str, Any]) -> bool:
