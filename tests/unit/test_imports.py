@@ -36,5 +36,7 @@ def test_worker_code_does_not_load_migration_libraries(imports):
 
 def test_migration_commands_still_load_them():
     code = CHECK.format(imports="from pgjobs import migrate; migrate.migrations_head()")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
     assert result.stdout.strip() == "alembic,sqlalchemy"
