@@ -24,7 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from pgjobs import admin, db, migrate, retention
+from pgjobs import admin, db, migrate, retention, supervisor
 from pgjobs import stats as stats_view
 from pgjobs.app import App
 from pgjobs.errors import ConfigurationError, PgjobsError
@@ -253,6 +253,18 @@ def work_command(
     log_level: Annotated[
         str, typer.Option(help="debug, info, warning or error.", case_sensitive=False)
     ] = "info",
+    processes: Annotated[
+        int,
+        typer.Option(
+            "--processes",
+            help="Worker processes to run, each with --concurrency slots; above 1, this "
+            "process supervises them.",
+            min=1,
+        ),
+    ] = 1,
+    supervisor_fd: Annotated[
+        int | None, typer.Option("--supervisor-fd", hidden=True, help="Set by --processes.")
+    ] = None,
     dsn: DsnOption = None,
 ) -> None:
     """Run workers: claim jobs, run their handlers, record the outcomes."""
@@ -264,9 +276,6 @@ def work_command(
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
-    app = _load_app(app_ref)
-    if dsn:
-        app.bind(_dsn(dsn))
     config = WorkerConfig(
         concurrency=concurrency,
         queues=queues or None,
@@ -276,7 +285,45 @@ def work_command(
         maintenance=maintenance,
         rescue_interval=rescue_interval,
     )
-    raise typer.Exit(Worker(app, config).run())
+    # A worker process started by --processes: the supervisor resolved the database.
+    link = supervisor.SupervisorLink(supervisor_fd) if supervisor_fd is not None else None
+    app = _load_app(app_ref)
+    if link is not None:
+        app.bind(link.dsn)
+    elif dsn:
+        app.bind(_dsn(dsn))
+    if processes > 1:
+        # Resolved once, here, as a single worker would (--dsn, else the app's own, else the
+        # environment, else the embedded server, started once for all worker processes).
+        command = [sys.executable, "-m", "pgjobs", *_work_argv(app_ref, config, log_level)]
+        raise typer.Exit(
+            supervisor.Supervisor(command, app.dsn, processes, burst=config.burst).run()
+        )
+    worker = Worker(app, config)
+    if link is not None:
+        migrate.require_head(app.dsn)  # what the worker checks first, before saying "ready"
+        link.ready()
+    raise typer.Exit(worker.run())
+
+
+def _work_argv(app_ref: str, config: WorkerConfig, log_level: str) -> list[str]:
+    """The `pgjobs work` arguments of one worker process that runs as ``config`` says (for
+    --processes; the database is handed over separately). ``--option=value`` throughout, so that
+    a value starting with "-" stays a value."""
+    argv = [
+        "work",
+        f"--app={app_ref}",
+        f"--concurrency={config.concurrency}",
+        f"--poll-interval={config.poll_interval!r}",
+        f"--grace={config.grace!r}",
+        f"--rescue-interval={config.rescue_interval!r}",
+        f"--log-level={log_level}",
+        "--maintenance" if config.maintenance else "--no-maintenance",
+    ]
+    argv += [f"--queue={queue}" for queue in config.queues or ()]
+    if config.burst:
+        argv.append("--burst")
+    return argv
 
 
 @cli.command("stats")

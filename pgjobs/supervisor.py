@@ -1,0 +1,343 @@
+"""`pgjobs work --processes N`: one command that runs N worker processes and looks after them.
+
+One worker process is one asyncio loop, so it uses one CPU core at most. The supervisor starts N
+worker processes as fresh interpreters running ``python -m pgjobs work ...`` (not forks: a forked
+asyncio loop or psycopg connection is not safe to use), with the same options, working directory
+and environment, and the database the supervisor resolved. It never connects to the database
+itself; every worker process registers in ``pgjobs_workers`` as a single worker does.
+
+A worker process and its supervisor share a socket pair (the hidden ``--supervisor-fd`` option):
+
+- the worker process writes ``ready`` once its start-up checks passed (app imported, database
+  reached, schema current). An exit with the CLI's error codes 1 or 2 before any worker process
+  was ready means that the configuration is wrong: the supervisor exits with that code;
+- the supervisor's end closes when the supervisor exits, even by kill -9: the worker process then
+  stops itself as on SIGTERM, so that no worker runs on unsupervised.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import FrameType
+
+from pgjobs import db
+from pgjobs.errors import ConfigurationError
+
+log = logging.getLogger("pgjobs.supervisor")
+
+#: Seconds before a worker process that died is replaced; doubled after each quick death.
+FIRST_RESTART_DELAY = 1.0
+#: Longest wait before a replacement, in seconds.
+MAX_RESTART_DELAY = 30.0
+#: Seconds a worker process must have run for its replacement to wait FIRST_RESTART_DELAY again.
+STABLE_AFTER = 60.0
+#: Exit codes of `pgjobs` errors: 2 for a bad configuration or usage, 1 for the others.
+START_ERROR_CODES = frozenset({1, 2})
+#: The environment variable that hands the resolved DSN to worker processes, as JSON
+#: ``[url, source]``; on their command line a password would show in `ps` to every local user.
+DSN_ENV = "PGJOBS_SUPERVISOR_DSN"
+_READY = b"ready\n"
+_FORWARDED = (signal.SIGTERM, signal.SIGINT)
+
+
+def restart_delay(previous: float | None, ran_for: float) -> float:
+    """Seconds to wait before replacing a worker process that died after ``ran_for`` seconds,
+    given the wait before it was started (None for the first process of its slot): 1 s, doubled
+    after each death within ``STABLE_AFTER`` seconds of a start, at most 30 s.
+
+    Example: ``restart_delay(4.0, ran_for=2.5) == 8.0`` and ``restart_delay(30.0, ran_for=600)
+    == 1.0``
+    """
+    if previous is None or ran_for >= STABLE_AFTER:
+        return FIRST_RESTART_DELAY
+    return min(previous * 2, MAX_RESTART_DELAY)
+
+
+def exit_code(returncode: int) -> int:
+    """A process's ``returncode`` as a shell reports it: 128 + N when signal N killed it.
+
+    Example: ``exit_code(-9) == 137`` and ``exit_code(0) == 0``
+    """
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _describe(returncode: int) -> str:
+    if returncode >= 0:
+        return f"exited with status {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    return f"was killed by {name}"
+
+
+@dataclass(eq=False)
+class _Slot:
+    """One of the N worker processes, across its replacements."""
+
+    proc: subprocess.Popen[bytes] | None = None
+    #: The supervisor's end of the socket pair shared with ``proc``.
+    channel: socket.socket | None = None
+    #: time.monotonic() when ``proc`` started.
+    started_at: float = 0.0
+    #: ``proc`` said it passed its start-up checks.
+    ready: bool = False
+    #: time.monotonic() at which to start the next process; None: no start is due.
+    start_at: float | None = None
+    #: Seconds waited before starting ``proc``; None for the slot's first process.
+    delay: float | None = None
+
+
+class Supervisor:
+    """Runs ``processes`` worker processes of one `pgjobs work` command until they are all done.
+
+    ``command`` starts one worker process (the supervisor adds ``--supervisor-fd``); ``dsn`` is
+    handed to every one of them. SIGTERM and SIGINT are forwarded (a second one too); a worker
+    process that dies is replaced after a delay (see ``restart_delay``), except with ``burst``,
+    where each one runs until it finds the queues empty.
+
+    Example::
+
+        command = [sys.executable, "-m", "pgjobs", "work", "--app=myapp.jobs:app"]
+        sys.exit(Supervisor(command, db.resolve_dsn(None), processes=4).run())
+    """
+
+    def __init__(
+        self, command: Sequence[str], dsn: db.Dsn, processes: int, *, burst: bool = False
+    ) -> None:
+        if processes < 1:
+            raise ConfigurationError(f"processes must be >= 1, got {processes}")
+        self.command = list(command)
+        self.dsn = dsn
+        self.burst = burst
+        self._slots = [_Slot() for _ in range(processes)]
+        self._received: list[int] = []  # signals caught and not forwarded yet
+        self._stopping = False
+        self._any_ready = False  # some worker process passed its start-up checks
+        self._failed: int | None = None  # the exit code of a failed start, which ends it all
+        self._exits: list[int] = []  # exit codes of the processes not replaced, in exit order
+        self._selector = selectors.DefaultSelector()
+
+    def run(self) -> int:
+        """Start the worker processes and look after them until they have all exited; returns 0
+        when every one exited 0, else the first other exit code (a failed start's, if any).
+
+        Example: ``sys.exit(Supervisor(command, dsn, processes=2, burst=True).run())``
+        """
+        wake, wake_write = socket.socketpair()
+        wake.setblocking(False)
+        wake_write.setblocking(False)
+        self._selector.register(wake, selectors.EVENT_READ, None)
+        caught = (*_FORWARDED, signal.SIGCHLD)
+        handlers = {signum: signal.signal(signum, self._on_signal) for signum in caught}
+        # Every signal caught writes a byte to wake_write, so the loop wakes up at once for a
+        # signal to forward and for a worker process that exited (SIGCHLD): no polling.
+        previous_wakeup = signal.set_wakeup_fd(wake_write.fileno(), warn_on_full_buffer=False)
+        try:
+            # The first worker process starts alone: when the configuration is wrong only it
+            # fails, with one error line. The others start once it is ready.
+            self._slots[0].start_at = time.monotonic()
+            while True:
+                self._forward_signals()  # may cancel the starts that were due
+                if self._done():
+                    break
+                self._start_due()
+                self._wait(wake)
+                self._reap()
+        finally:
+            signal.set_wakeup_fd(previous_wakeup)
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
+            # Worker processes still running here (after an error in this loop) see their channel
+            # close, and stop as on SIGTERM.
+            for slot in self._slots:
+                self._close(slot)
+            self._selector.close()
+            wake.close()
+            wake_write.close()
+        if self._failed is not None:
+            return self._failed
+        return next((code for code in self._exits if code != 0), 0)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        # SIGCHLD is caught only for the wake-up byte; _reap finds who exited.
+        if signum != signal.SIGCHLD:
+            self._received.append(signum)
+
+    def _done(self) -> bool:
+        return all(slot.proc is None and slot.start_at is None for slot in self._slots)
+
+    def _forward_signals(self) -> None:
+        while self._received:
+            signum = self._received.pop(0)
+            live = self._stop(signum)
+            log.info("%s: forwarded to %d worker process(es)", signal.Signals(signum).name, live)
+
+    def _stop(self, signum: int) -> int:
+        """Start nothing more and send ``signum`` to every worker process; returns how many."""
+        self._stopping = True
+        live = 0
+        for slot in self._slots:
+            slot.start_at = None
+            if slot.proc is not None:
+                slot.proc.send_signal(signum)
+                live += 1
+        return live
+
+    def _start_due(self) -> None:
+        now = time.monotonic()
+        for slot in self._slots:
+            if slot.proc is None and slot.start_at is not None and slot.start_at <= now:
+                self._start(slot, now)
+
+    def _start(self, slot: _Slot, now: float) -> None:
+        ours, theirs = socket.socketpair()
+        env = {**os.environ, DSN_ENV: json.dumps([self.dsn.url, self.dsn.source])}
+        try:
+            slot.proc = subprocess.Popen(
+                [*self.command, f"--supervisor-fd={theirs.fileno()}"],
+                stdin=subprocess.DEVNULL,
+                env=env,
+                pass_fds=(theirs.fileno(),),
+                # A process group of its own: Ctrl-C in a terminal then reaches the supervisor
+                # only, which forwards it once (a worker takes a second signal as "exit now").
+                process_group=0,
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        slot.channel = ours
+        slot.started_at, slot.start_at, slot.ready = now, None, False
+        self._selector.register(ours, selectors.EVENT_READ, slot)
+
+    def _wait(self, wake: socket.socket) -> None:
+        """Sleep until a signal, a word from a worker process, or the next start that is due."""
+        due = [slot.start_at for slot in self._slots if slot.start_at is not None]
+        timeout = max(0.0, min(due) - time.monotonic()) if due else None
+        for key, _ in self._selector.select(timeout):
+            if key.data is None:
+                with contextlib.suppress(BlockingIOError):  # read every wake-up byte
+                    while wake.recv(512):
+                        pass
+            else:
+                self._hear(key.data)
+
+    def _hear(self, slot: _Slot) -> None:
+        assert slot.channel is not None
+        try:
+            said = slot.channel.recv(64)
+        except OSError:
+            said = b""
+        if not said:  # the process is exiting: _reap collects it
+            self._close(slot)
+            return
+        slot.ready = True
+        if not self._any_ready:
+            self._any_ready = True
+            now = time.monotonic()
+            for other in self._slots:
+                if other.proc is None and other.start_at is None and not self._stopping:
+                    other.start_at = now
+
+    def _close(self, slot: _Slot) -> None:
+        if slot.channel is not None:
+            self._selector.unregister(slot.channel)
+            slot.channel.close()
+            slot.channel = None
+
+    def _reap(self) -> None:
+        for slot in self._slots:
+            if slot.proc is not None and slot.proc.poll() is not None:
+                self._exited(slot, slot.proc)
+
+    def _exited(self, slot: _Slot, proc: subprocess.Popen[bytes]) -> None:
+        now = time.monotonic()
+        returncode = proc.returncode
+        slot.proc = None
+        self._close(slot)
+        if self._stopping:
+            self._exits.append(exit_code(returncode))
+            return
+        if returncode in START_ERROR_CODES and not self._any_ready:
+            # A failed start (bad app, missing schema, unreachable database) before any worker
+            # process got past its checks: a replacement would fail alike. The process printed
+            # its own one-line error.
+            self._failed = returncode
+            self._stop(signal.SIGTERM)
+            return
+        if self.burst:
+            # In a burst each worker process runs once; a crash shows in the exit code.
+            self._exits.append(exit_code(returncode))
+            if returncode != 0:
+                log.warning("worker process %d %s", proc.pid, _describe(returncode))
+            return
+        slot.delay = restart_delay(slot.delay, now - slot.started_at)
+        slot.start_at = now + slot.delay
+        log.warning(
+            "worker process %d %s; starting another in %gs",
+            proc.pid,
+            _describe(returncode),
+            slot.delay,
+        )
+
+
+class SupervisorLink:
+    """A worker process's end of the socket pair it shares with the supervisor that started it
+    (``--supervisor-fd``): the DSN the supervisor resolved, a way to say "ready", and a watch
+    that stops this process, as SIGTERM does, once the supervisor is gone.
+
+    Example (what `pgjobs work --supervisor-fd N` does)::
+
+        link = SupervisorLink(fd)
+        app.bind(link.dsn)
+        migrate.require_head(link.dsn)
+        link.ready()
+        Worker(app, config).run()
+    """
+
+    def __init__(self, fd: int) -> None:
+        raw = os.environ.pop(DSN_ENV, None)  # not passed on to processes that handlers start
+        try:
+            url, source = json.loads(raw) if raw is not None else (None, None)
+            if not isinstance(url, str) or not isinstance(source, str):
+                raise ValueError(raw)
+            channel = socket.socket(fileno=fd)
+        except (OSError, TypeError, ValueError):
+            raise ConfigurationError(
+                "--supervisor-fd is only for the worker processes that "
+                "`pgjobs work --processes N` starts"
+            ) from None
+        channel.set_inheritable(False)  # processes that handlers start must not hold it open
+        self._channel = channel
+        self.dsn = db.Dsn(url, source)
+        threading.Thread(
+            target=self._stop_when_orphaned, name="pgjobs-supervisor-link", daemon=True
+        ).start()
+
+    def ready(self) -> None:
+        """Tell the supervisor that this worker process passed its start-up checks.
+
+        Example: ``migrate.require_head(link.dsn); link.ready()``
+        """
+        with contextlib.suppress(OSError):  # the supervisor is gone: the watch stops us
+            self._channel.sendall(_READY)
+
+    def _stop_when_orphaned(self) -> None:
+        with contextlib.suppress(OSError):
+            while self._channel.recv(64):
+                pass
+        # The supervisor's end closed: it exited without stopping this process first.
+        os.kill(os.getpid(), signal.SIGTERM)

@@ -1,0 +1,336 @@
+"""`pgjobs work --processes N`: one command runs N worker processes under a supervisor that
+forwards signals, replaces a worker process that dies, and exits with one error line when they
+cannot start. Worker processes are found through /proc (their parent is the supervisor)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+from pathlib import Path
+
+import pytest
+
+from pgjobs import JobSpec
+from tests.acceptance.conftest import (
+    APP,
+    lease_owner_pattern,
+    scalar,
+    stop,
+    wait_for,
+)
+from tests.acceptance.workload import SHORT_LEASE
+from tests.integration.factories import assert_one_home, assert_one_line_error
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds processes in /proc"),
+]
+
+UNREACHABLE = "postgresql://postgres@127.0.0.1:1/x"
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state, ppid, ...), or None."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text.rsplit(")", 1)[1].split()  # the name may hold spaces and ")"
+
+
+def _alive(pid: int) -> bool:
+    fields = _stat(pid)
+    return fields is not None and fields[0] != "Z"
+
+
+def _pids() -> list[int]:
+    return [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
+
+
+def _children(pid: int) -> set[int]:
+    """The live processes whose parent is ``pid``."""
+    found = set()
+    for child in _pids():
+        fields = _stat(child)
+        if fields is not None and fields[0] != "Z" and int(fields[1]) == pid:
+            found.add(child)
+    return found
+
+
+def _running_with(marker: str) -> list[int]:
+    """Live processes whose command line holds ``marker``."""
+    found = []
+    for pid in _pids():
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in cmdline and _alive(pid):
+            found.append(pid)
+    return found
+
+
+def _registered(conn, pids: set[int]) -> set[int]:
+    """Those of ``pids`` with a live row in pgjobs_workers (`pgjobs stats` lists them)."""
+    rows = conn.execute(
+        "SELECT pid FROM pgjobs_workers"
+        " WHERE pid = ANY(%s) AND last_seen_at > now() - interval '60 seconds'",
+        [list(pids)],
+    ).fetchall()
+    return {row[0] for row in rows}
+
+
+def _wait_for_processes(conn, supervisor, count: int) -> set[int]:
+    """Wait until ``supervisor`` has ``count`` worker processes, each registered; their pids."""
+
+    def registered() -> set[int] | None:
+        children = _children(supervisor.pid)
+        if len(children) == count and _registered(conn, children) == children:
+            return children
+        return None
+
+    found: set[int] = wait_for(
+        registered,
+        30,
+        lambda: f"{count} registered worker processes, got {_children(supervisor.pid)}",
+        procs=[supervisor],
+    )
+    return found
+
+
+def _archived(conn) -> int:
+    return int(scalar(conn, "SELECT count(*) FROM archived_jobs"))
+
+
+def test_two_processes_share_the_queue_and_show_as_two_workers(make_app, runs, start_worker):
+    conn = runs
+    app = make_app()
+    supervisor = start_worker("--processes", "2", "--concurrency", "4")
+    children = _wait_for_processes(conn, supervisor, 2)
+    assert supervisor.pid not in children
+
+    jobs = 300
+    ids = app.enqueue_many(JobSpec("accept.record", {"key": n}) for n in range(jobs))
+    wait_for(
+        lambda: _archived(conn) == jobs,
+        60,
+        lambda: f"{_archived(conn)} of {jobs} jobs archived",
+        procs=[supervisor],
+    )
+    # Still two live workers after the run, the same two processes.
+    assert _children(supervisor.pid) == children
+    assert _registered(conn, children) == children
+
+    assert_one_home(conn, ids)
+    assert scalar(conn, "SELECT count(*) FROM queued_jobs") == 0
+    done = conn.execute(
+        "SELECT count(*), count(DISTINCT key) FROM runs WHERE phase = 'done'"
+    ).fetchone()
+    assert done == (jobs, jobs), "every job ran to completion exactly once"
+    pids = {row[0] for row in conn.execute("SELECT DISTINCT worker_pid FROM runs")}
+    assert pids == children, "both worker processes ran jobs"
+
+    assert stop([supervisor], timeout=30) == [0], supervisor.describe()
+    assert not [pid for pid in children if _alive(pid)]
+    assert _registered(conn, children) == set(), "worker processes unregister at a clean exit"
+
+
+def test_sigterm_lets_every_process_finish_its_running_jobs(make_app, runs, start_worker):
+    conn = runs
+    app = make_app()
+    concurrency = 2
+    ids = app.enqueue_many(JobSpec("accept.slow", {"key": n, "seconds": 2.0}) for n in range(8))
+    supervisor = start_worker("--processes", "2", "--concurrency", str(concurrency))
+    children = _wait_for_processes(conn, supervisor, 2)
+
+    def busy(pid: int) -> bool:
+        leased = scalar(
+            conn,
+            "SELECT count(*) FROM queued_jobs WHERE lease_owner LIKE %s",
+            [lease_owner_pattern(pid)],
+        )
+        started = scalar(
+            conn, "SELECT count(*) FROM runs WHERE worker_pid = %s AND phase = 'start'", [pid]
+        )
+        return bool(leased == started == concurrency)
+
+    wait_for(
+        lambda: all(busy(pid) for pid in children),
+        30,
+        "both worker processes running their jobs",
+        procs=[supervisor],
+        interval=0.05,
+    )
+    in_flight = {
+        row[0] for row in conn.execute("SELECT id FROM queued_jobs WHERE lease_owner IS NOT NULL")
+    }
+    assert stop([supervisor], timeout=30) == [0], supervisor.describe()
+    assert not [pid for pid in children if _alive(pid)], "a worker process outlived the supervisor"
+
+    # What ran finished, once each; the rest is ready, with no attempt used.
+    archived = conn.execute("SELECT id, status, attempts FROM archived_jobs").fetchall()
+    assert {row[0] for row in archived} == in_flight
+    assert {(row[1], row[2]) for row in archived} == {("succeeded", 1)}
+    rest = conn.execute("SELECT id, lease_owner, attempts FROM queued_jobs").fetchall()
+    assert {row[0] for row in rest} == set(ids) - in_flight
+    assert {row[1:] for row in rest} == {(None, 0)}
+    done = conn.execute("SELECT key, count(*) FROM runs WHERE phase = 'done' GROUP BY key")
+    assert sorted(n for _, n in done) == [1] * len(in_flight)
+    assert "SIGTERM: forwarded to 2 worker process(es)" in supervisor.stderr()
+
+
+def test_second_sigterm_makes_every_process_exit_at_once(make_app, runs, start_worker):
+    conn = runs
+    app = make_app()
+    handler_seconds = 30.0  # far longer than the bound on the exit below
+    app.enqueue_many(
+        JobSpec("accept.slow", {"key": n, "seconds": handler_seconds}) for n in range(4)
+    )
+    supervisor = start_worker("--processes", "2", "--concurrency", "2")
+    children = _wait_for_processes(conn, supervisor, 2)
+    wait_for(
+        lambda: scalar(conn, "SELECT count(DISTINCT worker_pid) FROM runs") == 2,
+        30,
+        "both worker processes running jobs",
+        procs=[supervisor],
+    )
+    supervisor.signal(signal.SIGTERM)
+    wait_for(
+        lambda: supervisor.stderr().count("finishing") == 2,
+        10,
+        "both worker processes told to finish",
+        procs=[supervisor],
+    )
+    supervisor.signal(signal.SIGTERM)
+    assert supervisor.wait_exit(handler_seconds / 2) == 128 + signal.SIGTERM, supervisor.describe()
+    assert not [pid for pid in children if _alive(pid)]
+    assert scalar(conn, "SELECT count(*) FROM runs WHERE phase = 'done'") == 0
+
+
+def test_kill_9_of_a_worker_process_starts_another_and_loses_no_job(make_app, runs, start_worker):
+    conn = runs
+    app = make_app()
+    jobs = 24
+    ids = app.enqueue_many(
+        JobSpec("accept.slow_short_lease", {"key": n, "seconds": 1.5}) for n in range(jobs)
+    )
+    supervisor = start_worker("--processes", "2", "--concurrency", "4", "--rescue-interval", "0.5")
+    children = _wait_for_processes(conn, supervisor, 2)
+    victim = min(children)
+
+    def victim_holds_jobs() -> bool:
+        held = scalar(
+            conn,
+            "SELECT count(*) FROM queued_jobs WHERE lease_owner LIKE %s",
+            [lease_owner_pattern(victim)],
+        )
+        return bool(held > 0)
+
+    wait_for(victim_holds_jobs, 30, "the victim to hold jobs", procs=[supervisor])
+    os.kill(victim, signal.SIGKILL)
+
+    replacements = wait_for(
+        lambda: (_children(supervisor.pid) - children) or None,
+        30,
+        "a worker process to replace the one killed",
+        procs=[supervisor],
+    )
+    assert len(replacements) == 1
+    assert not _alive(victim)
+    lines = [line for line in supervisor.stderr().splitlines() if f"process {victim} " in line]
+    assert len(lines) == 1, lines
+    assert "was killed by SIGKILL" in lines[0] and "starting another" in lines[0]
+
+    # Every job finishes, the killed process's after their lease ran out.
+    bound = SHORT_LEASE + jobs * 1.5 / 4 + 30
+    wait_for(
+        lambda: _archived(conn) == jobs,
+        bound,
+        lambda: f"{_archived(conn)} of {jobs} jobs archived",
+        procs=[supervisor],
+        interval=0.25,
+    )
+    assert_one_home(conn, ids)
+    statuses = conn.execute("SELECT DISTINCT status FROM archived_jobs").fetchall()
+    assert statuses == [("succeeded",)]
+    twice = conn.execute(
+        "SELECT key FROM runs WHERE phase = 'done' GROUP BY key HAVING count(*) > 1"
+        " EXCEPT SELECT key FROM runs WHERE worker_pid = %s",
+        [victim],
+    ).fetchall()
+    assert twice == [], "only the killed process's jobs may have run twice"
+
+    survivors = _children(supervisor.pid)
+    assert survivors == (children - {victim}) | replacements
+    assert _registered(conn, survivors) == survivors
+    assert stop([supervisor], timeout=30) == [0], supervisor.describe()
+    assert not [pid for pid in survivors if _alive(pid)]
+
+
+@pytest.mark.parametrize(
+    ("case", "code", "words"),
+    [
+        ("bad app", 2, ["cannot import"]),
+        ("missing schema", 1, ["pgjobs migrate"]),
+        ("unreachable database", 1, ["cannot reach the database"]),
+    ],
+)
+def test_a_failed_start_is_one_error_line_and_leaves_no_process(
+    dsn, create_database, spawn, case, code, words
+):
+    marker = f"marker-{secrets.token_hex(4)}"  # a queue name, to find the worker processes
+    options = ["--processes", "2", "--queue", marker, "--poll-interval", "0.2"]
+    if case == "bad app":
+        supervisor = spawn("work", "--app", "tests.acceptance.no_such_module:app", *options)
+    elif case == "missing schema":
+        supervisor = spawn("work", "--app", APP, *options, "--dsn", create_database().url)
+    else:
+        supervisor = spawn("work", "--app", APP, *options, "--dsn", UNREACHABLE)
+    assert supervisor.wait_exit(60) == code, supervisor.describe()
+    assert_one_line_error(code, supervisor.stderr(), *words)
+    assert _running_with(marker) == []
+
+
+def test_burst_exits_0_once_the_queue_is_empty(make_app, runs, start_worker):
+    conn = runs
+    app = make_app()
+    jobs = 50
+    ids = app.enqueue_many(JobSpec("accept.record", {"key": n}) for n in range(jobs))
+    marker = f"marker-{secrets.token_hex(4)}"
+    first = start_worker("--processes", "2", "--burst", "--queue", "default", "--queue", marker)
+    assert first.wait_exit(60) == 0, first.describe()
+    assert _archived(conn) == jobs
+    assert_one_home(conn, ids)
+    assert scalar(conn, "SELECT count(*) FROM queued_jobs") == 0
+
+    # Nothing left: a second burst finds the queue empty and exits 0 too.
+    again = start_worker("--processes", "2", "--burst", "--queue", "default", "--queue", marker)
+    assert again.wait_exit(60) == 0, again.describe()
+    assert _running_with(marker) == []
+
+
+def test_worker_processes_stop_when_the_supervisor_is_killed(make_app, runs, start_worker):
+    conn = runs
+    app = make_app()
+    app.enqueue_many(JobSpec("accept.slow", {"key": n, "seconds": 2.0}) for n in range(2))
+    supervisor = start_worker("--processes", "2", "--concurrency", "1")
+    children = _wait_for_processes(conn, supervisor, 2)
+    wait_for(
+        lambda: scalar(conn, "SELECT count(*) FROM runs WHERE phase = 'start'") == 2,
+        30,
+        "both jobs running",
+        procs=[supervisor],
+    )
+    supervisor.signal(signal.SIGKILL)
+    assert supervisor.wait_exit(10) == -signal.SIGKILL
+
+    # Orphaned, each worker process stops as on SIGTERM: it finishes its job and unregisters.
+    wait_for(
+        lambda: not [pid for pid in children if _alive(pid)],
+        30,
+        lambda: f"worker processes {children} to stop",
+    )
+    assert _archived(conn) == 2
+    assert scalar(conn, "SELECT count(*) FROM runs WHERE phase = 'done'") == 2
+    assert _registered(conn, children) == set()
