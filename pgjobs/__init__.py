@@ -15,7 +15,7 @@ from pgjobs.errors import (
     SchemaMissing,
     UnknownTask,
 )
-from pgjobs.models import DeadGroup, DeadJob, EnqueuedJob, Job, JobHistory, JobStatus, QueueStats
+from pgjobs.models import DeadGroup, DeadJob, Job, JobHistory, JobStatus, QueueStats
 from pgjobs.tasks import JobSpec, RetryPolicy, Task
 from pgjobs.worker import JobContext, Worker, WorkerConfig, current_job
 
@@ -25,7 +25,6 @@ __all__ = [
     "DatabaseUnavailable",
     "DeadGroup",
     "DeadJob",
-    "EnqueuedJob",
     "InvalidPayload",
     "Job",
     "JobContext",

@@ -178,10 +178,15 @@ class App:
         """
         rows = producer.prepare_many(jobs, self._tasks if self._check_task_names else None)
         if connection is not None:
-            return [job.id for job in producer.insert(connection, rows)]
-        dsn = self.dsn
-        with db.pooled(self._get_pool(), dsn) as conn:
-            return [job.id for job in producer.insert(conn, rows, dsn)]
+            return producer.insert(connection, rows)
+        pool, dsn = self._pool, self._dsn  # read without the lock once the pool is open
+        if pool is None or dsn is None:
+            pool, dsn = self._get_pool(), self.dsn
+        conn = db.checkout(pool, dsn)  # not db.pooled: insert translates errors itself
+        try:
+            return producer.insert(conn, rows, dsn)
+        finally:
+            pool.putconn(conn)
 
     def job(self, job_id: int) -> JobHistory:
         """A job wherever it is (queued, archived or dead), with its whole record.

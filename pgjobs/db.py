@@ -333,14 +333,31 @@ def open_pool(dsn: Dsn, max_size: int) -> psycopg_pool.ConnectionPool[Any]:
 
 @contextlib.contextmanager
 def pooled(pool: psycopg_pool.ConnectionPool[Any], dsn: Dsn) -> Iterator[psycopg.Connection[Any]]:
-    """A connection from ``pool``; a pool exhausted or cut off becomes ``DatabaseUnavailable``."""
+    """A connection from ``pool``, errors translated; see ``checkout``."""
+    conn = checkout(pool, dsn)
     try:
-        with translate_errors(dsn), pool.connection() as conn:
+        with translate_errors(dsn):
             yield conn
+    finally:
+        pool.putconn(conn)
+
+
+def checkout(pool: psycopg_pool.ConnectionPool[Any], dsn: Dsn) -> psycopg.Connection[Any]:
+    """A connection from ``pool``, to give back with ``pool.putconn``; a pool exhausted or closed
+    becomes ``DatabaseUnavailable``.
+
+    Cheaper than ``pool.connection()``, which also commits on the way out: pgjobs' pooled
+    connections are autocommit, and ``putconn`` rolls back one returned inside a transaction.
+    """
+    try:
+        conn: psycopg.Connection[Any] = pool.getconn()
     except psycopg_pool.PoolTimeout as exc:
         raise DatabaseUnavailable(
             f"no database connection available from the pool for {dsn.redacted}: {exc}"
         ) from exc
+    except psycopg_pool.PoolClosed as exc:
+        raise DatabaseUnavailable(f"the connection pool for {dsn.redacted} is closed") from exc
+    return conn
 
 
 def fetch_all(

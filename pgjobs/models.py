@@ -45,17 +45,6 @@ class Job:
 
 
 @dataclass(frozen=True, slots=True)
-class EnqueuedJob:
-    """What an enqueue returns: the job id, and whether this call created it.
-
-    ``created`` is False when an idempotency key matched an existing job.
-    """
-
-    id: int
-    created: bool
-
-
-@dataclass(frozen=True, slots=True)
 class QueueStats:
     """One line of ``pgjobs stats``. Ages are in seconds; None when there is no ready job."""
 

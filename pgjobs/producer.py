@@ -19,7 +19,6 @@ import psycopg
 from pgjobs import queries
 from pgjobs.db import Dsn, translate_errors
 from pgjobs.errors import ConfigurationError, InvalidPayload, PgjobsError, UnknownTask
-from pgjobs.models import EnqueuedJob
 from pgjobs.tasks import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_QUEUE,
@@ -99,12 +98,17 @@ def prepare(spec: JobSpec, tasks: Mapping[str, Task] | None) -> PreparedJob:
             f"payload is {len(text.encode()):,} bytes; the limit is {MAX_PAYLOAD_BYTES:,} "
             "(store large data elsewhere and enqueue a reference)"
         )
-    # json.dumps escapes NUL as \u0000 (ASCII output), which jsonb refuses; an escape is real
-    # when an even number of backslashes precedes it.
-    if _NUL_ESCAPE.search(text):
+    # The encoder escapes NUL as \u0000 (ASCII output), which jsonb refuses; an escape is real
+    # when an even number of backslashes precedes it. The substring test spares most payloads
+    # the regular expression.
+    if "\\u0000" in text and _NUL_ESCAPE.search(text):
         raise InvalidPayload("payload contains a NUL character (\\u0000), which PostgreSQL refuses")
-    queue = spec.queue if spec.queue is not None else (task.queue if task else DEFAULT_QUEUE)
-    check_queue(queue)
+    # Options left unset take the task's values, which were checked when it was registered.
+    if spec.queue is None:
+        queue = task.queue if task else DEFAULT_QUEUE
+    else:
+        queue = spec.queue
+        check_queue(queue)
     priority = spec.priority
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise ConfigurationError(f"priority must be a whole number, got {priority!r}")
@@ -114,15 +118,16 @@ def prepare(spec: JobSpec, tasks: Mapping[str, Task] | None) -> PreparedJob:
         )
     if spec.run_at is not None and spec.run_in is not None:
         raise ConfigurationError("give run_at or run_in, not both")
-    run_at = _aware("run_at", spec.run_at)
-    run_in = _seconds("run_in", spec.run_in)
-    max_attempts = spec.max_attempts
-    if max_attempts is None:
+    run_at = None if spec.run_at is None else _aware("run_at", spec.run_at)
+    run_in = 0.0 if spec.run_in is None else _seconds("run_in", spec.run_in)
+    if spec.max_attempts is None:
         max_attempts = task.max_attempts if task else DEFAULT_MAX_ATTEMPTS
-    check_max_attempts(max_attempts)
+    else:
+        max_attempts = spec.max_attempts
+        check_max_attempts(max_attempts)
     if spec.expires_at is not None and spec.expires_in is not None:
         raise ConfigurationError("give expires_at or expires_in, not both")
-    expires_at = _aware("expires_at", spec.expires_at)
+    expires_at = None if spec.expires_at is None else _aware("expires_at", spec.expires_at)
     if spec.expires_in is not None:
         expires_at = datetime.now().astimezone() + timedelta(
             seconds=_seconds("expires_in", spec.expires_in)
@@ -135,9 +140,7 @@ def prepare(spec: JobSpec, tasks: Mapping[str, Task] | None) -> PreparedJob:
     )
 
 
-def _aware(name: str, value: datetime | None) -> datetime | None:
-    if value is None:
-        return None
+def _aware(name: str, value: datetime) -> datetime:
     if not isinstance(value, datetime):
         raise ConfigurationError(f"{name} must be a datetime, got {type(value).__name__}")
     if value.tzinfo is None or value.utcoffset() is None:
@@ -147,9 +150,7 @@ def _aware(name: str, value: datetime | None) -> datetime | None:
     return value
 
 
-def _seconds(name: str, value: float | timedelta | None) -> float:
-    if value is None:
-        return 0.0
+def _seconds(name: str, value: float | timedelta) -> float:
     seconds = value.total_seconds() if isinstance(value, timedelta) else value
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
         raise ConfigurationError(f"{name} must be a number of seconds, got {value!r}")
@@ -158,19 +159,17 @@ def _seconds(name: str, value: float | timedelta | None) -> float:
     return float(seconds)
 
 
-def insert(conn: Any, rows: Sequence[PreparedJob], dsn: Dsn | None = None) -> list[EnqueuedJob]:
+def insert(conn: Any, rows: Sequence[PreparedJob], dsn: Dsn | None = None) -> list[int]:
     """Insert validated rows on ``conn`` (psycopg or SQLAlchemy) in one statement, or by COPY
     for a large batch without idempotency keys on a psycopg connection.
 
-    Returns one ``EnqueuedJob`` per row, in order.
+    Returns the job ids in the order of ``rows`` (for a key already taken, the existing job's).
     """
     if not rows:
         return []
     with translate_errors(dsn):
         if len(rows) == 1 and rows[0].idempotency_key is None:
-            params = rows[0]._asdict()
-            (job_id, _), *_ = _execute(conn, queries.JOB_INSERT, params)
-            return [EnqueuedJob(int(job_id), True)]
+            return [_insert_one(conn, rows[0])]
         if (
             len(rows) >= COPY_MIN_ROWS
             and isinstance(conn, psycopg.Connection)
@@ -180,22 +179,49 @@ def insert(conn: Any, rows: Sequence[PreparedJob], dsn: Dsn | None = None) -> li
         return _insert_many(conn, rows)
 
 
-def _copy_many(conn: psycopg.Connection[Any], rows: Sequence[PreparedJob]) -> list[EnqueuedJob]:
+def _insert_one(conn: Any, row: PreparedJob) -> int:
+    """Insert ``row`` (without an idempotency key); the usual job, ready now and never
+    expiring, binds only the columns it sets."""
+    if _ready_now(row):
+        params = {
+            "queue": row.queue,
+            "task": row.task,
+            "payload": row.payload,
+            "priority": row.priority,
+            "max_attempts": row.max_attempts,
+        }
+        ((job_id,),) = _execute(conn, queries.JOB_INSERT_READY, params)
+    else:
+        ((job_id,),) = _execute(conn, queries.JOB_INSERT, row._asdict())
+    return int(job_id)
+
+
+def _ready_now(row: PreparedJob) -> bool:
+    """Whether ``row`` runs as soon as it commits and never expires: its run_at and expires_at
+    columns can take their defaults (now(), NULL)."""
+    return row.run_at is None and not row.run_in and row.expires_at is None
+
+
+def _copy_many(conn: psycopg.Connection[Any], rows: Sequence[PreparedJob]) -> list[int]:
     """Insert ``rows`` (none with an idempotency key) by COPY, all or nothing."""
+    queues = sorted({row.queue for row in rows})
     # On pgjobs' autocommit connection the block is one transaction: the id reservation inside it
     # shares its single commit. On the caller's connection the block is a savepoint, and the
     # reservation runs first so that it opens the caller's transaction if none is open yet: a block
     # entered outside any transaction would commit the jobs itself, not with the caller's work.
     if conn.autocommit:
         with conn.transaction():
-            return _copy_in(conn, rows, _reserve_ids(conn, len(rows)))
-    reserved = _reserve_ids(conn, len(rows))
+            return _copy_in(conn, rows, _reserve_ids_and_notify(conn, len(rows), queues))
+    reserved = _reserve_ids_and_notify(conn, len(rows), queues)
     with conn.transaction():
         return _copy_in(conn, rows, reserved)
 
 
-def _reserve_ids(conn: psycopg.Connection[Any], count: int) -> tuple[datetime, list[int]]:
-    now, ids = conn.execute(queries.JOB_RESERVE_IDS, {"count": count}, prepare=True).fetchall()[0]
+def _reserve_ids_and_notify(
+    conn: psycopg.Connection[Any], count: int, queues: list[str]
+) -> tuple[datetime, list[int]]:
+    params = {"count": count, "queues": queues}
+    now, ids, _ = conn.execute(queries.JOB_RESERVE_IDS, params, prepare=True).fetchall()[0]
     return now, ids
 
 
@@ -203,12 +229,21 @@ def _copy_in(
     conn: psycopg.Connection[Any],
     rows: Sequence[PreparedJob],
     reserved: tuple[datetime, list[int]],
-) -> list[EnqueuedJob]:
+) -> list[int]:
     now, ids = reserved
-    # Timestamps go in as ISO text: dumping a datetime costs more than the rest of a row, and most
-    # jobs share one run_at, the transaction's now() (which is also their created_at default).
-    ready = now.isoformat()
     with conn.cursor() as cursor:
+        if all(map(_ready_now, rows)):
+            # The usual batch: neither timestamp travels (run_at defaults to the transaction's
+            # now(), as JOB_INSERT_MANY would set it).
+            with cursor.copy(queries.JOB_COPY_MANY_READY) as copy:
+                for job_id, row in zip(ids, rows, strict=True):
+                    copy.write_row(
+                        (job_id, row.queue, row.task, row.payload, row.priority, row.max_attempts)
+                    )
+            return ids
+        # Timestamps go in as ISO text: dumping a datetime costs more than the rest of a row, and
+        # most jobs share one run_at, the transaction's now() (which is also their created_at).
+        ready = now.isoformat()
         with cursor.copy(queries.JOB_COPY_MANY) as copy:
             for job_id, row in zip(ids, rows, strict=True):
                 if row.run_at is not None:
@@ -229,13 +264,11 @@ def _copy_in(
                         row.expires_at,
                     )
                 )
-        queues = list(dict.fromkeys(row.queue for row in rows))
-        cursor.execute(queries.QUEUES_NOTIFY, {"queues": queues}, prepare=True)
-    return [EnqueuedJob(job_id, True) for job_id in ids]
+    return ids
 
 
-def _insert_many(conn: Any, rows: Sequence[PreparedJob]) -> list[EnqueuedJob]:
-    results: list[EnqueuedJob | None] = [None] * len(rows)
+def _insert_many(conn: Any, rows: Sequence[PreparedJob]) -> list[int]:
+    results: list[int | None] = [None] * len(rows)
     pending = list(range(len(rows)))
     # A NULL id means a concurrent enqueue took the key while this statement ran; its commit is
     # visible to the next statement, so one more round resolves it.
@@ -243,12 +276,12 @@ def _insert_many(conn: Any, rows: Sequence[PreparedJob]) -> list[EnqueuedJob]:
         batch = [rows[i] for i in pending]
         params = {key: [row[n] for row in batch] for n, key in enumerate(_MANY_KEYS)}
         still: list[int] = []
-        for position, job_id, created in _execute(conn, queries.JOB_INSERT_MANY, params):
+        for position, job_id in _execute(conn, queries.JOB_INSERT_MANY, params):
             index = pending[position - 1]
             if job_id is None:
                 still.append(index)
             else:
-                results[index] = EnqueuedJob(int(job_id), bool(created))
+                results[index] = int(job_id)
         if not still:
             return [r for r in results if r is not None]
         pending = still

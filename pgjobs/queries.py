@@ -24,7 +24,8 @@ _MOVED_COLUMNS = (
     "created_at, expires_at, idempotency_key, redrive_count, redriven_at, replay_of"
 )
 
-#: Insert one job without an idempotency key and wake idle workers of its queue.
+#: Insert one job without an idempotency key and wake idle workers of its queue. Rows: (id,);
+#: pg_notify sits in FROM so that its void result is not a column to send and decode.
 JOB_INSERT = f"""
 WITH inserted AS (
     INSERT INTO queued_jobs (queue, task, payload, priority, run_at, max_attempts, expires_at)
@@ -35,13 +36,23 @@ WITH inserted AS (
     )
     RETURNING id, queue
 )
-SELECT id, pg_notify('{NOTIFY_CHANNEL}', queue) FROM inserted
+SELECT id FROM inserted, pg_notify('{NOTIFY_CHANNEL}', queue)
+"""
+
+#: JOB_INSERT for a job that is ready now and never expires: run_at takes its default, now().
+JOB_INSERT_READY = f"""
+WITH inserted AS (
+    INSERT INTO queued_jobs (queue, task, payload, priority, max_attempts)
+    VALUES (%(queue)s, %(task)s, %(payload)s::jsonb, %(priority)s, %(max_attempts)s)
+    RETURNING id, queue
+)
+SELECT id FROM inserted, pg_notify('{NOTIFY_CHANNEL}', queue)
 """
 
 #: Insert many jobs from parallel arrays; a job whose idempotency key is already taken (in any of
 #: the three tables, or earlier in the same batch) is not inserted and the holder's id returned.
-#: Rows: (position, id, created). A NULL id means a concurrent enqueue holds the key but has not
-#: committed yet; the caller retries those rows.
+#: Rows: (position, id). A NULL id means a concurrent enqueue holds the key but has not committed
+#: yet; the caller retries those rows.
 JOB_INSERT_MANY = f"""
 WITH input AS (
     SELECT nextval(pg_get_serial_sequence('queued_jobs', 'id')) AS id, r.*
@@ -81,7 +92,7 @@ notified AS (
     SELECT count(pg_notify('{NOTIFY_CHANNEL}', queue)) AS n
     FROM (SELECT DISTINCT queue FROM inserted) q
 )
-SELECT i.position, coalesce(e.id, ins.id, holder.id), ins.id IS NOT NULL
+SELECT i.position, coalesce(e.id, ins.id, holder.id)
 FROM input i
 LEFT JOIN existing e ON e.position = i.position
 LEFT JOIN inserted ins ON ins.id = i.id
@@ -91,13 +102,17 @@ ORDER BY i.position
 """
 
 #: Reserve ``count`` job ids, ascending, for a bulk enqueue by COPY, with the transaction's
-#: ``now()`` (the base of ``run_in`` delays, as in JOB_INSERT_MANY). Rows: (now, ids array).
-JOB_RESERVE_IDS = """
-SELECT now(), ARRAY(
-    SELECT nextval(seq)
-    FROM CAST(pg_get_serial_sequence('queued_jobs', 'id') AS regclass) AS seq,
-         generate_series(1, %(count)s)
-)
+#: ``now()`` (the base of ``run_in`` delays, as in JOB_INSERT_MANY), and wake idle workers of each
+#: of ``queues`` once (COPY cannot NOTIFY by itself; a NOTIFY is delivered at commit).
+#: Rows: (now, ids array, number of queues notified).
+JOB_RESERVE_IDS = f"""
+SELECT now(),
+       ARRAY(
+           SELECT nextval(seq)
+           FROM CAST(pg_get_serial_sequence('queued_jobs', 'id') AS regclass) AS seq,
+                generate_series(1, %(count)s)
+       ),
+       (SELECT count(pg_notify('{NOTIFY_CHANNEL}', queue)) FROM unnest(%(queues)s::text[]) AS queue)
 """
 
 #: Bulk-insert jobs without idempotency keys, with ids from JOB_RESERVE_IDS (COPY text format).
@@ -105,9 +120,9 @@ JOB_COPY_MANY = """
 COPY queued_jobs (id, queue, task, payload, priority, run_at, max_attempts, expires_at) FROM STDIN
 """
 
-#: Wake idle workers of each of these queues, once per queue (COPY cannot NOTIFY by itself).
-QUEUES_NOTIFY = f"""
-SELECT pg_notify('{NOTIFY_CHANNEL}', queue) FROM unnest(%(queues)s::text[]) AS queue
+#: JOB_COPY_MANY for jobs that are ready now and never expire: run_at takes its default, now().
+JOB_COPY_MANY_READY = """
+COPY queued_jobs (id, queue, task, payload, priority, max_attempts) FROM STDIN
 """
 
 #: Plan each prepared statement once for this session, not at every execution (see
