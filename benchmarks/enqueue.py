@@ -24,7 +24,7 @@ def run(ctx: Context) -> list[Row]:
     db = ctx.db
     app.bind(db.dsn)
     conn = psycopg.connect(db.url, autocommit=True)
-    single = ctx.size(2_000, 500)
+    single = ctx.size(4_000, 500)
     batches = ctx.size(50, 10)
 
     def pgjobs_single() -> None:

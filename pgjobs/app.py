@@ -169,7 +169,8 @@ class App:
             expires_in=expires_in,
             idempotency_key=idempotency_key,
         )
-        return self.enqueue_many([spec], connection=connection)[0]
+        tasks = self._tasks if self._check_task_names else None
+        return self._insert([producer.prepare(spec, tasks)], connection)[0]
 
     def enqueue_many(self, jobs: Iterable[JobSpec], *, connection: Any = None) -> list[int]:
         """Enqueue many jobs in one statement; returns their ids in order. All or nothing.
@@ -177,6 +178,9 @@ class App:
         Example: ``app.enqueue_many(JobSpec("resize", {"image": n}) for n in range(1000))``
         """
         rows = producer.prepare_many(jobs, self._tasks if self._check_task_names else None)
+        return self._insert(rows, connection)
+
+    def _insert(self, rows: list[producer.PreparedJob], connection: Any) -> list[int]:
         if connection is not None:
             return producer.insert(connection, rows)
         pool, dsn = self._pool, self._dsn  # read without the lock once the pool is open

@@ -7,7 +7,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from pgjobs.errors import ConfigurationError
 
@@ -139,12 +139,13 @@ def check_max_attempts(max_attempts: int) -> None:
         raise ConfigurationError(f"max_attempts must be a whole number >= 1, got {max_attempts!r}")
 
 
-@dataclass(frozen=True, slots=True)
-class JobSpec:
+class JobSpec(NamedTuple):
     """One job to enqueue; ``None`` options take the task's (or pgjobs') defaults.
 
     ``run_at`` and ``run_in`` (seconds or a timedelta) are alternatives, as are ``expires_at``
-    and ``expires_in``. Datetimes must be timezone-aware.
+    and ``expires_in``. Datetimes must be timezone-aware. Immutable; a named tuple rather than
+    a frozen dataclass because building one is several times cheaper, which shows in a bulk
+    enqueue.
 
     Example: ``JobSpec("send_email", {"to": "a@example.com"}, run_in=60, idempotency_key="w-1")``
     """

@@ -4,6 +4,7 @@ statement for a batch, COPY for a large batch), whether or not the jobs are read
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from psycopg.rows import dict_row
@@ -15,7 +16,7 @@ from pgjobs.tasks import DEFAULT_MAX_ATTEMPTS
 LATER = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
 
 
-def rows_by_id(conn, ids: list[int]) -> list[dict]:
+def rows_by_id(conn, ids: list[int]) -> list[dict[str, Any]]:
     with conn.cursor(row_factory=dict_row) as cursor:
         cursor.execute(
             "SELECT *, run_at - created_at AS delay, now() AS checked_at FROM queued_jobs"
