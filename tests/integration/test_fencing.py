@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from pgjobs.completer import Outcomes
@@ -48,7 +46,7 @@ def leased(make_app, conn):
 def test_stale_outcome_changes_nothing(conn, leased, kind, stale):
     before = row(conn, "queued_jobs", leased.id)
     owner = stale.get("owner", "worker-a")
-    job = dataclasses.replace(leased, attempts=stale.get("attempts", leased.attempts))
+    job = leased._replace(attempts=stale.get("attempts", leased.attempts))
     outcomes = Outcomes(owner)
     OUTCOMES[kind](outcomes, job)
 
@@ -83,7 +81,7 @@ def test_worker_whose_lease_was_rescued_cannot_settle_the_new_run(make_app, dsn,
 
     # Same owner name, old attempt: also refused (a worker that re-claimed its own job).
     replay = Outcomes("worker-b")
-    replay.succeed(dataclasses.replace(second, attempts=1), '"replayed"')
+    replay.succeed(second._replace(attempts=1), '"replayed"')
     assert settle(conn, replay) == set()
 
     current = Outcomes("worker-b")
@@ -107,7 +105,7 @@ def test_a_batch_applies_only_its_fresh_outcomes(make_app, conn):
 
     outcomes = Outcomes("worker-a")
     outcomes.succeed(fresh, None)
-    outcomes.succeed(dataclasses.replace(other, attempts=other.attempts + 1), None)
+    outcomes.succeed(other._replace(attempts=other.attempts + 1), None)
     assert settle(conn, outcomes) == {fresh.id}
     assert assert_one_home(conn, [fresh.id, other.id]) == {
         fresh.id: "archived_jobs",

@@ -4,7 +4,6 @@ the pipelined path for everything else, with the same fencing and the same resul
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from typing import Any
 
 import psycopg
@@ -91,7 +90,7 @@ def test_a_stale_success_is_refused_and_the_claim_still_happens(dsn, conn, enque
     ids = enqueue(2)
     [job] = claim(conn, owner=OWNER, limit=1)
     outcomes = Outcomes(OWNER)
-    outcomes.succeed(dataclasses.replace(job, attempts=job.attempts + 1), None)
+    outcomes.succeed(job._replace(attempts=job.attempts + 1), None)
 
     applied, _, jobs = trip(dsn, outcomes, limit=5)
 
