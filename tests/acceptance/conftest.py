@@ -152,6 +152,20 @@ def lease_owner_pattern(pid: int) -> str:
     return f"%:{pid}:%"
 
 
+def leased_and_started(conn: psycopg.Connection[Any], pid: int) -> tuple[int, int]:
+    """(jobs leased to the worker process with ``pid``, handlers of it that started), from the
+    acceptance app's ``runs`` table."""
+    leased = scalar(
+        conn,
+        "SELECT count(*) FROM queued_jobs WHERE lease_owner LIKE %s",
+        [lease_owner_pattern(pid)],
+    )
+    started = scalar(
+        conn, "SELECT count(*) FROM runs WHERE worker_pid = %s AND phase = 'start'", [pid]
+    )
+    return leased, started
+
+
 def stop(procs: Sequence[Proc], timeout: float) -> list[int]:
     """SIGTERM every process, then wait for each; returns their exit codes."""
     for proc in procs:

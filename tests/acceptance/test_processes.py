@@ -15,6 +15,7 @@ from pgjobs import JobSpec
 from tests.acceptance.conftest import (
     APP,
     lease_owner_pattern,
+    leased_and_started,
     scalar,
     stop,
     wait_for,
@@ -144,19 +145,10 @@ def test_sigterm_lets_every_process_finish_its_running_jobs(make_app, runs, star
     supervisor = start_worker("--processes", "2", "--concurrency", str(concurrency))
     children = _wait_for_processes(conn, supervisor, 2)
 
-    def busy(pid: int) -> bool:
-        leased = scalar(
-            conn,
-            "SELECT count(*) FROM queued_jobs WHERE lease_owner LIKE %s",
-            [lease_owner_pattern(pid)],
-        )
-        started = scalar(
-            conn, "SELECT count(*) FROM runs WHERE worker_pid = %s AND phase = 'start'", [pid]
-        )
-        return bool(leased == started == concurrency)
-
     wait_for(
-        lambda: all(busy(pid) for pid in children),
+        lambda: all(
+            leased_and_started(conn, pid) == (concurrency, concurrency) for pid in children
+        ),
         30,
         "both worker processes running their jobs",
         procs=[supervisor],

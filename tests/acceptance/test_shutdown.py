@@ -3,28 +3,16 @@ worker exits 0; past the grace period, unfinished jobs go back to the queue at o
 
 from __future__ import annotations
 
+import functools
 import signal
 import time
 
 import pytest
 
 from pgjobs import JobSpec
-from tests.acceptance.conftest import lease_owner_pattern, scalar, wait_for
+from tests.acceptance.conftest import leased_and_started, scalar, wait_for
 
 CONCURRENCY = 4
-
-
-def _running(conn, pid: int) -> tuple[int, int]:
-    """(jobs leased to the worker with ``pid``, handlers of it that started)."""
-    leased = scalar(
-        conn,
-        "SELECT count(*) FROM queued_jobs WHERE lease_owner LIKE %s",
-        [lease_owner_pattern(pid)],
-    )
-    started = scalar(
-        conn, "SELECT count(*) FROM runs WHERE worker_pid = %s AND phase = 'start'", [pid]
-    )
-    return leased, started
 
 
 @pytest.mark.slow
@@ -35,10 +23,11 @@ def test_sigterm_lets_running_jobs_finish(make_app, runs, start_worker):
     ids = app.enqueue_many(JobSpec("accept.slow", {"key": n, "seconds": 2.0}) for n in range(jobs))
     worker = start_worker("--concurrency", str(CONCURRENCY))
 
+    running = functools.partial(leased_and_started, conn, worker.pid)
     wait_for(
-        lambda: _running(conn, worker.pid) == (CONCURRENCY, CONCURRENCY),
+        lambda: running() == (CONCURRENCY, CONCURRENCY),
         30,
-        lambda: f"{CONCURRENCY} running jobs, got (leased, started) = {_running(conn, worker.pid)}",
+        lambda: f"{CONCURRENCY} running jobs, got (leased, started) = {running()}",
         procs=[worker],
         interval=0.05,
     )
@@ -76,10 +65,11 @@ def test_sigterm_past_grace_gives_jobs_back_at_once(make_app, runs, start_worker
     )
     worker = start_worker("--concurrency", str(CONCURRENCY), "--grace", "0.5")
 
+    running = functools.partial(leased_and_started, conn, worker.pid)
     wait_for(
-        lambda: _running(conn, worker.pid) == (CONCURRENCY, CONCURRENCY),
+        lambda: running() == (CONCURRENCY, CONCURRENCY),
         30,
-        lambda: f"{CONCURRENCY} running jobs, got (leased, started) = {_running(conn, worker.pid)}",
+        lambda: f"{CONCURRENCY} running jobs, got (leased, started) = {running()}",
         procs=[worker],
         interval=0.05,
     )
