@@ -271,11 +271,7 @@ def process_cpu(pid: int) -> float | None:
     try:
         return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
     except (OSError, ValueError, IndexError):
-        pass
-    fields = _stat_fields(pid)
-    if fields is None:
-        return None
-    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+        return process_tree_cpu(pid)
 
 
 def process_tree_cpu(pid: int) -> float | None:
