@@ -299,11 +299,7 @@ def work_command(
         raise typer.Exit(
             supervisor.Supervisor(command, app.dsn, processes, burst=config.burst).run()
         )
-    worker = Worker(app, config)
-    if link is not None:
-        migrate.require_head(app.dsn)  # what the worker checks first, before saying "ready"
-        link.ready()
-    raise typer.Exit(worker.run())
+    raise typer.Exit(Worker(app, config).run(on_checked=link.ready if link else None))
 
 
 def _work_argv(app_ref: str, config: WorkerConfig, log_level: str) -> list[str]:

@@ -303,9 +303,7 @@ class SupervisorLink:
 
         link = SupervisorLink(fd)
         app.bind(link.dsn)
-        migrate.require_head(link.dsn)
-        link.ready()
-        Worker(app, config).run()
+        Worker(app, config).run(on_checked=link.ready)
     """
 
     def __init__(self, fd: int) -> None:
@@ -330,7 +328,7 @@ class SupervisorLink:
     def ready(self) -> None:
         """Tell the supervisor that this worker process passed its start-up checks.
 
-        Example: ``migrate.require_head(link.dsn); link.ready()``
+        Example: ``Worker(app, config).run(on_checked=link.ready)``
         """
         with contextlib.suppress(OSError):  # the supervisor is gone: the watch stops us
             self._channel.sendall(_READY)

@@ -204,13 +204,19 @@ class Worker:
             "at_most_once_tasks": [t.name for t in self.tasks.values() if t.at_most_once],
         }
 
-    def run(self) -> int:
-        """Work until stopped; returns the process exit code (0 after a graceful shutdown)."""
-        return asyncio.run(self._main())
+    def run(self, on_checked: Callable[[], None] | None = None) -> int:
+        """Work until stopped; returns the process exit code (0 after a graceful shutdown).
 
-    async def _main(self) -> int:
+        ``on_checked`` is called once the database schema has been found usable, before any
+        job is claimed (`pgjobs work --processes` tells the supervisor this process is ready).
+        """
+        return asyncio.run(self._main(on_checked))
+
+    async def _main(self, on_checked: Callable[[], None] | None) -> int:
         dsn = self.app.dsn
         migrate.require_head(dsn)
+        if on_checked is not None:
+            on_checked()
         loop = self._loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)

@@ -4,6 +4,7 @@ runs, and the supervisor's restart delays and exit codes."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import ClassVar
 
 import pytest
@@ -47,7 +48,7 @@ class _FakeWorker:
         self.app, self.config = app, config
         _FakeWorker.made.append(self)
 
-    def run(self) -> int:
+    def run(self, on_checked: Callable[[], None] | None = None) -> int:
         return 0
 
 
@@ -60,7 +61,7 @@ class _FakeSupervisor:
         self.command, self.dsn, self.processes, self.burst = command, dsn, processes, burst
         _FakeSupervisor.made.append(self)
 
-    def run(self) -> int:
+    def run(self, on_checked: Callable[[], None] | None = None) -> int:
         return 0
 
 
