@@ -14,7 +14,7 @@ from typing import Any
 from alembic import context
 from sqlalchemy import Connection, create_engine, pool
 
-from pgjobs import db
+from pgjobs.dsn import normalize_dsn, resolve_dsn
 from pgjobs.schema import metadata
 
 VERSION_TABLE = "pgjobs_alembic_version"
@@ -53,10 +53,10 @@ def _url(offline: bool) -> str:
         "sqlalchemy.url"
     )
     if raw:
-        return db.normalize_dsn(raw, "the migration DSN").sqlalchemy_url
+        return normalize_dsn(raw, "the migration DSN").sqlalchemy_url
     if offline:
         return "postgresql+psycopg://"  # offline SQL needs only the dialect
-    return db.resolve_dsn(None).sqlalchemy_url
+    return resolve_dsn(None).sqlalchemy_url
 
 
 def _options() -> dict[str, Any]:

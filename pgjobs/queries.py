@@ -11,6 +11,9 @@ from __future__ import annotations
 #: Channel that enqueue NOTIFYs (payload: the queue name) and idle workers LISTEN on.
 NOTIFY_CHANNEL = "pgjobs"
 
+#: Subscribe this session to NOTIFY_CHANNEL (an identifier, so spelled out rather than bound).
+LISTEN_JOBS = f'LISTEN "{NOTIFY_CHANNEL}"'
+
 # Columns of queued_jobs in the order models.Job takes them.
 JOB_COLUMNS = (
     "id, queue, task, payload, priority, run_at, attempts, max_attempts, lease_owner, "

@@ -26,6 +26,7 @@ import psycopg
 from psycopg import sql
 
 from pgjobs import db, queries
+from pgjobs.dsn import Dsn
 from pgjobs.errors import ConfigurationError, LockTimeout, PgjobsError, SchemaMissing
 from pgjobs.models import ArchivePartition
 
@@ -88,7 +89,7 @@ def archive_partitions(conn: psycopg.Connection[Any]) -> list[ArchivePartition]:
 
 
 def prune(
-    dsn: db.Dsn,
+    dsn: Dsn,
     older_than: timedelta,
     *,
     export: Path | None = None,

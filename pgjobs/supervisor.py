@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from types import FrameType
 
-from pgjobs import db
+from pgjobs.dsn import Dsn
 from pgjobs.errors import ConfigurationError
 
 log = logging.getLogger("pgjobs.supervisor")
@@ -110,11 +110,11 @@ class Supervisor:
     Example::
 
         command = [sys.executable, "-m", "pgjobs", "work", "--app=myapp.jobs:app"]
-        sys.exit(Supervisor(command, db.resolve_dsn(None), processes=4).run())
+        sys.exit(Supervisor(command, resolve_dsn(None), processes=4).run())
     """
 
     def __init__(
-        self, command: Sequence[str], dsn: db.Dsn, processes: int, *, burst: bool = False
+        self, command: Sequence[str], dsn: Dsn, processes: int, *, burst: bool = False
     ) -> None:
         if processes < 1:
             raise ConfigurationError(f"processes must be >= 1, got {processes}")
@@ -320,7 +320,7 @@ class SupervisorLink:
             ) from None
         channel.set_inheritable(False)  # processes that handlers start must not hold it open
         self._channel = channel
-        self.dsn = db.Dsn(url, source)
+        self.dsn = Dsn(url, source)
         threading.Thread(
             target=self._stop_when_orphaned, name="pgjobs-supervisor-link", daemon=True
         ).start()

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from pgjobs import db, migrate, queries
 from pgjobs.completer import Outcomes, result_json
+from pgjobs.dsn import Dsn
 from pgjobs.errors import (
     ConfigurationError,
     DatabaseUnavailable,
@@ -287,7 +288,7 @@ class Worker:
         self._stop.set()
         self._changed.set()
 
-    async def _work(self, conn: Any, dsn: db.Dsn) -> None:
+    async def _work(self, conn: Any, dsn: Dsn) -> None:
         """The claim loop. Round trips go over up to two connections ("lanes"): while one
         trip is in flight, slots freed meanwhile are settled and refilled over the other, so the
         handlers do not wait for the database and the database does not wait for the handlers."""
@@ -367,12 +368,12 @@ class Worker:
                     with contextlib.suppress(Exception):
                         await lane.conn.close()
 
-    async def _lane_trip(self, lane: _Lane, dsn: db.Dsn, free: int) -> list[Job]:
+    async def _lane_trip(self, lane: _Lane, dsn: Dsn, free: int) -> list[Job]:
         if lane.conn is None or lane.conn.closed:
             lane.conn = await db.connect_async(dsn, generic_plans=True)
         return await self._trip(lane.conn, free)
 
-    async def _landed(self, lane: _Lane, dsn: db.Dsn) -> tuple[list[Job], int]:
+    async def _landed(self, lane: _Lane, dsn: Dsn) -> tuple[list[Job], int]:
         """Take the result of ``lane``'s finished trip: start the jobs it claimed."""
         assert lane.trip is not None
         trip, asked = lane.trip, lane.asked
@@ -468,7 +469,7 @@ class Worker:
             and not len(self._outcomes)
         )
 
-    async def _queues_have_jobs(self, lanes: list[_Lane], dsn: db.Dsn) -> bool:
+    async def _queues_have_jobs(self, lanes: list[_Lane], dsn: Dsn) -> bool:
         lane = lanes[0]
         try:
             if lane.conn is None or lane.conn.closed:
@@ -577,7 +578,7 @@ class Worker:
             self._extensions[context.job.id] = (context, seconds)
             self._changed.set()
 
-    async def _abandon(self, lanes: list[_Lane], dsn: db.Dsn) -> None:
+    async def _abandon(self, lanes: list[_Lane], dsn: Dsn) -> None:
         """Grace period over: give running jobs back now (their attempt stays used) rather than
         leave them to their leases; at-most-once jobs go to dead_letter, never to run again."""
         for context, future in list(self._running.values()):
@@ -598,13 +599,13 @@ class Worker:
         except (DatabaseUnavailable, SchemaMissing) as exc:
             log.warning("could not flush outcomes (%s); leases will recover those jobs", exc)
 
-    async def _listen(self, dsn: db.Dsn) -> None:
+    async def _listen(self, dsn: Dsn) -> None:
         """Wake the claim loop when a job is enqueued on one of this worker's queues."""
         queues = set(self.queues)
         attempt = 0
         while not self._stop.is_set():
             try:
-                async for queue in db.notifications(dsn, queries.NOTIFY_CHANNEL):
+                async for queue in db.notifications(dsn):
                     attempt = 0
                     if queue in queues:
                         self._woken = True

@@ -22,7 +22,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pgjobs import App, db, migrate
+from pgjobs import App, migrate
+from pgjobs.dsn import Dsn, normalize_dsn
 
 NO_DATABASE = (
     "no PostgreSQL for the tests: set PGJOBS_TEST_DSN=postgresql://user@host:5432/postgres, "
@@ -33,7 +34,7 @@ NO_DATABASE = (
 def _server_from_env() -> str | None:
     for name in ("PGJOBS_TEST_DSN", "DATABASE_URL"):
         if os.environ.get(name):
-            return db.normalize_dsn(os.environ[name], f"${name}").url
+            return normalize_dsn(os.environ[name], f"${name}").url
     return None
 
 
@@ -84,16 +85,16 @@ def server_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def create_database(server_url: str) -> Iterator[Callable[[], db.Dsn]]:
+def create_database(server_url: str) -> Iterator[Callable[[], Dsn]]:
     """Factory of empty throwaway databases on the test server, all dropped at session end."""
     created: list[str] = []
     admin = psycopg.connect(server_url, autocommit=True)
 
-    def create() -> db.Dsn:
+    def create() -> Dsn:
         name = f"pgjobs_test_{secrets.token_hex(4)}"
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         created.append(name)
-        return db.Dsn(urlunsplit(urlsplit(server_url)._replace(path=f"/{name}")), "test")
+        return Dsn(urlunsplit(urlsplit(server_url)._replace(path=f"/{name}")), "test")
 
     yield create
     for name in created:
@@ -104,7 +105,7 @@ def create_database(server_url: str) -> Iterator[Callable[[], db.Dsn]]:
 
 
 @pytest.fixture(scope="session")
-def database(create_database: Callable[[], db.Dsn]) -> db.Dsn:
+def database(create_database: Callable[[], Dsn]) -> Dsn:
     """The session's migrated database."""
     dsn = create_database()
     migrate.upgrade(dsn)
@@ -112,7 +113,7 @@ def database(create_database: Callable[[], db.Dsn]) -> db.Dsn:
 
 
 @pytest.fixture
-def dsn(database: db.Dsn) -> db.Dsn:
+def dsn(database: Dsn) -> Dsn:
     """The migrated database, with every pgjobs table empty."""
     with psycopg.connect(database.url, autocommit=True) as conn:
         conn.execute("TRUNCATE queued_jobs, archived_jobs, dead_letter RESTART IDENTITY")
@@ -120,14 +121,14 @@ def dsn(database: db.Dsn) -> db.Dsn:
 
 
 @pytest.fixture
-def conn(dsn: db.Dsn) -> Iterator[psycopg.Connection[Any]]:
+def conn(dsn: Dsn) -> Iterator[psycopg.Connection[Any]]:
     """An autocommit connection to the test database."""
     with psycopg.connect(dsn.url, autocommit=True) as connection:
         yield connection
 
 
 @pytest.fixture
-def make_app(dsn: db.Dsn) -> Iterator[Callable[..., App]]:
+def make_app(dsn: Dsn) -> Iterator[Callable[..., App]]:
     """Factory of Apps bound to the test database; closed after the test."""
     apps: list[App] = []
 
@@ -142,7 +143,7 @@ def make_app(dsn: db.Dsn) -> Iterator[Callable[..., App]]:
 
 
 @pytest.fixture
-def subprocess_env(dsn: db.Dsn) -> dict[str, str]:
+def subprocess_env(dsn: Dsn) -> dict[str, str]:
     """Environment for `pgjobs` subprocesses: the test database, and the repo on sys.path."""
     env = dict(os.environ)
     env["PGJOBS_DATABASE_URL"] = dsn.url

@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 
 from pgjobs import db
+from pgjobs.dsn import Dsn
 from pgjobs.errors import ConfigurationError, PgjobsError
 
 log = logging.getLogger("pgjobs.maintenance")
@@ -56,7 +57,7 @@ class Service(ABC):
         """Do one round of work and return what was done, e.g. ``{"requeued": 3}``."""
 
 
-async def run_services(services: Sequence[Service], dsn: db.Dsn, stop: asyncio.Event) -> None:
+async def run_services(services: Sequence[Service], dsn: Dsn, stop: asyncio.Event) -> None:
     """Run ``services`` on one connection of their own until ``stop`` is set.
 
     A failing round is logged and tried again at the service's next turn.

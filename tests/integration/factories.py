@@ -17,6 +17,7 @@ from psycopg.rows import dict_row
 
 from pgjobs import App, Worker, WorkerConfig, cli, db, queries
 from pgjobs.completer import Outcomes
+from pgjobs.dsn import Dsn
 from pgjobs.maintenance import Service
 from pgjobs.models import Job
 
@@ -103,7 +104,7 @@ def work(app: App, **config: Any) -> int:
     return Worker(app, WorkerConfig(**options)).run()
 
 
-def run_service(dsn: db.Dsn, service: Service) -> dict[str, int]:
+def run_service(dsn: Dsn, service: Service) -> dict[str, int]:
     """One ``run_once`` of a maintenance service on a fresh async connection."""
 
     async def once() -> dict[str, int]:

@@ -11,6 +11,7 @@ import pytest
 
 from pgjobs import db
 from pgjobs.completer import Outcomes
+from pgjobs.dsn import Dsn
 from pgjobs.models import Job
 from tests.integration.factories import assert_one_home, claim, row
 
@@ -30,7 +31,7 @@ def claim_params(limit: int) -> dict[str, Any]:
 
 
 def trip(
-    dsn: db.Dsn, outcomes: Outcomes | None, limit: int, extend: dict[str, Any] | None = None
+    dsn: Dsn, outcomes: Outcomes | None, limit: int, extend: dict[str, Any] | None = None
 ) -> tuple[set[int], set[int], list[Job]]:
     """One ``settle_and_claim`` on a fresh worker connection."""
 

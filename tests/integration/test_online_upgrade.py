@@ -144,7 +144,7 @@ def run_migrations_online() -> None:
         with context.begin_transaction():
             context.run_migrations()
     # pgjobs' migrations, in the same `alembic upgrade`, with their own version table.
-    pgjobs.migrate.upgrade(pgjobs.db.normalize_dsn(url, "alembic.ini"))
+    pgjobs.migrate.upgrade(pgjobs.dsn.normalize_dsn(url, "alembic.ini"))
 
 
 run_migrations_online()

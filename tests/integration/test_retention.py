@@ -12,7 +12,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgjobs import App, cli, db, migrate
+from pgjobs import App, cli, migrate
+from pgjobs.dsn import Dsn
 from pgjobs.maintenance.partitions import ArchivePartitions, partition_name
 from pgjobs.schema import archived_jobs
 from tests.integration.factories import assert_one_home, run_service, work
@@ -68,7 +69,7 @@ def fresh_conn(fresh):
         yield conn
 
 
-def prune(capsys, dsn: db.Dsn, *args: str) -> tuple[int, str, str]:
+def prune(capsys, dsn: Dsn, *args: str) -> tuple[int, str, str]:
     code = cli.main(["prune", *args, "--dsn", dsn.url])
     out, err = capsys.readouterr()
     return code, out, err
@@ -196,7 +197,7 @@ def test_the_service_does_nothing_before_the_archive_is_partitioned(create_datab
 # -- pgjobs prune ----------------------------------------------------------------------------
 
 
-def _history(dsn: db.Dsn, conn: psycopg.Connection[Any]) -> dict[str, list[int]]:
+def _history(dsn: Dsn, conn: psycopg.Connection[Any]) -> dict[str, list[int]]:
     """Jobs finished 45, 40 and 35 days ago (two on day 40), 10 days ago and now, each in the
     partition of its day. Returns partition -> ids."""
     now = datetime.now(UTC)

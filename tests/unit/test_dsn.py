@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pgjobs import ConfigurationError, DatabaseUnavailable, db
+from pgjobs.dsn import Dsn, normalize_dsn, redact, resolve_dsn
 
 
 @pytest.mark.parametrize(
@@ -18,7 +19,7 @@ from pgjobs import ConfigurationError, DatabaseUnavailable, db
     ],
 )
 def test_accepted_forms_normalise_to_libpq_urls(raw):
-    dsn = db.normalize_dsn(raw, "--dsn")
+    dsn = normalize_dsn(raw, "--dsn")
     assert dsn.url == "postgresql://u:pw@h:5432/app"
     assert dsn.sqlalchemy_url == "postgresql+psycopg://u:pw@h:5432/app"
     assert dsn.source == "--dsn"
@@ -29,7 +30,7 @@ def test_accepted_forms_normalise_to_libpq_urls(raw):
 )
 def test_other_forms_are_refused_without_echoing_them(raw):
     with pytest.raises(ConfigurationError, match=r"\$PGJOBS_DATABASE_URL.*postgresql://") as e:
-        db.normalize_dsn(raw, "$PGJOBS_DATABASE_URL")
+        normalize_dsn(raw, "$PGJOBS_DATABASE_URL")
     assert "secret" not in str(e.value)
 
 
@@ -45,8 +46,8 @@ def test_other_forms_are_refused_without_echoing_them(raw):
     ],
 )
 def test_redact_hides_the_password(url, expected):
-    assert db.redact(url) == expected
-    assert db.Dsn(url, "test").redacted == expected
+    assert redact(url) == expected
+    assert Dsn(url, "test").redacted == expected
 
 
 @pytest.mark.parametrize(
@@ -58,29 +59,29 @@ def test_redact_hides_the_password(url, expected):
     ],
 )
 def test_redact_hides_a_password_given_as_a_parameter(url):
-    redacted = db.redact(url)
+    redacted = redact(url)
     assert "secret" not in redacted
     assert redacted.startswith("postgresql://u")
     assert "h/app" in redacted
 
 
 def test_redact_survives_garbage():
-    assert "secret" not in db.redact("postgresql://u:secret@[::1/app")
+    assert "secret" not in redact("postgresql://u:secret@[::1/app")
 
 
 def test_resolve_precedence(monkeypatch):
     monkeypatch.setenv("PGJOBS_DATABASE_URL", "postgresql://from-pgjobs-env/app")
     monkeypatch.setenv("DATABASE_URL", "postgres://from-database-url/app")
-    assert db.resolve_dsn("postgresql+psycopg://explicit/app").url == "postgresql://explicit/app"
-    assert db.resolve_dsn(None).url == "postgresql://from-pgjobs-env/app"
-    assert db.resolve_dsn(None).source == "$PGJOBS_DATABASE_URL"
+    assert resolve_dsn("postgresql+psycopg://explicit/app").url == "postgresql://explicit/app"
+    assert resolve_dsn(None).url == "postgresql://from-pgjobs-env/app"
+    assert resolve_dsn(None).source == "$PGJOBS_DATABASE_URL"
     monkeypatch.delenv("PGJOBS_DATABASE_URL")
-    assert db.resolve_dsn(None).url == "postgresql://from-database-url/app"
-    assert db.resolve_dsn(None).source == "$DATABASE_URL"
+    assert resolve_dsn(None).url == "postgresql://from-database-url/app"
+    assert resolve_dsn(None).source == "$DATABASE_URL"
 
 
 def test_unreachable_error_shows_the_redacted_dsn_only():
-    dsn = db.normalize_dsn("postgresql://u:hunter2@127.0.0.1:1/x?connect_timeout=2", "--dsn")
+    dsn = normalize_dsn("postgresql://u:hunter2@127.0.0.1:1/x?connect_timeout=2", "--dsn")
     with pytest.raises(DatabaseUnavailable) as raised:
         db.connect(dsn)
     message = str(raised.value)

@@ -10,7 +10,8 @@ from typing import ClassVar
 import pytest
 import typer.main
 
-from pgjobs import App, ConfigurationError, WorkerConfig, cli, db, supervisor
+from pgjobs import App, ConfigurationError, WorkerConfig, cli, supervisor
+from pgjobs.dsn import Dsn
 from tests.integration.factories import assert_one_line_error, run
 
 APP = "tests.integration.cli_app:app"
@@ -177,4 +178,4 @@ def test_exit_codes_read_as_a_shell_reports_them(returncode, code):
 
 def test_supervisor_needs_at_least_one_process():
     with pytest.raises(ConfigurationError, match="processes must be >= 1"):
-        supervisor.Supervisor(["true"], db.Dsn(APP_DSN, "test"), 0)
+        supervisor.Supervisor(["true"], Dsn(APP_DSN, "test"), 0)
