@@ -20,6 +20,31 @@ class JobStatus(enum.StrEnum):
     DEAD = "dead"
 
 
+class ArchivedStatus(enum.StrEnum):
+    """How a job that left ``queued_jobs`` for ``archived_jobs`` ended."""
+
+    SUCCEEDED = "succeeded"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+
+
+class DeadReason(enum.StrEnum):
+    """Why a row is in ``dead_letter``."""
+
+    #: Failed on its last attempt.
+    EXHAUSTED = "exhausted"
+    #: The handler raised ``NonRetryableError``.
+    NON_RETRYABLE = "non_retryable"
+    #: Its lease expired on the last attempt, or on any attempt of an at-most-once task.
+    LEASE_EXPIRED = "lease_expired"
+    #: No task of that name is registered with the worker's app.
+    UNKNOWN_TASK = "unknown_task"
+    #: The payload does not fit the handler's parameters.
+    INVALID_PAYLOAD = "invalid_payload"
+    #: An at-most-once job still running when its worker's shutdown grace period ran out.
+    INTERRUPTED = "interrupted"
+
+
 class Job(NamedTuple):
     """A row of ``queued_jobs`` as a worker claimed it. Immutable; a named tuple rather than a
     frozen dataclass because a worker builds one per job, at a quarter of the cost."""

@@ -12,6 +12,8 @@ migrated database and this module do not drift apart.
 
 from __future__ import annotations
 
+import enum
+
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -30,6 +32,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.schema import SchemaItem
 
+from pgjobs.models import ArchivedStatus, DeadReason
+
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -40,21 +44,8 @@ NAMING_CONVENTION = {
 
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
-#: Statuses a row of ``archived_jobs`` can carry.
-ARCHIVED_STATUSES = ("succeeded", "cancelled", "expired")
-#: Why a row is in ``dead_letter``.
-DEAD_REASONS = (
-    "exhausted",
-    "non_retryable",
-    "lease_expired",
-    "unknown_task",
-    "invalid_payload",
-    # An at-most-once job still running when its worker's shutdown grace period ran out.
-    "interrupted",
-)
 
-
-def _status_check(column: str, values: tuple[str, ...]) -> CheckConstraint:
+def _status_check(column: str, values: type[enum.StrEnum]) -> CheckConstraint:
     listed = ", ".join(f"'{value}'" for value in values)
     return CheckConstraint(f"{column} IN ({listed})", name=column)
 
@@ -168,7 +159,7 @@ archived_jobs = Table(
     Column("expires_at", DateTime(timezone=True)),
     Column("idempotency_key", Text),
     *_operations_columns("archived_jobs"),
-    _status_check("status", ARCHIVED_STATUSES),
+    _status_check("status", ArchivedStatus),
     Index("ix_archived_jobs_finished_at", "finished_at"),
     Index(
         "ix_archived_jobs_idempotency_key",
@@ -200,7 +191,7 @@ dead_letter = Table(
     Column("expires_at", DateTime(timezone=True)),
     Column("idempotency_key", Text),
     *_operations_columns("dead_letter"),
-    _status_check("reason", DEAD_REASONS),
+    _status_check("reason", DeadReason),
     # Triage by time, newest first, optionally narrowed to one task.
     Index("ix_dead_letter_failed_at", "failed_at"),
     Index("ix_dead_letter_task_failed_at", "task", "failed_at"),
