@@ -160,14 +160,14 @@ class BenchDatabase:
     def create_archive_days(self, days: int) -> None:
         """The daily archived_jobs partitions of today and the ``days`` before, as the workers'
         archive-partitions service would have created them."""
-        from pgjobs.maintenance.partitions import create_statement, day_range, partition_name
+        from pgjobs.archive import create_statement
 
         today = datetime.now(UTC).date()
         with self.conn.transaction():
             self.conn.execute(queries.ARCHIVE_DDL_LOCK, {"key": queries.ARCHIVE_DDL_LOCK_KEY})
             for n in range(days + 1):
                 day = today - timedelta(days=n)
-                self.conn.execute(create_statement(partition_name(day), *day_range(day)))
+                self.conn.execute(create_statement(day))
 
     def vacuum(self, *tables: str) -> None:
         for table in tables:

@@ -24,7 +24,7 @@ from pgjobs.errors import (
     QueryFailed,
     SchemaMissing,
 )
-from pgjobs.models import DeadGroup, DeadJob, Job, JobHistory, JobStatus
+from pgjobs.models import ArchivePartition, DeadGroup, DeadJob, Job, JobHistory, JobStatus
 
 if TYPE_CHECKING:
     import sqlalchemy
@@ -131,6 +131,11 @@ def job_history_from_row(row: tuple[Any, ...]) -> JobHistory:
     values[2] = JobStatus(values[2])
     values[-1] = tuple(values[-1])
     return JobHistory(*values)
+
+
+def archive_partition_from_row(row: tuple[Any, ...]) -> ArchivePartition:
+    """A row of ``queries.ARCHIVE_PARTITIONS`` as an ``ArchivePartition``."""
+    return ArchivePartition(*row)
 
 
 def schema_revision(conn: psycopg.Connection[Any]) -> str | None:

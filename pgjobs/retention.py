@@ -25,7 +25,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pgjobs import db, queries
+from pgjobs import archive, db, queries
 from pgjobs.dsn import Dsn
 from pgjobs.errors import ConfigurationError, LockTimeout, PgjobsError, SchemaMissing
 from pgjobs.models import ArchivePartition
@@ -83,11 +83,6 @@ class PruneReport:
         return sum(p.rows for p in self.pruned)
 
 
-def archive_partitions(conn: psycopg.Connection[Any]) -> list[ArchivePartition]:
-    """The partitions of ``archived_jobs``, oldest first, the DEFAULT partition last."""
-    return [ArchivePartition(*row) for row in db.fetch_all(conn, queries.ARCHIVE_PARTITIONS)]
-
-
 def prune(
     dsn: Dsn,
     older_than: timedelta,
@@ -130,36 +125,15 @@ def prune(
             conn, queries.LOCK_TIMEOUT_SESSION, {"timeout": f"{int(lock_timeout * 1000)}ms"}
         )
         cutoff: datetime = now - older_than
-        partitions = archive_partitions(conn)
-        default = next((p for p in partitions if p.is_default), None)
+        partitions = archive.list_partitions(conn)
+        default = archive.default_partition(partitions)
         concurrently = server_version >= 140000 and default is None
-        expired = [
-            p for p in partitions if not p.is_default and p.upper is not None and p.upper <= cutoff
-        ]
-        straddling = [
-            p
-            for p in partitions
-            if not p.is_default
-            and p.upper is not None
-            and p.upper > cutoff
-            and (p.lower is None or p.lower < cutoff)
-        ]
         default_rows_older = 0
         if default is not None:
-            default_rows_older = db.fetch_all(
-                conn,
-                sql.SQL(queries.ARCHIVE_DEFAULT_COUNT_OLDER)
-                .format(default=sql.Identifier(default.name))
-                .as_string(conn),
-                {"cutoff": cutoff},
-            )[0][0]
+            default_rows_older = archive.default_rows(conn, default, before=cutoff)
         pruned = []
-        for partition in expired:
-            name = sql.Identifier(partition.name)
-            rows = db.fetch_all(
-                conn,
-                sql.SQL(queries.ARCHIVE_PARTITION_COUNT).format(partition=name).as_string(conn),
-            )[0][0]
+        for partition in archive.finished_before(partitions, cutoff):
+            rows = archive.partition_rows(conn, partition)
             exported_to = None
             if export is not None and not dry_run:
                 exported_to = _export(conn, partition.name, export, export_format)
@@ -169,6 +143,7 @@ def prune(
             pruned.append(done)
             if on_pruned is not None:
                 on_pruned(done)
+    straddling = archive.straddling(partitions, cutoff)
     return PruneReport(cutoff, dry_run, pruned, straddling, default_rows_older)
 
 

@@ -13,16 +13,14 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg import sql
 from rich.console import Group, RenderableType
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from pgjobs import db, queries
+from pgjobs import archive, db, queries
 from pgjobs.maintenance.registry import STALE_AFTER
 from pgjobs.models import ArchivePartition, QueueStats, TableHealth, WorkerInfo
-from pgjobs.retention import archive_partitions
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,14 +70,9 @@ def _read(conn: psycopg.Connection[Any], verbose: bool) -> Snapshot:
     if not verbose:
         return Snapshot(queues, workers, orphaned)
     tables = [TableHealth(*row) for row in db.fetch_all(conn, queries.TABLE_HEALTH)]
-    partitions = archive_partitions(conn)
-    default = next((p for p in partitions if p.is_default), None)
-    default_rows = None
-    if default is not None:
-        count = sql.SQL(queries.ARCHIVE_DEFAULT_COUNT_OLDER).format(
-            default=sql.Identifier(default.name)
-        )
-        default_rows = db.fetch_all(conn, count.as_string(conn), {"cutoff": "infinity"})[0][0]
+    partitions = archive.list_partitions(conn)
+    default = archive.default_partition(partitions)
+    default_rows = None if default is None else archive.default_rows(conn, default)
     return Snapshot(queues, workers, orphaned, tables, partitions, default_rows)
 
 

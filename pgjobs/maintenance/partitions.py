@@ -8,52 +8,21 @@ worker was down for days) are moved into a partition of their own day, created f
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
-from pgjobs import db, queries
+from pgjobs import archive, db, queries
 from pgjobs.errors import ConfigurationError
 from pgjobs.maintenance import Service, ServiceConfig
-from pgjobs.models import ArchivePartition
 
-#: Name of the partition of one UTC day: archived_jobs_p20261121.
-PARTITION_PREFIX = "archived_jobs_p"
 #: Days after today whose partitions exist ahead of time (so three days without any worker
 #: running this service still route every row to its own day).
 DAYS_AHEAD = 3
 #: Days of rows moved out of the DEFAULT partition per round, at most.
 DEFAULT_DAYS_PER_ROUND = 7
-
-
-def partition_name(day: date) -> str:
-    """``partition_name(date(2026, 11, 21)) == "archived_jobs_p20261121"``"""
-    return f"{PARTITION_PREFIX}{day:%Y%m%d}"
-
-
-def day_range(day: date) -> tuple[datetime, datetime]:
-    """[midnight, next midnight) of a UTC day."""
-    start = datetime.combine(day, time(), tzinfo=UTC)
-    return start, start + timedelta(days=1)
-
-
-def overlaps(partitions: list[ArchivePartition], lower: datetime, upper: datetime) -> bool:
-    """Whether [lower, upper) shares any instant with a (non-default) partition."""
-    return any(
-        not p.is_default
-        and p.upper is not None
-        and p.upper > lower
-        and (p.lower is None or p.lower < upper)
-        for p in partitions
-    )
-
-
-def create_statement(name: str, lower: datetime, upper: datetime) -> sql.Composed:
-    return sql.SQL(queries.ARCHIVE_PARTITION_CREATE).format(
-        partition=sql.Identifier(name), lower=sql.Literal(lower), upper=sql.Literal(upper)
-    )
 
 
 class ArchivePartitions(Service):
@@ -90,9 +59,9 @@ class ArchivePartitions(Service):
         today, partitioned = rows[0][0], rows[0][1]
         if not partitioned:
             return {"created": 0, "moved": 0}
-        partitions = await self._partitions(conn)
+        partitions = await archive.list_partitions_async(conn)
         days: list[date] = []
-        default = next((p for p in partitions if p.is_default), None)
+        default = archive.default_partition(partitions)
         if default is not None:
             stranded = await db.fetch_all_async(
                 conn,
@@ -106,38 +75,31 @@ class ArchivePartitions(Service):
         days += [today + timedelta(days=n) for n in range(self.days_ahead + 1)]
         created = moved = 0
         for day in dict.fromkeys(days):
-            if overlaps(partitions, *day_range(day)):
+            if archive.overlaps(partitions, *archive.day_range(day)):
                 continue
             done, rows_moved = await self._create(conn, day)
             created += done
             moved += rows_moved
         return {"created": created, "moved": moved}
 
-    async def _partitions(self, conn: psycopg.AsyncConnection[Any]) -> list[ArchivePartition]:
-        return [
-            ArchivePartition(*row)
-            for row in await db.fetch_all_async(conn, queries.ARCHIVE_PARTITIONS)
-        ]
-
     async def _create(self, conn: psycopg.AsyncConnection[Any], day: date) -> tuple[int, int]:
         """Create the partition of ``day`` unless another worker just did; returns (created,
         rows moved out of the DEFAULT partition)."""
-        lower, upper = day_range(day)
-        name = partition_name(day)
+        lower, upper = archive.day_range(day)
         timeout = {"timeout": f"{int(self.lock_timeout * 1000)}ms"}
         with db.translate_errors():
             async with conn.transaction():
                 await conn.execute(queries.LOCK_TIMEOUT_LOCAL, timeout)
                 await conn.execute(queries.ARCHIVE_DDL_LOCK, {"key": queries.ARCHIVE_DDL_LOCK_KEY})
                 # Under the lock: what another worker created meanwhile counts.
-                partitions = await self._partitions(conn)
-                if overlaps(partitions, lower, upper):
+                partitions = await archive.list_partitions_async(conn)
+                if archive.overlaps(partitions, lower, upper):
                     return 0, 0
                 moved = 0
-                default = next((p for p in partitions if p.is_default), None)
+                default = archive.default_partition(partitions)
                 if default is not None:
                     moved = await self._stage_default_rows(conn, default.name, lower, upper)
-                await conn.execute(create_statement(name, lower, upper))
+                await conn.execute(archive.create_statement(day))
                 if moved:
                     await conn.execute(queries.ARCHIVE_DEFAULT_UNSTAGE)
         return 1, moved

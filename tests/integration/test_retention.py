@@ -13,8 +13,9 @@ import psycopg
 import pytest
 
 from pgjobs import App, cli, migrate
+from pgjobs.archive import partition_name
 from pgjobs.dsn import Dsn
-from pgjobs.maintenance.partitions import ArchivePartitions, partition_name
+from pgjobs.maintenance.partitions import ArchivePartitions
 from pgjobs.schema import archived_jobs
 from tests.integration.factories import assert_one_home, run_service, work
 
