@@ -1,4 +1,4 @@
-"""`pgjobs migrate`: Alembic commands on pgjobs' own migrations, wherever they are installed.
+"""`pgjobs migrate`: Alembic commands on pgjobs' own migrations, shipped in ``pgjobs/migrations``.
 
 Alembic (and SQLAlchemy under it) is imported only by the functions that run it: a worker checks
 the schema revision without them, which keeps ~24 MiB out of every worker process.
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from alembic.config import Config
 
 VERSION_TABLE = "pgjobs_alembic_version"
-#: The newest revision in pgjobs' migrations (alembic/versions), the one a worker needs.
+#: The newest revision in pgjobs' migrations (migrations/versions), the one a worker needs.
 #: tests/integration/test_migrations.py checks it against what Alembic reads from the folder.
 HEAD = "0004"
 # A lock_timeout as PostgreSQL reads it: 5s, 500ms, 1min, 0 (no limit); the same rule as env.py.
@@ -29,13 +29,8 @@ _DURATION = re.compile(r"\d+(\.\d+)?\s*(us|ms|s|min|h|d)?")
 
 
 def migrations_dir() -> Path:
-    """The folder of env.py and versions/: inside the installed package (``pgjobs/migrations``,
-    as the wheel ships it), else the repository's top-level ``alembic/``."""
-    package = Path(__file__).resolve().parent
-    for candidate in (package / "migrations", package.parent / "alembic"):
-        if (candidate / "env.py").is_file():
-            return candidate
-    raise FileNotFoundError(f"pgjobs' migrations are missing from {package}; reinstall pgjobs")
+    """The folder of env.py and versions/, inside the package (``pgjobs/migrations``)."""
+    return Path(__file__).resolve().parent / "migrations"
 
 
 def _config(output: io.StringIO | None = None) -> Config:

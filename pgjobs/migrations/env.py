@@ -1,7 +1,7 @@
 """Alembic environment of pgjobs' migrations.
 
-The same folder serves `alembic upgrade head` from the repository root and `pgjobs migrate`
-from an installed wheel (where it ships as ``pgjobs/migrations``). pgjobs keeps its own version
+The same folder, inside the package, serves `alembic upgrade head` from the repository root
+(alembic.ini points here) and `pgjobs migrate` from an installed wheel. pgjobs keeps its own version
 table, ``pgjobs_alembic_version``, so its history lives beside an application's own Alembic
 history in the same database.
 """
