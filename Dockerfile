@@ -2,7 +2,6 @@
 FROM python:3.12-slim
 WORKDIR /app
 COPY pyproject.toml README.md alembic.ini ./
-COPY alembic ./alembic
 COPY pgjobs ./pgjobs
 COPY examples ./examples
 RUN pip install --no-cache-dir . && useradd --create-home pgjobs
