@@ -26,8 +26,8 @@ PGJOBS_TABLES = {"queued_jobs", "archived_jobs", "dead_letter"}
 def include_object(
     obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
 ) -> bool:
-    """The filter of alembic/env.py: only pgjobs' own tables count (env.py cannot be imported
-    outside an Alembic run)."""
+    """The filter of pgjobs/migrations/env.py: only pgjobs' own tables count (env.py cannot be
+    imported outside an Alembic run)."""
     if type_ == "table":
         return name in metadata.tables
     table = getattr(obj, "table", None)

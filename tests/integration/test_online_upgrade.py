@@ -1,16 +1,12 @@
 """Upgrades in deploy pipelines: a downgrade and upgrade while a worker processes jobs loses
 none; migrations wait for locks no longer than their lock_timeout, and can be run again after
-such a failure; `pgjobs migrate --check` gates a pipeline; an application's own Alembic run can
-include pgjobs' migrations."""
+such a failure; `pgjobs migrate --check` gates a pipeline. (An application's own Alembic run
+that includes pgjobs' migrations is tested from the installed wheel, in
+tests/acceptance/test_wheel.py.)"""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
-from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
@@ -18,9 +14,6 @@ import pytest
 from pgjobs import App, JobSpec, cli, migrate
 from tests.integration.factories import assert_one_home, wait_until
 from tests.integration.ops_app import pgjobs_process
-
-ALEMBIC = Path(sys.executable).with_name("alembic")
-REPO = Path(__file__).resolve().parents[2]
 
 
 def pgjobs_main(capsys, *argv: str) -> tuple[int, str, str]:
@@ -125,75 +118,6 @@ def test_offline_sql_sets_the_lock_timeout_and_builds_indexes_concurrently(capsy
     assert "PARTITION BY RANGE (finished_at)" in out
     code, _, err = pgjobs_main(capsys, "migrate", "--sql", "--lock-timeout", "soon")
     assert code == 2 and "lock timeout" in err and err.count("\n") == 1
-
-
-APP_ENV_PY = """
-from alembic import context
-from sqlalchemy import create_engine, pool
-
-import pgjobs.db
-import pgjobs.migrate
-
-url = context.config.get_main_option("sqlalchemy.url")
-
-
-def run_migrations_online() -> None:
-    engine = create_engine(url, poolclass=pool.NullPool)
-    with engine.connect() as connection:
-        context.configure(connection=connection, target_metadata=None)
-        with context.begin_transaction():
-            context.run_migrations()
-    # pgjobs' migrations, in the same `alembic upgrade`, with their own version table.
-    pgjobs.migrate.upgrade(pgjobs.dsn.normalize_dsn(url, "alembic.ini"))
-
-
-run_migrations_online()
-"""
-
-APP_REVISION = """
-from alembic import op
-
-revision = "a1"
-down_revision = None
-branch_labels = None
-depends_on = None
-
-
-def upgrade() -> None:
-    op.execute("CREATE TABLE app_orders (id int PRIMARY KEY)")
-
-
-def downgrade() -> None:
-    op.execute("DROP TABLE app_orders")
-"""
-
-
-def test_an_applications_alembic_run_includes_pgjobs_migrations(create_database, tmp_path):
-    dsn = create_database()
-    (tmp_path / "migrations" / "versions").mkdir(parents=True)
-    (tmp_path / "migrations" / "env.py").write_text(APP_ENV_PY)
-    (tmp_path / "migrations" / "versions" / "a1_orders.py").write_text(APP_REVISION)
-    (tmp_path / "alembic.ini").write_text(
-        f"[alembic]\nscript_location = migrations\nsqlalchemy.url = {dsn.sqlalchemy_url}\n"
-    )
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    done = subprocess.run(
-        [str(ALEMBIC), "upgrade", "head"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    with psycopg.connect(dsn.url) as conn:
-        versions: dict[str, Any] = {
-            table: conn.execute(f"SELECT version_num FROM {table}").fetchall()
-            for table in ("alembic_version", "pgjobs_alembic_version")
-        }
-        assert conn.execute("SELECT count(*) FROM app_orders").fetchone() == (0,)
-    assert versions == {"alembic_version": [("a1",)], "pgjobs_alembic_version": [("0004",)]}
 
 
 @pytest.mark.parametrize("value", ["10s", "500ms", "0", "1min"])
