@@ -8,6 +8,7 @@ Where the database is (``Dsn``) is ``pgjobs.dsn``'s business; the embedded serve
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
@@ -24,7 +25,15 @@ from pgjobs.errors import (
     QueryFailed,
     SchemaMissing,
 )
-from pgjobs.models import ArchivePartition, DeadGroup, DeadJob, Job, JobHistory, JobStatus
+from pgjobs.models import (
+    ArchivePartition,
+    DeadGroup,
+    DeadJob,
+    DeadReason,
+    Job,
+    JobHistory,
+    JobStatus,
+)
 
 if TYPE_CHECKING:
     import sqlalchemy
@@ -114,7 +123,8 @@ def job_from_row(row: tuple[Any, ...]) -> Job:
 
 def dead_job_from_row(row: tuple[Any, ...]) -> DeadJob:
     """A ``dead_letter`` row (columns as ``queries.DEAD_LIST``) as a ``DeadJob``."""
-    return DeadJob(*row)
+    job = DeadJob(*row)
+    return dataclasses.replace(job, reason=DeadReason(job.reason))
 
 
 def dead_group_from_row(row: tuple[Any, ...]) -> DeadGroup:
@@ -127,10 +137,13 @@ def dead_group_from_row(row: tuple[Any, ...]) -> DeadGroup:
 
 def job_history_from_row(row: tuple[Any, ...]) -> JobHistory:
     """A row of ``queries.JOB_LOOKUP`` as a ``JobHistory``."""
-    values = list(row)
-    values[2] = JobStatus(values[2])
-    values[-1] = tuple(values[-1])
-    return JobHistory(*values)
+    job = JobHistory(*row)
+    return dataclasses.replace(
+        job,
+        status=JobStatus(job.status),
+        reason=None if job.reason is None else DeadReason(job.reason),
+        replays=tuple(job.replays),
+    )
 
 
 def archive_partition_from_row(row: tuple[Any, ...]) -> ArchivePartition:

@@ -8,24 +8,29 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 
+class ArchivedStatus(enum.StrEnum):
+    """How a job that left ``queued_jobs`` for ``archived_jobs`` ended (its ``status`` column)."""
+
+    SUCCEEDED = "succeeded"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+
+
 class JobStatus(enum.StrEnum):
-    """Where a job is in its life. The first three are derived from ``queued_jobs``' columns."""
+    """Where a job is in its life. The first three are derived from ``queued_jobs``' columns, the
+    archived ones are ``archived_jobs.status`` (an ``ArchivedStatus``), and ``dead`` is a row of
+    ``dead_letter``.
+
+    Example: ``JobStatus(ArchivedStatus.CANCELLED) is JobStatus.CANCELLED``
+    """
 
     READY = "ready"
     SCHEDULED = "scheduled"
     RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    CANCELLED = "cancelled"
-    EXPIRED = "expired"
+    SUCCEEDED = ArchivedStatus.SUCCEEDED.value
+    CANCELLED = ArchivedStatus.CANCELLED.value
+    EXPIRED = ArchivedStatus.EXPIRED.value
     DEAD = "dead"
-
-
-class ArchivedStatus(enum.StrEnum):
-    """How a job that left ``queued_jobs`` for ``archived_jobs`` ended."""
-
-    SUCCEEDED = "succeeded"
-    CANCELLED = "cancelled"
-    EXPIRED = "expired"
 
 
 class DeadReason(enum.StrEnum):
@@ -117,8 +122,8 @@ class DeadJob:
     run_at: datetime
     attempts: int
     max_attempts: int
-    #: Why the job is dead: exhausted, non_retryable, lease_expired, unknown_task, ...
-    reason: str
+    #: Why the job is dead.
+    reason: DeadReason
     #: The exception's qualified type name (None when no handler ran).
     error_type: str | None
     last_error: str | None
@@ -181,7 +186,7 @@ class JobHistory:
     result: Any
     worker: str | None
     finished_at: datetime | None
-    reason: str | None
+    reason: DeadReason | None
     error_type: str | None
     traceback: str | None
     redrive_count: int

@@ -8,6 +8,8 @@ as a bind parameter, never as text spliced into SQL. Batched statements take par
 
 from __future__ import annotations
 
+from pgjobs.models import ArchivedStatus, JobStatus
+
 #: Channel that enqueue NOTIFYs (payload: the queue name) and idle workers LISTEN on.
 NOTIFY_CHANNEL = "pgjobs"
 
@@ -515,12 +517,12 @@ RETURNING d.id
 
 #: A job wherever it lives, in the order of models.JobHistory (status as text, replays as an
 #: array); no row when the id is in none of the three tables.
-JOB_LOOKUP = """
+JOB_LOOKUP = f"""
 WITH found AS (
     SELECT id, 'queued_jobs' AS home,
-           CASE WHEN lease_expires_at IS NOT NULL THEN 'running'
-                WHEN run_at > now() THEN 'scheduled'
-                ELSE 'ready' END AS status,
+           CASE WHEN lease_expires_at IS NOT NULL THEN '{JobStatus.RUNNING}'
+                WHEN run_at > now() THEN '{JobStatus.SCHEDULED}'
+                ELSE '{JobStatus.READY}' END AS status,
            queue, task, payload, priority, run_at, attempts, max_attempts, created_at,
            expires_at, idempotency_key, last_error, lease_owner, lease_expires_at,
            NULL::jsonb AS result, NULL::text AS worker, NULL::timestamptz AS finished_at,
@@ -536,7 +538,7 @@ WITH found AS (
            redrive_count, redriven_at, replay_of
     FROM archived_jobs WHERE id = %(id)s
     UNION ALL
-    SELECT id, 'dead_letter', 'dead',
+    SELECT id, 'dead_letter', '{JobStatus.DEAD}',
            queue, task, payload, priority, run_at, attempts, max_attempts, created_at,
            expires_at, idempotency_key, last_error, NULL, NULL,
            NULL, worker, failed_at,
@@ -567,7 +569,7 @@ gone AS (
 ),
 archived AS (
     INSERT INTO archived_jobs ({_MOVED_COLUMNS}, status, last_error, worker)
-    SELECT {_MOVED_COLUMNS}, 'cancelled', last_error, lease_owner FROM gone
+    SELECT {_MOVED_COLUMNS}, '{ArchivedStatus.CANCELLED}', last_error, lease_owner FROM gone
     RETURNING id, worker
 )
 SELECT id, worker FROM archived

@@ -9,6 +9,7 @@ import subprocess
 import psycopg
 import pytest
 
+from pgjobs.models import ArchivedStatus
 from tests.acceptance.conftest import APP, pgjobs_command, scalar
 from tests.acceptance.workload import RUNS_DDL
 
@@ -63,7 +64,7 @@ def test_cli_migrate_enqueue_work_stats(create_database, subprocess_env):
         archived = conn.execute(
             "SELECT status, result, attempts FROM archived_jobs WHERE id = %s", [job_id]
         ).fetchall()
-        assert archived == [("succeeded", 7, 1)]
+        assert archived == [(ArchivedStatus.SUCCEEDED, 7, 1)]
         assert scalar(conn, "SELECT count(*) FROM queued_jobs") == 0
         ran = conn.execute("SELECT key, phase FROM runs ORDER BY at").fetchall()
         assert ran == [(7, "start"), (7, "done")]

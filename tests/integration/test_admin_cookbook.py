@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from pgjobs import App, admin
+from pgjobs.models import DeadReason
 from tests.integration.admin_factories import bury, claim_one, succeed
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -29,7 +30,14 @@ def test_every_cookbook_query_runs_and_the_fingerprints_match_dead_group(make_ap
     app.enqueue("t.waiting", {})
     bury(conn, 40, task="sync", error=lambda n: f"ConnectionError: host 10.0.0.{n} id {n:08x}")
     bury(conn, 3, task="img", error=lambda n: f"ValueError: file 'a{n}.png' is corrupt")
-    bury(conn, 2, task="gone", reason="lease_expired", error_type=None, error=lambda n: f"w{n}")
+    bury(
+        conn,
+        2,
+        task="gone",
+        reason=DeadReason.LEASE_EXPIRED,
+        error_type=None,
+        error=lambda n: f"w{n}",
+    )
 
     results = {}
     for statement in cookbook():

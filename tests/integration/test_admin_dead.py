@@ -12,6 +12,7 @@ import pytest
 from pgjobs import App, JobSpec, admin
 from pgjobs.admin import DeadFilter
 from pgjobs.errors import ConfigurationError, JobNotFound
+from pgjobs.models import DeadReason
 from tests.integration.admin_factories import bury
 from tests.integration.factories import assert_one_home, assert_one_line_error, db_now, run, work
 
@@ -100,13 +101,13 @@ def test_jobs_without_an_exception_are_fingerprinted_by_reason(conn, dsn):
         conn,
         3,
         task="t.lost",
-        reason="lease_expired",
+        reason=DeadReason.LEASE_EXPIRED,
         error_type=None,
         error=lambda n: f"lease of worker web-{n}:{4000 + n}:deadbee{n} expired on attempt 3 of 3",
     )
     (group,) = admin.dead_groups(dsn)
     assert group.fingerprint == (
-        "lease_expired: lease of worker web-<n>:<n>:<n> expired on attempt <n> of <n>"
+        f"{DeadReason.LEASE_EXPIRED}: lease of worker web-<n>:<n>:<n> expired on attempt <n> of <n>"
     )
     assert group.count == 3
 
@@ -129,6 +130,7 @@ def test_dead_list_filters_newest_first(conn, dsn, capsys):
     listed = admin.dead_jobs(dsn, DeadFilter(ids=(old[0],)))
     assert [j.id for j in listed] == [old[0]]
     assert listed[0].traceback is None, "listings leave the traceback out"
+    assert listed[0].reason is DeadReason.EXHAUSTED
     fingerprint = listed[0].fingerprint_id
     assert {j.id for j in admin.dead_jobs(dsn, DeadFilter(fingerprint=fingerprint))} == set(old)
     assert {j.id for j in admin.dead_jobs(dsn, DeadFilter(fingerprint="ValueError: old <n>"))} == (
@@ -144,7 +146,7 @@ def test_dead_list_filters_newest_first(conn, dsn, capsys):
     assert code == 0
     (only,) = json.loads(out)
     assert only["id"] == new[-1]
-    assert only["task"] == "b" and only["reason"] == "exhausted" and only["attempts"] == 3
+    assert only["task"] == "b" and only["reason"] == DeadReason.EXHAUSTED and only["attempts"] == 3
     assert only["failed_at"].startswith(str(before.year))
 
     code, out, _ = run(capsys, "dead", "list", "--task", "nope", "--dsn", dsn.url)

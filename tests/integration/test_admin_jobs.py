@@ -10,6 +10,7 @@ import pytest
 from pgjobs import App, JobStatus, admin
 from pgjobs.admin import DeadFilter
 from pgjobs.errors import JobNotFound, JobStateConflict
+from pgjobs.models import ArchivedStatus, DeadReason
 from tests.integration.admin_factories import (
     bury,
     claim_one,
@@ -51,8 +52,9 @@ def test_job_show_finds_a_job_in_each_of_its_places(app, conn, dsn, capsys):
     assert (dead_job.status, dead_job.table, dead_job.reason) == (
         JobStatus.DEAD,
         "dead_letter",
-        "exhausted",
+        DeadReason.EXHAUSTED,
     )
+    assert dead_job.reason is DeadReason.EXHAUSTED, "a reason, not a bare string"
     assert dead_job.traceback is not None and dead_job.finished_at is not None
 
     code, out, err = run(capsys, "job", "show", str(ready), "--dsn", dsn.url)
@@ -165,10 +167,14 @@ def test_cancel_archives_a_queued_job_unrun(app, conn, dsn, capsys):
     assert set(where.values()) == {"archived_jobs"}
     archived = row(conn, "archived_jobs", ready)
     assert archived is not None
-    assert (archived["status"], archived["attempts"], archived["worker"]) == ("cancelled", 0, None)
+    assert (archived["status"], archived["attempts"], archived["worker"]) == (
+        ArchivedStatus.CANCELLED,
+        0,
+        None,
+    )
 
     code, _, err = run(capsys, "cancel", str(ready), "--dsn", dsn.url)
-    assert_one_line_error(code, err, "already finished", "cancelled", "archived_jobs")
+    assert_one_line_error(code, err, "already finished", JobStatus.CANCELLED, "archived_jobs")
     (dead,) = bury(conn, 1)
     with pytest.raises(JobStateConflict, match="already finished: it is dead"):
         app.cancel(dead)
@@ -188,7 +194,7 @@ def test_cancel_refuses_a_running_job_and_names_its_worker(app, conn, dsn, capsy
     # Untouched: the worker finishes it normally.
     assert succeed(conn, job, owner="host:9:feedbeef") == {running}
     assert assert_one_home(conn, [running]) == {running: "archived_jobs"}
-    assert row(conn, "archived_jobs", running)["status"] == "succeeded"  # type: ignore[index]
+    assert row(conn, "archived_jobs", running)["status"] == ArchivedStatus.SUCCEEDED  # type: ignore[index]
 
 
 def test_force_cancel_of_a_running_job_discards_the_workers_outcome(app, conn, dsn, capsys):
@@ -201,7 +207,7 @@ def test_force_cancel_of_a_running_job_discards_the_workers_outcome(app, conn, d
     cancelled = row(conn, "archived_jobs", running)
     assert cancelled is not None
     assert (cancelled["status"], cancelled["worker"], cancelled["attempts"]) == (
-        "cancelled",
+        ArchivedStatus.CANCELLED,
         "host:9:feedbeef",
         1,
     )
@@ -210,7 +216,7 @@ def test_force_cancel_of_a_running_job_discards_the_workers_outcome(app, conn, d
     assert succeed(conn, job, owner="host:9:feedbeef") == set()
     assert fail_for_good(conn, job, "ValueError: late", owner="host:9:feedbeef") == set()
     assert assert_one_home(conn, [running]) == {running: "archived_jobs"}
-    assert row(conn, "archived_jobs", running)["status"] == "cancelled"  # type: ignore[index]
+    assert row(conn, "archived_jobs", running)["status"] == ArchivedStatus.CANCELLED  # type: ignore[index]
     assert admin.job(dsn, running).status is JobStatus.CANCELLED
 
 

@@ -13,6 +13,7 @@ import pytest
 from pgjobs import App, admin, queries
 from pgjobs.admin import DeadFilter
 from pgjobs.errors import ConfigurationError, JobNotFound, QueryFailed
+from pgjobs.models import ArchivedStatus, DeadReason
 from tests.integration.admin_factories import (
     bury,
     claim_one,
@@ -74,7 +75,7 @@ def test_the_redrive_record_travels_with_the_job_through_every_move(conn, dsn):
     assert succeed(conn, job) == {job_id}
     archived = row(conn, "archived_jobs", job_id)
     assert archived is not None
-    assert (archived["status"], archived["redrive_count"]) == ("succeeded", 2)
+    assert (archived["status"], archived["redrive_count"]) == (ArchivedStatus.SUCCEEDED, 2)
     assert archived["redriven_at"] >= dead["redriven_at"]
 
 
@@ -97,8 +98,16 @@ def test_rescue_and_expiry_carry_the_record_and_the_replay_link(conn, dsn):
     dead = row(conn, "dead_letter", rescued)
     gone = row(conn, "archived_jobs", expired)
     assert dead is not None and gone is not None
-    assert (dead["reason"], dead["redrive_count"], dead["replay_of"]) == ("lease_expired", 1, 7)
-    assert (gone["status"], gone["redrive_count"], gone["replay_of"]) == ("expired", 1, 7)
+    assert (dead["reason"], dead["redrive_count"], dead["replay_of"]) == (
+        DeadReason.LEASE_EXPIRED,
+        1,
+        7,
+    )
+    assert (gone["status"], gone["redrive_count"], gone["replay_of"]) == (
+        ArchivedStatus.EXPIRED,
+        1,
+        7,
+    )
 
 
 def test_redrive_many_ids_and_the_worker_runs_them(make_app, conn, dsn, capsys):

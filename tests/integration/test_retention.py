@@ -16,6 +16,7 @@ from pgjobs import App, cli, migrate
 from pgjobs.archive import partition_name
 from pgjobs.dsn import Dsn
 from pgjobs.maintenance.partitions import ArchivePartitions
+from pgjobs.models import ArchivedStatus
 from pgjobs.schema import archived_jobs
 from tests.integration.factories import assert_one_home, run_service, work
 
@@ -29,8 +30,16 @@ def archive(
     conn.execute(
         "INSERT INTO archived_jobs (id, queue, task, payload, priority, run_at, attempts, "
         "max_attempts, status, created_at, finished_at, idempotency_key) "
-        "VALUES (%s, 'q', 't', %s::jsonb, 0, %s, 1, 5, 'succeeded', %s, %s, %s)",
-        [job_id, f'{{"n": {job_id}}}', finished_at, finished_at, finished_at, extra.get("key")],
+        "VALUES (%s, 'q', 't', %s::jsonb, 0, %s, 1, 5, %s, %s, %s, %s)",
+        [
+            job_id,
+            f'{{"n": {job_id}}}',
+            finished_at,
+            ArchivedStatus.SUCCEEDED,
+            finished_at,
+            finished_at,
+            extra.get("key"),
+        ],
     )
 
 
@@ -249,7 +258,9 @@ def test_prune_exports_one_csv_file_per_partition(capsys, fresh, fresh_conn, tmp
         with f.open(newline="") as handle:
             rows = list(csv.DictReader(handle))
         exported[f.stem] = sorted(int(r["id"]) for r in rows)
-        assert all(r["status"] == "succeeded" and r["payload"].startswith("{") for r in rows)
+        assert all(
+            r["status"] == ArchivedStatus.SUCCEEDED and r["payload"].startswith("{") for r in rows
+        )
     assert exported == {p: by_partition[p] for p in old}
     assert f"exported to {tmp_path / old[0]}.csv" in out
 

@@ -19,6 +19,7 @@ import psycopg
 import pytest
 
 from pgjobs import cli
+from pgjobs.models import ArchivedStatus, DeadReason
 from tests.integration.factories import wait_until
 from tests.integration.ops_app import environment, pgjobs_process
 
@@ -35,7 +36,7 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def archive(
-    conn: psycopg.Connection[Any], queue: str, attempts: int, status: str, ago: str
+    conn: psycopg.Connection[Any], queue: str, attempts: int, status: ArchivedStatus, ago: str
 ) -> None:
     conn.execute(
         "INSERT INTO archived_jobs (id, queue, task, payload, priority, run_at, attempts, "
@@ -46,7 +47,7 @@ def archive(
     )
 
 
-def bury(conn: psycopg.Connection[Any], queue: str, attempts: int, reason: str) -> None:
+def bury(conn: psycopg.Connection[Any], queue: str, attempts: int, reason: DeadReason) -> None:
     conn.execute(
         "INSERT INTO dead_letter (id, queue, task, payload, priority, run_at, attempts, "
         "max_attempts, reason, created_at) "
@@ -61,13 +62,13 @@ def last_minute(conn):
     """Queue "q" in the last minute: 6 jobs that ran and were archived (2 of them on their third
     attempt), 1 cancelled unrun, 2 dead (one after 5 attempts); one more archived 10 minutes ago."""
     for _ in range(4):
-        archive(conn, "q", 1, "succeeded", "1 second")
+        archive(conn, "q", 1, ArchivedStatus.SUCCEEDED, "1 second")
     for _ in range(2):
-        archive(conn, "q", 3, "succeeded", "2 seconds")
-    archive(conn, "q", 0, "cancelled", "1 second")
-    archive(conn, "q", 2, "succeeded", "10 minutes")
-    bury(conn, "q", 5, "exhausted")
-    bury(conn, "q", 1, "non_retryable")
+        archive(conn, "q", 3, ArchivedStatus.SUCCEEDED, "2 seconds")
+    archive(conn, "q", 0, ArchivedStatus.CANCELLED, "1 second")
+    archive(conn, "q", 2, ArchivedStatus.SUCCEEDED, "10 minutes")
+    bury(conn, "q", 5, DeadReason.EXHAUSTED)
+    bury(conn, "q", 1, DeadReason.NON_RETRYABLE)
 
 
 def test_stats_json_gives_throughput_and_retry_rate(capsys, dsn, last_minute):
