@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pgjobs.app import App
+from pgjobs.context import JobContext, current_job
 from pgjobs.errors import (
     ConfigurationError,
     DatabaseUnavailable,
@@ -17,7 +18,7 @@ from pgjobs.errors import (
 )
 from pgjobs.models import DeadGroup, DeadJob, Job, JobHistory, JobStatus, QueueStats
 from pgjobs.tasks import JobSpec, RetryPolicy, Task
-from pgjobs.worker import JobContext, Worker, WorkerConfig, current_job
+from pgjobs.worker import Worker, WorkerConfig
 
 __all__ = [
     "App",

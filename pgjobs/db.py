@@ -233,65 +233,6 @@ async def fetch_all_async(
         return await cur.fetchall()
 
 
-async def settle_and_claim(
-    conn: psycopg.AsyncConnection[Any],
-    settle: dict[str, Any] | None,
-    extend: dict[str, Any] | None,
-    claim: dict[str, Any],
-) -> tuple[set[int], set[int], list[Job]]:
-    """One round trip and one transaction of the worker: apply buffered outcomes (``settle``,
-    as ``Outcomes.drain`` gives them), extend leases (``extend``) and claim up to
-    ``claim["limit"]`` jobs (0 claims none). Returns (ids settled, ids extended, jobs claimed).
-
-    The usual trip, successes only and no extension, is one statement
-    (``JOB_SUCCEED_AND_CLAIM``); any other pipelines ``JOB_SETTLE_MANY``,
-    ``JOB_EXTEND_LEASES`` and ``JOB_CLAIM`` in one transaction, skipping the parts not needed.
-    """
-    with translate_errors():
-        if not extend and (settle is None or _only_successes(settle)):
-            ok_ids = settle["ok_ids"] if settle else []
-            results = settle["ok_results"] if settle else []
-            params = {
-                **claim,
-                "ok_ids": _int_array(ok_ids),
-                "ok_attempts": _int_array(settle["ok_attempts"] if settle else []),
-                # NULL when no handler returned a value: unnest pads it, and it costs nothing
-                # to send.
-                "ok_results": results if any(r is not None for r in results) else None,
-            }
-            cursor = await conn.execute(queries.JOB_SUCCEED_AND_CLAIM, params, prepare=True)
-            rows = await cursor.fetchall()
-            if not ok_ids:
-                return set(), set(), [Job(*row) for row in rows]
-            # Claimed rows have every column; archived ones only their id (queue is NULL).
-            jobs = [Job(*row) for row in rows if row[1] is not None]
-            return {row[0] for row in rows if row[1] is None}, set(), jobs
-        # One transaction, so one commit (the unit of cost) for the whole trip.
-        async with conn.pipeline(), conn.transaction():
-            settled = extended = claimed = None
-            if settle:
-                settled = await conn.execute(queries.JOB_SETTLE_MANY, settle, prepare=True)
-            if extend:
-                extended = await conn.execute(queries.JOB_EXTEND_LEASES, extend, prepare=True)
-            if claim["limit"] > 0:
-                claimed = await conn.execute(queries.JOB_CLAIM, claim, prepare=True)
-        applied = {row[0] for row in await settled.fetchall()} if settled else set()
-        kept = {row[0] for row in await extended.fetchall()} if extended else set()
-        jobs = [Job(*row) for row in await claimed.fetchall()] if claimed else []
-    return applied, kept, jobs
-
-
-def _int_array(values: list[int]) -> str:
-    """``values`` as a PostgreSQL array literal. psycopg's list adapter inspects every element
-    to choose the array type (~50 µs for two lists of 32 ints), which the worker's busiest
-    statement does not need: its SQL casts the text to the array type."""
-    return "{" + ",".join(map(str, values)) + "}"
-
-
-def _only_successes(settle: dict[str, Any]) -> bool:
-    return not (settle["retry_ids"] or settle["dead_ids"] or settle["release_ids"])
-
-
 async def notifications(dsn: Dsn) -> AsyncIterator[str]:
     """Payloads NOTIFYed on ``queries.NOTIFY_CHANNEL`` (queue names), on a connection of their
     own, until the connection fails (``DatabaseUnavailable``) or the iteration is cancelled."""

@@ -1,49 +1,64 @@
-"""The worker's round trip (``db.settle_and_claim``): the one-statement path for successes and
-the pipelined path for everything else, with the same fencing and the same results."""
+"""The worker's round trip (``completer.settle_and_claim``): the one-statement path for
+successes and the pipelined path for everything else, with the same fencing and the same
+results; and ``Completer.trip``, which interprets what was applied."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import psycopg
 import pytest
 
 from pgjobs import db
-from pgjobs.completer import Outcomes
+from pgjobs.completer import (
+    ClaimParams,
+    Completer,
+    ExtendParams,
+    Outcomes,
+    TripResult,
+    settle_and_claim,
+)
+from pgjobs.context import JobContext
 from pgjobs.dsn import Dsn
-from pgjobs.models import Job
-from tests.integration.factories import assert_one_home, claim, row
+from pgjobs.errors import PgjobsError
+from tests.helpers import assert_one_home
+from tests.integration.factories import claim, row
 
 OWNER = "worker-a"
-
-
-def claim_params(limit: int) -> dict[str, Any]:
-    return {
-        "owner": OWNER,
-        "queues": ["default"],
-        "limit": limit,
-        "lease": 300.0,
-        "lease_tasks": [],
-        "lease_seconds": [],
-        "at_most_once_tasks": [],
-    }
+CLAIM = ClaimParams(OWNER, ["default"], lease=300.0)
 
 
 def trip(
-    dsn: Dsn, outcomes: Outcomes | None, limit: int, extend: dict[str, Any] | None = None
-) -> tuple[set[int], set[int], list[Job]]:
+    dsn: Dsn, outcomes: Outcomes | None, limit: int, extend: ExtendParams | None = None
+) -> TripResult:
     """One ``settle_and_claim`` on a fresh worker connection."""
 
-    async def once() -> tuple[set[int], set[int], list[Job]]:
+    async def once() -> TripResult:
         aconn = await db.connect_async(dsn, generic_plans=True)
         try:
-            settle = outcomes.drain()[0] if outcomes is not None else None
-            return await db.settle_and_claim(aconn, settle, extend, claim_params(limit))
+            settle = outcomes.drain() if outcomes is not None else None
+            return await settle_and_claim(aconn, settle, extend, CLAIM, limit)
         finally:
             await aconn.close()
 
     return asyncio.run(once())
+
+
+def completer_trip(dsn: Dsn, completer: Completer, limit: int) -> list[int]:
+    """One ``Completer.trip`` on a fresh worker connection; the ids it claimed."""
+
+    async def once() -> list[int]:
+        aconn = await db.connect_async(dsn, generic_plans=True)
+        try:
+            return [job.id for job in await completer.trip(aconn, limit)]
+        finally:
+            await aconn.close()
+
+    return asyncio.run(once())
+
+
+def refuse_extension(context: JobContext, seconds: float) -> None:
+    raise AssertionError("these tests hand extensions to the completer directly")
 
 
 @pytest.fixture
@@ -106,7 +121,7 @@ def test_mixed_outcomes_and_extensions_take_the_pipelined_path(dsn, conn, enqueu
     outcomes = Outcomes(OWNER)
     outcomes.succeed(ok, None)
     outcomes.retry(failed, 60.0, "ValueError: try later")
-    extend = {"owner": OWNER, "ids": [running.id], "attempts": [1], "seconds": [900.0]}
+    extend = ExtendParams(OWNER, [running.id], [1], [900.0])
 
     applied, extended, jobs = trip(dsn, outcomes, limit=1, extend=extend)
 
@@ -130,3 +145,40 @@ def test_worker_connections_plan_their_statements_once(dsn):
             await plain.close()
 
     assert asyncio.run(setting()) == "force_generic_plan"
+
+
+def test_the_completer_applies_what_holds_and_marks_a_lost_lease(dsn, conn, enqueue):
+    ids = enqueue(4)
+    ok, stale, lost, _ = claim(conn, owner=OWNER, limit=4)
+    completer = Completer(CLAIM)
+    completer.outcomes.succeed(ok, None)
+    completer.outcomes.succeed(stale._replace(attempts=stale.attempts + 1), None)
+    held = JobContext(ok, refuse_extension)
+    gone = JobContext(lost._replace(attempts=lost.attempts + 1), refuse_extension)
+    completer.extend(gone, 60.0)
+
+    assert completer_trip(dsn, completer, limit=0) == []
+
+    assert not completer.pending
+    assert gone.lease_lost and not held.lease_lost
+    where = assert_one_home(conn, ids)
+    assert where[ok.id] == "archived_jobs" and where[stale.id] == "queued_jobs"
+
+
+def test_the_completer_keeps_everything_when_the_connection_is_lost(dsn, conn, enqueue):
+    enqueue(1)
+    [job] = claim(conn, owner=OWNER, limit=1)
+    completer = Completer(CLAIM)
+    completer.outcomes.succeed(job, None)
+    completer.extend(JobContext(job, refuse_extension), 60.0)
+
+    async def lost() -> None:
+        aconn = await db.connect_async(dsn, generic_plans=True)
+        await aconn.close()
+        await completer.trip(aconn, 1)
+
+    with pytest.raises(PgjobsError):
+        asyncio.run(lost())
+    assert len(completer.outcomes) == 1 and completer.extensions_pending
+    assert completer_trip(dsn, completer, limit=0) == []
+    assert row(conn, "archived_jobs", job.id) is not None

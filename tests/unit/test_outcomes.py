@@ -1,4 +1,5 @@
-"""completer.Outcomes: buffering, draining into JOB_SETTLE_MANY's parameters, restoring."""
+"""completer: the statements' parameter objects; Outcomes buffering, draining into
+JOB_SETTLE_MANY's parameters, restoring; classifying a handler's outcome."""
 
 from __future__ import annotations
 
@@ -7,8 +8,18 @@ import re
 from datetime import UTC, datetime
 
 from pgjobs import queries
-from pgjobs.completer import Outcomes, result_json
-from pgjobs.models import Job
+from pgjobs.completer import (
+    MAX_ERROR_LENGTH,
+    ClaimParams,
+    Completer,
+    ExtendParams,
+    Outcomes,
+    error_text,
+    result_json,
+)
+from pgjobs.errors import NonRetryableError
+from pgjobs.models import DeadReason, Job
+from pgjobs.tasks import make_task
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -21,17 +32,30 @@ def filled() -> Outcomes:
     outcomes = Outcomes("w")
     outcomes.succeed(job(1), '"ok"')
     outcomes.retry(job(2, 3), 1.5, "ValueError: x")
-    outcomes.bury(job(3), "exhausted", "ValueError: y", "builtins.ValueError", "tb")
+    outcomes.bury(job(3), DeadReason.EXHAUSTED, "ValueError: y", "builtins.ValueError", "tb")
     outcomes.release(job(4, 2), refund=True)
-    outcomes.bury(job(5), "unknown_task", "no task")
+    outcomes.bury(job(5), DeadReason.UNKNOWN_TASK, "no task")
     return outcomes
 
 
-def test_drain_returns_every_parameter_of_the_settle_statement():
-    params, settled = filled().drain()
-    placeholders = set(re.findall(r"%\((\w+)\)s", queries.JOB_SETTLE_MANY))
-    assert set(params) == placeholders
-    assert settled == [1, 2, 3, 5, 4]
+def placeholders(statement: str) -> set[str]:
+    return set(re.findall(r"%\((\w+)\)s", statement))
+
+
+def test_each_parameter_object_binds_exactly_its_statements_placeholders():
+    claim = ClaimParams("w", ["default"]).bind(4)
+    assert set(claim) == placeholders(queries.JOB_CLAIM)
+    assert set(ExtendParams("w", [1], [1], [5.0]).bind()) == placeholders(queries.JOB_EXTEND_LEASES)
+    assert set(Outcomes("w").drain().bind()) == placeholders(queries.JOB_SETTLE_MANY)
+    ok = {"ok_ids", "ok_attempts", "ok_results"}
+    assert set(claim) | ok == placeholders(queries.JOB_SUCCEED_AND_CLAIM)
+
+
+def test_drain_returns_every_outcome_as_parallel_arrays():
+    settle = filled().drain()
+    params = settle.bind()
+    assert settle.ids == [1, 2, 3, 5, 4]
+    assert not settle.only_successes
     assert params["owner"] == "w"
     assert (
         params["ok_ids"] == [1]
@@ -58,22 +82,63 @@ def test_drain_empties_the_buffer_but_keeps_the_owner():
     outcomes.drain()
     assert len(outcomes) == 0
     assert outcomes.owner == "w"
-    params, settled = outcomes.drain()
-    assert settled == []
-    assert all(v == [] for k, v in params.items() if k != "owner")
+    settle = outcomes.drain()
+    assert settle.ids == [] and settle.only_successes
+    assert all(v == [] for k, v in settle.bind().items() if k != "owner")
 
 
 def test_restore_puts_a_failed_flush_back_in_front_of_newer_outcomes():
     outcomes = filled()
-    params, _ = outcomes.drain()
+    settle = outcomes.drain()
     outcomes.succeed(job(9), None)
-    outcomes.restore(params)
+    outcomes.restore(settle)
     assert len(outcomes) == 6
-    again, settled = outcomes.drain()
-    assert again["ok_ids"] == [1, 9]
-    assert again["ok_results"] == ['"ok"', None]
-    assert settled == [1, 9, 2, 3, 5, 4]
-    assert again["owner"] == "w"
+    again = outcomes.drain()
+    assert again.ok_ids == [1, 9]
+    assert again.ok_results == ['"ok"', None]
+    assert again.ids == [1, 9, 2, 3, 5, 4]
+    assert again.owner == "w"
+
+
+class Flaky(Exception):
+    pass
+
+
+def test_the_completer_classifies_what_a_handler_did():
+    task = make_task(
+        lambda: None, name="t", queue="default", max_attempts=3, retry_base=1, retry_cap=5, lease=30
+    )
+    completer = Completer(ClaimParams("w", ["default"]))
+    completer.finished(job(1), task, {"n": 1}, None)
+    completer.finished(job(2, attempts=1), task, None, Flaky("again"))
+    completer.finished(job(3, attempts=5), task, None, Flaky("last"))
+    completer.finished(job(4, attempts=1), task, None, NonRetryableError("never"))
+    completer.cancelled(job(5))
+    completer.interrupted(job(6), at_most_once=True)
+    completer.unknown_task(job(7))
+    completer.invalid_payload(job(8), "missing argument 'x'")
+
+    settle = completer.outcomes.drain()
+    assert settle.ok_ids == [1] and settle.ok_results == ['{"n": 1}']
+    assert settle.retry_ids == [2] and settle.retry_errors == ["Flaky: again"]
+    assert settle.retry_delays[0] > 0
+    assert settle.dead_ids == [3, 4, 6, 7, 8]
+    assert settle.dead_reasons == [
+        DeadReason.EXHAUSTED,
+        DeadReason.NON_RETRYABLE,
+        DeadReason.INTERRUPTED,
+        DeadReason.UNKNOWN_TASK,
+        DeadReason.INVALID_PAYLOAD,
+    ]
+    assert settle.dead_types[:2] == [f"{__name__}.Flaky", "pgjobs.errors.NonRetryableError"]
+    assert "Flaky: last" in (settle.dead_tracebacks[0] or "")
+    assert settle.release_ids == [5] and settle.release_refunds == [False]
+
+
+def test_error_text_is_one_line_without_nul_and_bounded():
+    assert error_text(ValueError("a\n  b\x00")) == "ValueError: a b\\x00"
+    long = error_text(ValueError("x" * 5000))
+    assert len(long) == MAX_ERROR_LENGTH and long.endswith("…")
 
 
 def test_result_json():

@@ -1,0 +1,77 @@
+"""The running job as its handler sees it: ``JobContext`` and ``pgjobs.current_job()``.
+
+A context knows its job and how to ask for a longer lease (a callback its worker gives it); it
+knows nothing of the worker itself.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable
+from typing import Any
+
+from pgjobs.errors import ConfigurationError, PgjobsError
+from pgjobs.models import Job
+
+
+class JobContext:
+    """The running job as its handler sees it, from ``pgjobs.current_job()``."""
+
+    __slots__ = ("_extend", "job", "lease_lost")
+
+    def __init__(self, job: Job, extend: Callable[[JobContext, float], None]) -> None:
+        self.job = job
+        #: Called with (this context, seconds) from the handler's thread; the worker sends the
+        #: extension on its next round trip.
+        self._extend = extend
+        #: True once the worker learned that this job's lease is no longer held: the job may be
+        #: running elsewhere, and this run's outcome will be discarded.
+        self.lease_lost = False
+
+    def extend_lease(self, seconds: float) -> None:
+        """Hold this job's lease until ``seconds`` from now. Returns at once: the worker sends
+        the extension on its next round trip (within milliseconds), from sync and async handlers
+        alike. Call it periodically from long handlers, well before the lease runs out.
+
+        Example: ``pgjobs.current_job().extend_lease(600)``
+        """
+        if not seconds > 0:
+            raise ConfigurationError(f"extend_lease takes seconds > 0, got {seconds}")
+        self._extend(self, float(seconds))
+
+
+_current_job: contextvars.ContextVar[JobContext] = contextvars.ContextVar("pgjobs_current_job")
+
+
+def current_job() -> JobContext:
+    """The job the calling handler runs for; only inside a handler run by a pgjobs worker.
+
+    Example::
+
+        @app.task(lease=60)
+        def crunch(path: str) -> None:
+            for chunk in read_chunks(path):
+                process(chunk)
+                pgjobs.current_job().extend_lease(60)
+    """
+    try:
+        return _current_job.get()
+    except LookupError:
+        raise PgjobsError(
+            "current_job() works only inside a handler run by a pgjobs worker"
+        ) from None
+
+
+def call_sync(context: JobContext, fn: Callable[..., Any], payload: dict[str, Any]) -> Any:
+    """Run a sync handler with ``context`` as its ``current_job()``."""
+    token = _current_job.set(context)
+    try:
+        return fn(**payload)
+    finally:
+        _current_job.reset(token)
+
+
+async def call_async(context: JobContext, fn: Callable[..., Any], payload: dict[str, Any]) -> Any:
+    """Run an async handler with ``context`` as its ``current_job()``."""
+    _current_job.set(context)  # the task runs in a copy of the context: nothing leaks out
+    return await fn(**payload)
