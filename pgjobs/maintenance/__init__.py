@@ -1,31 +1,42 @@
-"""Background services with one shape: a validated config, ``run_once()`` returning counts,
-a jittered interval, and a clean stop. Any number of workers may run them at once: every
-statement they send takes its rows with ``FOR UPDATE SKIP LOCKED``."""
+"""Background services with one shape: a validated config with one default interval per
+service, ``run_once()`` returning a typed result, a jittered interval, and a clean stop.
+
+Each service runs in a loop of its own, so a slow round of one (a partition creation waiting on
+a lock) does not delay another (the lease rescuer). The loops share a small set of connections
+(``CONNECTIONS``). Any number of workers may run the services at once: every statement they send
+takes its rows with ``FOR UPDATE SKIP LOCKED`` or an advisory lock.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, Generic, TypeVar
 
 import psycopg
 
 from pgjobs import db
 from pgjobs.dsn import Dsn
-from pgjobs.errors import ConfigurationError, PgjobsError
+from pgjobs.errors import ConfigurationError
 
 log = logging.getLogger("pgjobs.maintenance")
+
+#: Connections the service loops of one worker share: one round may wait on a lock while the
+#: others go on.
+CONNECTIONS = 2
 
 
 @dataclass(frozen=True, slots=True)
 class ServiceConfig:
-    """How often a service runs and how much it moves per statement."""
+    """How often a service runs and how much it moves per statement. To run no maintenance in a
+    worker, use ``WorkerConfig(maintenance=False)`` (``pgjobs work --no-maintenance``)."""
 
-    #: Seconds between runs; 0 disables the service.
+    #: Seconds between the starts of two rounds; > 0.
     interval: float
     #: Fraction of ``interval`` added or removed at random, so workers do not run in lockstep.
     jitter: float = 0.2
@@ -33,8 +44,8 @@ class ServiceConfig:
     batch_size: int = 1000
 
     def __post_init__(self) -> None:
-        if self.interval < 0:
-            raise ConfigurationError(f"interval must be >= 0 seconds, got {self.interval}")
+        if not self.interval > 0:
+            raise ConfigurationError(f"interval must be > 0 seconds, got {self.interval}")
         if not 0 <= self.jitter < 1:
             raise ConfigurationError(f"jitter must be in [0, 1), got {self.jitter}")
         if self.batch_size < 1:
@@ -44,63 +55,102 @@ class ServiceConfig:
         return self.interval * (1 + self.jitter * (2 * random.random() - 1))
 
 
-class Service(ABC):
+@dataclass(frozen=True, slots=True)
+class RoundResult:
+    """What one round of a service did: each service's result names its counts."""
+
+    def counts(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def __bool__(self) -> bool:
+        """True when the round did anything."""
+        return any(self.counts().values())
+
+
+R = TypeVar("R", bound=RoundResult)
+
+
+class Service(ABC, Generic[R]):
     """One periodic maintenance job."""
 
-    name: str
+    name: ClassVar[str]
+    #: Seconds between rounds unless a config says otherwise; the one place for the default.
+    default_interval: ClassVar[float]
 
-    def __init__(self, config: ServiceConfig) -> None:
-        self.config = config
+    def __init__(self, config: ServiceConfig | None = None) -> None:
+        self.config = config or ServiceConfig(interval=self.default_interval)
 
     @abstractmethod
-    async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
-        """Do one round of work and return what was done, e.g. ``{"requeued": 3}``."""
+    async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> R:
+        """Do one round of work and return what was done."""
 
 
-async def run_services(services: Sequence[Service], dsn: Dsn, stop: asyncio.Event) -> None:
-    """Run ``services`` on one connection of their own until ``stop`` is set.
+class SharedConnections:
+    """At most ``size`` connections for the service loops: a loop takes one for a round and
+    gives it back; a connection whose round failed is closed, and the next round opens anew."""
+
+    def __init__(self, dsn: Dsn, size: int = CONNECTIONS) -> None:
+        self._dsn = dsn
+        self._slots = asyncio.Semaphore(size)
+        self._idle: list[psycopg.AsyncConnection[Any]] = []
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        async with self._slots:
+            conn = self._idle.pop() if self._idle else None
+            if conn is None or conn.closed:
+                conn = await db.connect_async(self._dsn)
+            try:
+                yield conn
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await conn.close()
+                raise
+            self._idle.append(conn)
+
+    async def close(self) -> None:
+        while self._idle:
+            with contextlib.suppress(Exception):
+                await self._idle.pop().close()
+
+
+async def run_services(services: Sequence[Service[Any]], dsn: Dsn, stop: asyncio.Event) -> None:
+    """Run each of ``services`` in a loop of its own until ``stop`` is set (or this is
+    cancelled); they share ``CONNECTIONS`` connections.
 
     A failing round is logged and tried again at the service's next turn.
     """
-    enabled = [s for s in services if s.config.interval > 0]
-    if not enabled:
-        return
-    loop = asyncio.get_running_loop()
-    # First rounds within a second of start (work left by a crash is found at once), at random
-    # so that workers started together do not run in lockstep.
-    due = {s.name: loop.time() + min(1.0, s.config.next_delay()) * random.random() for s in enabled}
-    conn: psycopg.AsyncConnection[Any] | None = None
-    failing: set[str] = set()  # services whose last round failed: log state changes only
+    connections = SharedConnections(dsn)
     try:
-        while not stop.is_set():
-            pause = max(0.0, min(due.values()) - loop.time())
-            try:
-                await asyncio.wait_for(stop.wait(), pause)
-                return
-            except TimeoutError:
-                pass
-            for service in enabled:
-                if due[service.name] > loop.time():
-                    continue
-                due[service.name] = loop.time() + service.config.next_delay()
-                try:
-                    if conn is None or conn.closed:
-                        conn = await db.connect_async(dsn)
-                    counts = await service.run_once(conn)
-                except PgjobsError as exc:
-                    if service.name not in failing:
-                        log.warning("%s: round failed, retrying every round: %s", service.name, exc)
-                        failing.add(service.name)
-                    if conn is not None:
-                        await conn.close()
-                    conn = None
-                    continue
-                if service.name in failing:
-                    failing.discard(service.name)
-                    log.warning("%s: working again", service.name)
-                if any(counts.values()):
-                    done = " ".join(f"{k}={v}" for k, v in counts.items())
-                    log.info("%s: %s", service.name, done)
+        await asyncio.gather(*(_run(service, connections, stop) for service in services))
     finally:
-        if conn is not None:
-            await conn.close()
+        await connections.close()
+
+
+async def _run(service: Service[Any], connections: SharedConnections, stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    # The first round within a second of start (work left by a crash is found at once), at
+    # random so that workers started together do not run in lockstep.
+    next_at = loop.time() + min(1.0, service.config.next_delay()) * random.random()
+    failing = False  # the last round failed: log changes of state only
+    while True:
+        try:
+            await asyncio.wait_for(stop.wait(), max(0.0, next_at - loop.time()))
+            return
+        except TimeoutError:
+            pass
+        next_at = loop.time() + service.config.next_delay()
+        try:
+            async with connections.connection() as conn:
+                result = await service.run_once(conn)
+        except Exception as exc:  # a round's failure must not end the service
+            if not failing:
+                log.warning("%s: round failed, retrying every round: %s", service.name, exc)
+                failing = True
+            continue
+        if failing:
+            failing = False
+            log.warning("%s: working again", service.name)
+        if result:
+            done = " ".join(f"{k}={v}" for k, v in result.counts().items())
+            log.info("%s: %s", service.name, done)

@@ -2,26 +2,33 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
 from pgjobs import db, queries
-from pgjobs.maintenance import Service, ServiceConfig
+from pgjobs.maintenance import RoundResult, Service
 
 
-class Expirer(Service):
+@dataclass(frozen=True, slots=True)
+class Expired(RoundResult):
+    """Jobs archived as expired."""
+
+    expired: int
+
+
+class Expirer(Service[Expired]):
     """Archives unleased jobs whose ``expires_at`` has passed, with status ``expired``.
 
-    Example: ``await Expirer().run_once(conn)`` returns ``{"expired": 12}``.
+    Example: ``await Expirer().run_once(conn)`` returns ``Expired(expired=12)``.
     """
 
     name = "expirer"
+    #: Seconds between rounds: how long past its expires_at a job may wait to be archived.
+    default_interval = 30.0
 
-    def __init__(self, config: ServiceConfig | None = None) -> None:
-        super().__init__(config or ServiceConfig(interval=30.0))
-
-    async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
+    async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> Expired:
         expired = 0
         while True:
             rows = await db.fetch_all_async(
@@ -29,4 +36,4 @@ class Expirer(Service):
             )
             expired += rows[0][0]
             if rows[0][0] < self.config.batch_size:
-                return {"expired": expired}
+                return Expired(expired)

@@ -2,28 +2,36 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
 from pgjobs import db, queries
-from pgjobs.maintenance import Service, ServiceConfig
+from pgjobs.maintenance import RoundResult, Service
 
 
-class LeaseRescuer(Service):
+@dataclass(frozen=True, slots=True)
+class Rescued(RoundResult):
+    """Jobs whose lease had expired: back in the queue, or moved to dead_letter."""
+
+    requeued: int
+    dead: int
+
+
+class LeaseRescuer(Service[Rescued]):
     """Requeues jobs whose lease expired (their worker crashed or hung), or dead-letters them
     when that was their last attempt.
 
     Example: ``await LeaseRescuer(ServiceConfig(interval=15)).run_once(conn)``
-    returns ``{"requeued": 2, "dead": 0}``.
+    returns ``Rescued(requeued=2, dead=0)``.
     """
 
     name = "lease-rescuer"
+    #: How soon after a lease expires its job is free again, at most (seconds).
+    default_interval = 15.0
 
-    def __init__(self, config: ServiceConfig | None = None) -> None:
-        super().__init__(config or ServiceConfig(interval=15.0))
-
-    async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
+    async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> Rescued:
         requeued = dead = 0
         while True:
             rows = await db.fetch_all_async(
@@ -33,4 +41,4 @@ class LeaseRescuer(Service):
             requeued += more_requeued
             dead += more_dead
             if more_requeued + more_dead < self.config.batch_size:
-                return {"requeued": requeued, "dead": dead}
+                return Rescued(requeued, dead)

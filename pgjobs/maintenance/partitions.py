@@ -8,6 +8,7 @@ worker was down for days) are moved into a partition of their own day, created f
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
 
@@ -16,7 +17,7 @@ from psycopg import sql
 
 from pgjobs import archive, db, queries
 from pgjobs.errors import ConfigurationError
-from pgjobs.maintenance import Service, ServiceConfig
+from pgjobs.maintenance import RoundResult, Service, ServiceConfig
 
 #: Days after today whose partitions exist ahead of time (so three days without any worker
 #: running this service still route every row to its own day).
@@ -25,7 +26,15 @@ DAYS_AHEAD = 3
 DEFAULT_DAYS_PER_ROUND = 7
 
 
-class ArchivePartitions(Service):
+@dataclass(frozen=True, slots=True)
+class Partitioned(RoundResult):
+    """Partitions created, and rows moved out of the DEFAULT partition into them."""
+
+    created: int
+    moved: int
+
+
+class ArchivePartitions(Service[Partitioned]):
     """Creates the daily partitions of ``archived_jobs`` from today to ``days_ahead`` days ahead,
     and moves rows out of the DEFAULT partition into partitions of their own days.
 
@@ -33,10 +42,12 @@ class ArchivePartitions(Service):
     partition is created once. Before migration 0004 (archived_jobs not partitioned) it does
     nothing.
 
-    Example: ``await ArchivePartitions().run_once(conn)`` returns ``{"created": 4, "moved": 0}``.
+    Example: ``await ArchivePartitions().run_once(conn)`` returns ``Partitioned(created=4, moved=0)``.
     """
 
     name = "archive-partitions"
+    #: Hourly: a day's partition exists days ahead, so a round only has to keep that margin.
+    default_interval = 3600.0
 
     def __init__(
         self,
@@ -45,7 +56,7 @@ class ArchivePartitions(Service):
         days_ahead: int = DAYS_AHEAD,
         lock_timeout: float = 5.0,
     ) -> None:
-        super().__init__(config or ServiceConfig(interval=3600.0))
+        super().__init__(config)
         if days_ahead < 0:
             raise ConfigurationError(f"days_ahead must be >= 0, got {days_ahead}")
         if not lock_timeout > 0:
@@ -54,11 +65,11 @@ class ArchivePartitions(Service):
         #: Seconds one creation waits for its locks before giving up until the next round.
         self.lock_timeout = lock_timeout
 
-    async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
+    async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> Partitioned:
         rows = await db.fetch_all_async(conn, queries.ARCHIVE_STATE)
         today, partitioned = rows[0][0], rows[0][1]
         if not partitioned:
-            return {"created": 0, "moved": 0}
+            return Partitioned(0, 0)
         partitions = await archive.list_partitions_async(conn)
         days: list[date] = []
         default = archive.default_partition(partitions)
@@ -80,7 +91,7 @@ class ArchivePartitions(Service):
             done, rows_moved = await self._create(conn, day)
             created += done
             moved += rows_moved
-        return {"created": created, "moved": moved}
+        return Partitioned(created, moved)
 
     async def _create(self, conn: psycopg.AsyncConnection[Any], day: date) -> tuple[int, int]:
         """Create the partition of ``day`` unless another worker just did; returns (created,

@@ -16,7 +16,7 @@ import psycopg
 from pgjobs import db, queries
 from pgjobs.dsn import Dsn
 from pgjobs.errors import ConfigurationError
-from pgjobs.maintenance import Service, ServiceConfig
+from pgjobs.maintenance import RoundResult, Service, ServiceConfig
 
 #: Seconds between heartbeats.
 HEARTBEAT_INTERVAL = 10.0
@@ -37,14 +37,22 @@ class WorkerIdentity:
     started_at: datetime
 
 
-class WorkerRegistry(Service):
+@dataclass(frozen=True, slots=True)
+class Heartbeat(RoundResult):
+    """Rows of workers gone silent that this round removed."""
+
+    stale_removed: int
+
+
+class WorkerRegistry(Service[Heartbeat]):
     """Registers one worker and refreshes its heartbeat; removes the rows of workers whose
     heartbeat is older than ``stale_after`` seconds.
 
-    Example: ``await WorkerRegistry(identity).run_once(conn)`` returns ``{"stale_removed": 0}``.
+    Example: ``await WorkerRegistry(identity).run_once(conn)`` returns ``Heartbeat(stale_removed=0)``.
     """
 
     name = "worker-registry"
+    default_interval = HEARTBEAT_INTERVAL
 
     def __init__(
         self,
@@ -53,7 +61,7 @@ class WorkerRegistry(Service):
         *,
         stale_after: float = STALE_AFTER,
     ) -> None:
-        super().__init__(config or ServiceConfig(interval=HEARTBEAT_INTERVAL))
+        super().__init__(config)
         if not stale_after > self.config.interval * (1 + self.config.jitter):
             raise ConfigurationError(
                 f"stale_after ({stale_after}s) must exceed the longest heartbeat interval "
@@ -62,7 +70,7 @@ class WorkerRegistry(Service):
         self.identity = identity
         self.stale_after = stale_after
 
-    async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
+    async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> Heartbeat:
         me = self.identity
         rows = await db.fetch_all_async(
             conn,
@@ -77,7 +85,7 @@ class WorkerRegistry(Service):
                 "stale_after": self.stale_after,
             },
         )
-        return {"stale_removed": rows[0][0]}
+        return Heartbeat(rows[0][0])
 
     async def unregister(self, dsn: Dsn) -> None:
         """Delete this worker's row, on a connection of its own (the worker's may be gone)."""

@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 
 from pgjobs.completer import Outcomes
-from pgjobs.models import Job
+from pgjobs.models import DeadReason, Job
 from tests.integration.factories import claim, settle
 
 
@@ -65,7 +65,7 @@ def fail_for_good(
 ) -> set[int]:
     """Bury a claimed job as the worker does on its last attempt; returns the ids applied."""
     outcomes = Outcomes(owner)
-    outcomes.bury(job, "exhausted", error, "builtins.ValueError", "Traceback ...")
+    outcomes.bury(job, DeadReason.EXHAUSTED, error, "builtins.ValueError", "Traceback ...")
     return settle(conn, outcomes)
 
 

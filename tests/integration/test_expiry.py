@@ -6,17 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 from pgjobs import App
 from pgjobs.maintenance import ServiceConfig
-from pgjobs.maintenance.expirer import Expirer
-from tests.integration.factories import (
-    assert_one_home,
-    claim,
-    counts,
-    db_now,
-    row,
-    run_service,
-    wait_until,
-    work,
-)
+from pgjobs.maintenance.expirer import Expired, Expirer
+from tests.helpers import assert_one_home, wait_until
+from tests.integration.factories import claim, counts, db_now, row, run_service, work
 
 
 def test_expired_job_is_never_claimed_and_is_archived_as_expired(make_app, dsn, conn):
@@ -35,7 +27,7 @@ def test_expired_job_is_never_claimed_and_is_archived_as_expired(make_app, dsn, 
     # Give the two claimed jobs back so that a real worker can run them below.
     conn.execute("UPDATE queued_jobs SET lease_owner = NULL, lease_expires_at = NULL")
 
-    assert run_service(dsn, Expirer()) == {"expired": 1}
+    assert run_service(dsn, Expirer()) == Expired(expired=1)
     archived = row(conn, "archived_jobs", expired)
     assert archived is not None
     assert archived["status"] == "expired"
@@ -43,7 +35,7 @@ def test_expired_job_is_never_claimed_and_is_archived_as_expired(make_app, dsn, 
     assert archived["worker"] is None and archived["result"] is None
     assert archived["payload"] == {"n": 1}
     assert archived["expires_at"] is not None
-    assert run_service(dsn, Expirer()) == {"expired": 0}
+    assert run_service(dsn, Expirer()) == Expired(expired=0)
 
     assert work(app) == 0
     assert sorted(runs) == [2, 3], "the expired job must never run"
@@ -60,7 +52,7 @@ def test_job_expiring_while_queued_stops_being_claimable(make_app, dsn, conn):
     wait_until(lambda: db_now(conn) > queued["expires_at"], what="the job to expire")
 
     assert claim(conn) == []
-    assert run_service(dsn, Expirer()) == {"expired": 1}
+    assert run_service(dsn, Expirer()) == Expired(expired=1)
     assert assert_one_home(conn, [job_id]) == {job_id: "archived_jobs"}
 
 
@@ -72,7 +64,7 @@ def test_expirer_leaves_a_running_job_to_its_worker(make_app, dsn, conn):
     assert queued is not None
     wait_until(lambda: db_now(conn) > queued["expires_at"], what="the job to expire")
 
-    assert run_service(dsn, Expirer()) == {"expired": 0}
+    assert run_service(dsn, Expirer()) == Expired(expired=0)
     assert row(conn, "queued_jobs", job_id)["lease_owner"] == "busy"  # type: ignore[index]
 
 
@@ -83,5 +75,5 @@ def test_expirer_works_through_more_than_one_batch(make_app, dsn, conn):
         app.enqueue("t.notify", {"n": n}, expires_at=past)
     app.enqueue("t.notify", {"n": 99})
 
-    assert run_service(dsn, Expirer(ServiceConfig(interval=30, batch_size=2))) == {"expired": 5}
+    assert run_service(dsn, Expirer(ServiceConfig(interval=30, batch_size=2))) == Expired(expired=5)
     assert counts(conn) == {"queued_jobs": 1, "archived_jobs": 5, "dead_letter": 0}

@@ -5,22 +5,17 @@ from __future__ import annotations
 import pytest
 
 from pgjobs.completer import Outcomes
-from pgjobs.maintenance.leases import LeaseRescuer
-from tests.integration.factories import (
-    assert_one_home,
-    claim,
-    counts,
-    lease_expired,
-    row,
-    run_service,
-    settle,
-    wait_until,
-)
+from pgjobs.maintenance.leases import LeaseRescuer, Rescued
+from pgjobs.models import DeadReason
+from tests.helpers import assert_one_home, wait_until
+from tests.integration.factories import claim, counts, lease_expired, row, run_service, settle
 
 OUTCOMES = {
     "succeed": lambda o, job: o.succeed(job, '"done"'),
     "retry": lambda o, job: o.retry(job, 0.0, "ValueError: stale"),
-    "bury": lambda o, job: o.bury(job, "exhausted", "ValueError: stale", "builtins.ValueError"),
+    "bury": lambda o, job: o.bury(
+        job, DeadReason.EXHAUSTED, "ValueError: stale", "builtins.ValueError"
+    ),
     "release": lambda o, job: o.release(job, refund=True),
 }
 
@@ -69,7 +64,7 @@ def test_worker_whose_lease_was_rescued_cannot_settle_the_new_run(make_app, dsn,
     job_id = app.enqueue("t.pay", {"amount": 10})
     [first] = claim(conn, owner="worker-a", lease=0.05)
     wait_until(lease_expired(conn, job_id), what="worker-a's lease to expire")
-    assert run_service(dsn, LeaseRescuer()) == {"requeued": 1, "dead": 0}
+    assert run_service(dsn, LeaseRescuer()) == Rescued(requeued=1, dead=0)
     [second] = claim(conn, owner="worker-b")
     assert second.attempts == 2
 

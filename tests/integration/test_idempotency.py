@@ -9,7 +9,9 @@ import pytest
 
 from pgjobs import JobSpec
 from pgjobs.completer import Outcomes
-from tests.integration.factories import assert_one_home, claim, counts, row, settle, wait_until
+from pgjobs.models import DeadReason
+from tests.helpers import assert_one_home, wait_until
+from tests.integration.factories import claim, counts, row, settle
 
 
 def test_second_enqueue_returns_the_same_id_and_creates_no_row(make_app, conn):
@@ -48,7 +50,7 @@ def test_key_still_held_after_the_job_left_the_hot_table(make_app, conn, destina
     if destination == "archived_jobs":
         outcomes.succeed(job, None)
     else:
-        outcomes.bury(job, "exhausted", "ValueError: no", "builtins.ValueError", "tb")
+        outcomes.bury(job, DeadReason.EXHAUSTED, "ValueError: no", "builtins.ValueError", "tb")
     assert settle(conn, outcomes) == {first}
     assert assert_one_home(conn, [first]) == {first: destination}
 

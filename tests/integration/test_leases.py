@@ -4,16 +4,9 @@ from __future__ import annotations
 
 from pgjobs import App
 from pgjobs.maintenance import ServiceConfig
-from pgjobs.maintenance.leases import LeaseRescuer
-from tests.integration.factories import (
-    assert_one_home,
-    claim,
-    lease_expired,
-    row,
-    run_service,
-    wait_until,
-    work,
-)
+from pgjobs.maintenance.leases import LeaseRescuer, Rescued
+from tests.helpers import assert_one_home, wait_until
+from tests.integration.factories import claim, lease_expired, row, run_service, work
 
 
 def _claim_as_dead_worker(conn, job_id: int, **options) -> None:
@@ -37,13 +30,13 @@ def test_expired_lease_is_rescued_and_the_job_runs_again(make_app, dsn, conn):
     _claim_as_dead_worker(conn, job_id)
     assert claim(conn, owner="other") == [], "an expired lease is not claimable until rescued"
 
-    assert run_service(dsn, LeaseRescuer()) == {"requeued": 1, "dead": 0}
+    assert run_service(dsn, LeaseRescuer()) == Rescued(requeued=1, dead=0)
     ready = row(conn, "queued_jobs", job_id)
     assert ready is not None
     assert ready["lease_owner"] is None and ready["lease_expires_at"] is None
     assert ready["attempts"] == 1, "the crashed run used up an attempt"
     assert ready["last_error"] == "lease of worker dead-worker expired on attempt 1 of 3"
-    assert run_service(dsn, LeaseRescuer()) == {"requeued": 0, "dead": 0}
+    assert run_service(dsn, LeaseRescuer()) == Rescued(requeued=0, dead=0)
 
     assert work(app) == 0
     assert runs == ["a.png"]
@@ -59,10 +52,10 @@ def test_expired_lease_on_the_last_attempt_goes_to_dead_letter(make_app, dsn, co
     app: App = make_app(check_task_names=False)
     job_id = app.enqueue("t.resize", {"image": "b.png"}, max_attempts=2)
     _claim_as_dead_worker(conn, job_id)
-    assert run_service(dsn, LeaseRescuer()) == {"requeued": 1, "dead": 0}
+    assert run_service(dsn, LeaseRescuer()) == Rescued(requeued=1, dead=0)
     _claim_as_dead_worker(conn, job_id)
 
-    assert run_service(dsn, LeaseRescuer()) == {"requeued": 0, "dead": 1}
+    assert run_service(dsn, LeaseRescuer()) == Rescued(requeued=0, dead=1)
     assert assert_one_home(conn, [job_id]) == {job_id: "dead_letter"}
     dead = row(conn, "dead_letter", job_id)
     assert dead is not None
@@ -79,7 +72,7 @@ def test_at_most_once_job_is_dead_lettered_instead_of_run_again(make_app, dsn, c
     job_id = app.enqueue("t.charge", {}, max_attempts=5)
     _claim_as_dead_worker(conn, job_id, at_most_once_tasks=["t.charge"])
 
-    assert run_service(dsn, LeaseRescuer()) == {"requeued": 0, "dead": 1}
+    assert run_service(dsn, LeaseRescuer()) == Rescued(requeued=0, dead=1)
     dead = row(conn, "dead_letter", job_id)
     assert dead is not None
     assert dead["reason"] == "lease_expired"
@@ -92,7 +85,7 @@ def test_live_leases_are_left_alone(make_app, dsn, conn):
     job_id = app.enqueue("t.resize", {})
     [job] = claim(conn, owner="busy-worker", lease=300)
 
-    assert run_service(dsn, LeaseRescuer()) == {"requeued": 0, "dead": 0}
+    assert run_service(dsn, LeaseRescuer()) == Rescued(requeued=0, dead=0)
     leased = row(conn, "queued_jobs", job_id)
     assert leased is not None
     assert leased["lease_owner"] == "busy-worker"
@@ -107,5 +100,5 @@ def test_rescuer_works_through_more_than_one_batch(make_app, dsn, conn):
         wait_until(lease_expired(conn, job_id), what="the leases to expire")
 
     rescuer = LeaseRescuer(ServiceConfig(interval=15, batch_size=2))
-    assert run_service(dsn, rescuer) == {"requeued": 5, "dead": 0}
+    assert run_service(dsn, rescuer) == Rescued(requeued=5, dead=0)
     assert {job.id for job in claim(conn, owner="w2")} == set(ids)

@@ -7,7 +7,9 @@ from datetime import UTC, datetime
 
 from pgjobs import App, JobSpec
 from pgjobs.completer import Outcomes, result_json
-from tests.integration.factories import assert_one_home, claim, counts, row, settle, work
+from pgjobs.models import DeadReason
+from tests.helpers import assert_one_home
+from tests.integration.factories import claim, counts, row, settle, work
 
 
 def test_enqueue_writes_a_ready_row_with_defaults(make_app, conn):
@@ -113,7 +115,9 @@ def test_invariant_holds_across_every_outcome(make_app, conn):
     outcomes = Outcomes("w")
     outcomes.succeed(jobs[ids[0]], None)
     outcomes.retry(jobs[ids[1]], 3600, "ValueError: later")
-    outcomes.bury(jobs[ids[2]], "exhausted", "ValueError: dead", "builtins.ValueError", "tb")
+    outcomes.bury(
+        jobs[ids[2]], DeadReason.EXHAUSTED, "ValueError: dead", "builtins.ValueError", "tb"
+    )
     outcomes.release(jobs[ids[3]], refund=True)
     assert settle(conn, outcomes) == set(ids)
 

@@ -16,14 +16,9 @@ import pytest
 from pgjobs import App, stats
 from pgjobs.errors import ConfigurationError
 from pgjobs.maintenance import ServiceConfig
-from pgjobs.maintenance.registry import STALE_AFTER, WorkerIdentity, WorkerRegistry
-from tests.integration.factories import claim, run_service, wait_until, work
-from tests.integration.ops_app import pgjobs_process
-
-
-@pytest.fixture(autouse=True)
-def no_workers(conn):
-    conn.execute("DELETE FROM pgjobs_workers")
+from pgjobs.maintenance.registry import STALE_AFTER, Heartbeat, WorkerIdentity, WorkerRegistry
+from tests.helpers import pgjobs_env, pgjobs_process, wait_until
+from tests.integration.factories import claim, run_service, work
 
 
 def registered(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
@@ -69,7 +64,7 @@ def test_a_worker_is_listed_with_its_running_jobs_while_it_runs_then_leaves(make
 
 def test_heartbeat_refreshes_last_seen_and_keeps_started_at(dsn, conn):
     me = identity("w-1", started_at=datetime.now(UTC) - timedelta(hours=1))
-    assert run_service(dsn, WorkerRegistry(me)) == {"stale_removed": 0}
+    assert run_service(dsn, WorkerRegistry(me)) == Heartbeat(stale_removed=0)
     conn.execute("UPDATE pgjobs_workers SET last_seen_at = now() - interval '30 seconds'")
     run_service(dsn, WorkerRegistry(me))
     started, seen_ago = conn.execute(
@@ -96,7 +91,7 @@ def test_stale_rows_are_removed_by_another_worker_and_never_listed_as_live(dsn, 
     assert snap.orphaned.first_expiry is not None
     assert 100 < snap.orphaned.first_expiry <= 120
 
-    assert run_service(dsn, WorkerRegistry(identity("alive"))) == {"stale_removed": 1}
+    assert run_service(dsn, WorkerRegistry(identity("alive"))) == Heartbeat(stale_removed=1)
     assert [row[0] for row in registered(conn)] == ["alive"]
 
 
@@ -124,7 +119,7 @@ def test_stale_after_must_exceed_the_heartbeat_interval():
 
 def test_a_worker_process_registers_and_its_sigterm_exit_unregisters(dsn, conn):
     with pgjobs_process(
-        dsn.url, "work", "--app", "tests.integration.ops_app:app", "--concurrency", "2"
+        pgjobs_env(dsn.url), "work", "--app", "tests.integration.ops_app:app", "--concurrency", "2"
     ) as worker:
         wait_until(lambda: registered(conn) or not worker.alive(), timeout=20, what="registration")
         [(worker_id, host, pid, queues, concurrency)] = registered(conn)
