@@ -174,7 +174,9 @@ def test_stats_watch_redraws_in_place_and_ctrl_c_exits_0(dsn, conn):
     screen = b"".join(chunks).decode(errors="replace")
     assert "watched" in screen and "live workers" in screen
     assert "\x1b[" in screen, "redrawn in place with cursor movements"
-    assert proc.stderr is not None and proc.stderr.read() == b""
+    assert proc.stderr is not None
+    with proc.stderr:
+        assert proc.stderr.read() == b""
 
 
 def test_stats_watch_json_prints_a_line_per_reading_and_survives_a_lost_database(
