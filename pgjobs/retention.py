@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -34,21 +33,6 @@ from pgjobs.models import ArchivePartition
 EXPORT_FORMATS = {"csv": ("csv", "FORMAT csv, HEADER true"), "text": ("txt", "FORMAT text")}
 #: Attempts at the DDL of one partition when its lock cannot be had within the lock timeout.
 LOCK_ATTEMPTS = 5
-_AGE = re.compile(r"(\d+(?:\.\d+)?)\s*(s|m|h|d|w)")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def parse_age(value: str, option: str = "--older-than") -> timedelta:
-    """A positive age such as ``30d``, ``12h``, ``90m``, ``2w`` or ``45s``.
-
-    Example: ``parse_age("30d") == timedelta(days=30)``
-    """
-    found = _AGE.fullmatch(value.strip().lower())
-    if found is None or float(found.group(1)) <= 0:
-        raise ConfigurationError(
-            f"{option} {value!r}: expected a positive age such as 30d, 12h, 90m or 2w"
-        )
-    return timedelta(seconds=float(found.group(1)) * _UNITS[found.group(2)])
 
 
 @dataclass(frozen=True, slots=True)

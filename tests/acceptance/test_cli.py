@@ -46,7 +46,7 @@ def test_cli_migrate_enqueue_work_stats(create_database, subprocess_env):
 
     migrated = run_cli(env, "migrate")
     assert migrated.returncode == 0, migrated.stderr
-    assert "pgjobs schema is at" in migrated.stdout
+    assert "pgjobs schema upgraded none -> " in migrated.stdout
     check = run_cli(env, "migrate", "--check")
     assert check.returncode == 0, check.stdout + check.stderr
 

@@ -63,6 +63,13 @@ def test_a_real_outage_folds_into_one_group_per_task_and_error(make_app, conn, d
         ("images.resize", 3, groups[1].fingerprint_id)
     ]
 
+    # The same filters as every other dead command: --fingerprint too.
+    code, out, err = run(
+        capsys, "dead", "group", "--fingerprint", groups[0].fingerprint_id, "--dsn", dsn.url
+    )
+    assert (code, err) == (0, "")
+    assert "60 dead job(s) in 1 group(s)" in out and "images.resize" not in out
+
 
 @pytest.mark.parametrize(
     ("errors", "fingerprint"),
@@ -139,6 +146,10 @@ def test_dead_list_filters_newest_first(conn, dsn, capsys):
 
     code, out, err = run(capsys, "dead", "list", "--queue", "q2", "--since", "1h", "--dsn", dsn.url)
     assert (code, err) == (0, "")
+    code, weeks, err = run(
+        capsys, "dead", "list", "--queue", "q2", "--since", "2w", "--dsn", dsn.url
+    )
+    assert (code, err, weeks) == (0, "", out), "ages in weeks, as --older-than takes them"
     assert "TimeoutError: slow 2" in out and "ValueError" not in out
     assert "3 shown" in out
 
@@ -183,7 +194,7 @@ def test_unknown_or_living_ids_and_bad_filters_are_one_line_errors(make_app, con
         admin.dead_job(dsn, queued)
 
     code, _, err = run(capsys, "dead", "list", "--since", "yesterday", "--dsn", dsn.url)
-    assert_one_line_error(code, err, "--since", "ISO 8601")
+    assert_one_line_error(code, err, "--since", "ISO 8601", "or an age such as 90m")
     assert code == 2
     code, _, err = run(capsys, "dead", "list", "--since", "1h", "--until", "2h", "--dsn", dsn.url)
     assert_one_line_error(code, err, "since", "not before until")

@@ -35,9 +35,13 @@ def test_migrate_current_check_and_downgrade(capsys, create_database):
     assert code == 1
     assert "current: none" in out and f"head: {head}" in out
 
+    code, out, _ = run(capsys, "migrate", "--revision", "0003", "--dsn", fresh.url)
+    assert (code, out.split(" in ")[0]) == (0, "pgjobs schema upgraded none -> 0003")
+    code, out, _ = run(capsys, "migrate", "--dsn", fresh.url)
+    assert (code, out.split(" in ")[0]) == (0, f"pgjobs schema upgraded 0003 -> {head}")
     code, out, _ = run(capsys, "migrate", "--dsn", fresh.url)
     assert code == 0
-    assert f"pgjobs schema is at {head}" in out
+    assert out.startswith(f"pgjobs schema already at head {head} in ") and "nothing to do" in out
 
     code, out, _ = run(capsys, "migrate", "--current", "--dsn", fresh.url)
     assert (code, out.split()) == (0, ["current:", head, "head:", head])
@@ -45,7 +49,10 @@ def test_migrate_current_check_and_downgrade(capsys, create_database):
     assert code == 0
 
     code, out, _ = run(capsys, "migrate", "--downgrade", "base", "--dsn", fresh.url)
-    assert code == 0
+    assert (code, out.split(" in ")[0]) == (
+        0,
+        f"pgjobs schema downgraded {head} -> none (no tables)",
+    )
     assert migrate.current(fresh) is None
 
 
@@ -143,6 +150,7 @@ def test_enqueue_with_app_uses_the_tasks_queue_and_refuses_unknown_names(capsys,
 
     code, _, err = run(capsys, "enqueue", "cli.nope", "--app", APP, "--dsn", dsn.url)
     assert_one_line_error(code, err, "cli.nope")
+    assert "#" not in err, "one job: no position in the error"
     assert counts(conn)["queued_jobs"] == 1
 
 
@@ -168,6 +176,7 @@ BAD_ENQUEUE = [
 def test_enqueue_bad_input_is_one_line_and_writes_nothing(capsys, dsn, conn, args, words):
     code, out, err = run(capsys, "enqueue", "cli.add", *args, "--dsn", dsn.url)
     assert_one_line_error(code, err, *words)
+    assert "job #" not in err, "one job: no position in the error"
     assert out == ""
     assert counts(conn) == NOTHING
 

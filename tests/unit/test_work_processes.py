@@ -76,9 +76,9 @@ def fakes(monkeypatch):
     @app.task(name="t")
     def t() -> None: ...
 
-    monkeypatch.setattr(cli, "Worker", _FakeWorker)
+    monkeypatch.setattr(cli.work, "Worker", _FakeWorker)
     monkeypatch.setattr(supervisor, "Supervisor", _FakeSupervisor)
-    monkeypatch.setattr(cli, "_load_app", lambda ref: app)
+    monkeypatch.setattr(cli.work, "load_app", lambda ref: app)
     monkeypatch.delenv("PGJOBS_DATABASE_URL", raising=False)
     monkeypatch.delenv("DATABASE_URL", raising=False)
     return app
@@ -100,6 +100,7 @@ OPTIONS = [
     "--burst",
     "--no-maintenance",
     "--rescue-interval=2.5",
+    "--expire-interval=4.5",
     "--log-level=warning",
 ]
 
@@ -130,12 +131,13 @@ def test_worker_processes_run_the_same_options(capsys, fakes):
         burst=True,
         maintenance=False,
         rescue_interval=2.5,
+        expire_interval=4.5,
     )
 
 
 def test_every_work_option_reaches_the_worker_processes(capsys, fakes):
     """An option added to `pgjobs work` must be handed to the worker processes too
-    (``cli._work_argv``), or be listed here with the reason. A new flag must be set in OPTIONS."""
+    (``cli.work.work_argv``), or be listed here with the reason. A new flag must be set in OPTIONS."""
     not_forwarded = {
         "processes",  # each worker process is one process
         "supervisor_fd",  # set by the supervisor, per process

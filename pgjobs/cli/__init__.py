@@ -1,0 +1,66 @@
+"""The `pgjobs` command: the only place that wires everything together.
+
+One module per command group (``migrate``, ``enqueue``, ``work``, ``stats``, ``prune``, ``dead``,
+``job``); ``parse`` holds the one grammar of ages and times, ``render`` how everything prints,
+``options`` what the commands share. ``main`` runs the command and turns every error into one line
+on stderr and an exit code.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+import typer
+
+from pgjobs.cli import dead, enqueue, job, migrate, prune, stats, work
+from pgjobs.cli.render import error
+from pgjobs.errors import ConfigurationError, PgjobsError
+
+cli = typer.Typer(
+    name="pgjobs",
+    help="A durable background-job queue backed by PostgreSQL alone.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+cli.command("migrate")(migrate.migrate_command)
+cli.command("enqueue")(enqueue.enqueue_command)
+cli.command("work")(work.work_command)
+cli.command("stats")(stats.stats_command)
+cli.command("prune")(prune.prune_command)
+cli.command("replay")(job.replay_command)
+cli.command("cancel")(job.cancel_command)
+cli.add_typer(dead.dead_cli, name="dead")
+cli.add_typer(job.job_cli, name="job")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI and return its exit code; every error is one line on stderr.
+
+    Example: ``main(["migrate", "--check"])`` returns 1 while the database is behind.
+    """
+    try:
+        result = cli(
+            args=list(argv) if argv is not None else None, prog_name="pgjobs", standalone_mode=False
+        )
+    except typer.Exit as exc:
+        return exc.exit_code
+    except typer.TyperException as exc:  # usage errors: bad option values, unknown commands
+        error(exc.format_message())
+        return exc.exit_code
+    except typer.Abort:
+        error("aborted")
+        return 130
+    except ConfigurationError as exc:
+        error(str(exc))
+        return 2
+    except PgjobsError as exc:
+        error(str(exc))
+        return 1
+    return result if isinstance(result, int) else 0
+
+
+def run() -> None:
+    """Console-script entry point (``pgjobs = "pgjobs.cli:run"``)."""
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""`pgjobs enqueue`: one job from the command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from pgjobs.app import App
+from pgjobs.cli import parse
+from pgjobs.cli.options import DsnOption, database, load_app
+from pgjobs.errors import ConfigurationError
+
+
+def enqueue_command(
+    task: Annotated[str, typer.Argument(help="Task name, as registered with @app.task.")],
+    payload: Annotated[
+        str,
+        typer.Option(
+            "--payload", "-p", help="JSON object of the handler's arguments; @FILE or @- reads it."
+        ),
+    ] = "{}",
+    queue: Annotated[
+        str | None, typer.Option(help="Queue (default: the task's, or 'default').")
+    ] = None,
+    priority: Annotated[int, typer.Option(help="Higher runs first.", min=-32768, max=32767)] = 0,
+    run_at: Annotated[str | None, typer.Option(help="When to run, ISO 8601 with timezone.")] = None,
+    delay: Annotated[float | None, typer.Option(help="Run in this many seconds.", min=0)] = None,
+    max_attempts: Annotated[
+        int | None, typer.Option(help="Attempts before dead_letter.", min=1)
+    ] = None,
+    expires_at: Annotated[
+        str | None, typer.Option(help="Archive as expired, unrun, after this time (ISO 8601).")
+    ] = None,
+    expires_in: Annotated[
+        float | None, typer.Option(help="Expire this many seconds from now.", min=0)
+    ] = None,
+    idempotency_key: Annotated[
+        str | None, typer.Option(help="A second enqueue with this key returns the first job's id.")
+    ] = None,
+    app_ref: Annotated[
+        str | None,
+        typer.Option(
+            "--app", help="package.module:app, to check the task name and use its defaults."
+        ),
+    ] = None,
+    dsn: DsnOption = None,
+) -> None:
+    """Enqueue one job and print its id."""
+    arguments = _parse_payload(payload)
+    run_at_time = None if run_at is None else parse.iso_time("--run-at", run_at)
+    expires_at_time = None if expires_at is None else parse.iso_time("--expires-at", expires_at)
+    app = load_app(app_ref) if app_ref else App(check_task_names=False)
+    if dsn or app_ref is None:
+        app.bind(database(dsn))
+    with app:
+        job_id = app.enqueue(
+            task,
+            arguments,
+            queue=queue,
+            priority=priority,
+            run_at=run_at_time,
+            run_in=delay,
+            max_attempts=max_attempts,
+            expires_at=expires_at_time,
+            expires_in=expires_in,
+            idempotency_key=idempotency_key,
+        )
+    typer.echo(job_id)
+
+
+def _parse_payload(raw: str) -> dict[str, Any]:
+    """``--payload``: a JSON object, inline, from a file (``@FILE``) or from stdin (``@-``)."""
+    source = "--payload"
+    if raw.startswith("@"):
+        path = Path(raw[1:])
+        source = f"payload file {path}"
+        try:
+            raw = sys.stdin.read() if raw == "@-" else path.read_text()
+        except OSError as exc:
+            raise ConfigurationError(f"cannot read {source}: {exc.strerror}") from None
+    try:
+        payload = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(
+            f"{source} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
+            """pass an object such as '{"user_id": 42}'"""
+        ) from None
+    if not isinstance(payload, dict):
+        raise ConfigurationError(
+            f"{source} must be a JSON object (the handler's keyword arguments), "
+            f"got {type(payload).__name__}"
+        )
+    return payload

@@ -1,0 +1,56 @@
+"""What several commands share: the database option, ``--json``, a job id, and loading the
+user's app."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from pgjobs.app import App
+from pgjobs.dsn import Dsn, resolve_dsn
+from pgjobs.errors import ConfigurationError
+
+DsnOption = Annotated[
+    str | None,
+    typer.Option(
+        "--dsn",
+        # Help texts are rich markup: "[embedded]" would be read as a style and vanish.
+        help="PostgreSQL URL. Default: $PGJOBS_DATABASE_URL, then $DATABASE_URL, "
+        f"then the embedded server ({escape('pgjobs[embedded]')}).",
+        show_default=False,
+    ),
+]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")]
+JobIdArgument = Annotated[int, typer.Argument(help="The job id.", show_default=False)]
+
+
+def database(raw: str | None) -> Dsn:
+    """The database a command works on: ``--dsn``, else the environment, else the embedded
+    server."""
+    return resolve_dsn(raw)
+
+
+def load_app(reference: str) -> App:
+    """The ``pgjobs.App`` that ``--app package.module:attribute`` names (attribute: ``app``)."""
+    module_name, _, attribute = reference.partition(":")
+    if not module_name:
+        raise ConfigurationError(f"--app {reference!r}: expected package.module:app")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"--app {reference!r}: cannot import {module_name}: {exc}"
+        ) from None
+    app = getattr(module, attribute or "app", None)
+    if not isinstance(app, App):
+        raise ConfigurationError(
+            f"--app {reference!r}: {module_name} has no pgjobs.App named {attribute or 'app'!r}"
+        )
+    return app

@@ -1,0 +1,81 @@
+"""The one grammar of times on the command line.
+
+An *age* is a positive number and a unit: ``45s``, ``90m``, ``12h``, ``30d``, ``2w`` (decimals
+allowed: ``1.5h``). A *moment* is an ISO 8601 time with a timezone
+(``2026-11-21T15:00:00+00:00``) or an age, meaning that long before now. ``--older-than`` takes
+an age; ``--since`` and ``--until`` take a moment; ``--run-at`` and ``--expires-at``, which lie in
+the future, take an ISO 8601 time.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+from pgjobs.errors import ConfigurationError
+
+_AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_AGE_EXAMPLES = "90m, 12h, 30d or 2w"
+_ISO_FORM = "an ISO 8601 time with a timezone (e.g. 2026-11-21T15:00:00+00:00)"
+
+
+def age(option: str, value: str) -> timedelta:
+    """A positive age.
+
+    Example: ``age("--older-than", "2w") == timedelta(days=14)``
+    """
+    found = _age(value)
+    if found is None:
+        raise ConfigurationError(
+            f"{option} {value!r}: expected a positive age such as {_AGE_EXAMPLES}"
+        )
+    return found
+
+
+def moment(option: str, value: str, *, now: datetime | None = None) -> datetime:
+    """An ISO 8601 time with a timezone, or an age: that long before ``now`` (default: now).
+
+    Example: ``moment("--since", "2h", now=noon) == noon - timedelta(hours=2)``
+    """
+    ago = _age(value)
+    if ago is not None:
+        return (now or datetime.now(UTC)) - ago
+    parsed = _iso(value)
+    if parsed is None:
+        raise ConfigurationError(
+            f"{option} {value!r}: expected {_ISO_FORM} or an age such as {_AGE_EXAMPLES} "
+            "(that long ago)"
+        )
+    return _aware(option, value, parsed)
+
+
+def iso_time(option: str, value: str) -> datetime:
+    """An ISO 8601 time with a timezone.
+
+    Example: ``iso_time("--run-at", "2026-11-21T15:00:00+01:00").hour == 15``
+    """
+    parsed = _iso(value)
+    if parsed is None:
+        raise ConfigurationError(f"{option} {value!r}: expected {_ISO_FORM}")
+    return _aware(option, value, parsed)
+
+
+def _age(value: str) -> timedelta | None:
+    found = _AGE.fullmatch(value.strip().lower())
+    if found is None or float(found.group(1)) <= 0:
+        return None
+    return timedelta(seconds=float(found.group(1)) * _UNITS[found.group(2)])
+
+
+def _iso(value: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value.strip())
+    except ValueError:
+        return None
+
+
+def _aware(option: str, value: str, parsed: datetime) -> datetime:
+    if parsed.tzinfo is None:
+        raise ConfigurationError(f"{option} {value!r} has no timezone: add one, e.g. {value}+00:00")
+    return parsed

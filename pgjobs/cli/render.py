@@ -1,0 +1,292 @@
+"""How the commands print: times, ages, sizes and ratios, the rich tables of `pgjobs stats` and
+`pgjobs dead`, a job's fields, and JSON for machines.
+
+Times are printed in UTC, one way (``when``), or shortened for a table cell whose header says UTC
+(``cell_time``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+import typer
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from pgjobs.maintenance.registry import STALE_AFTER
+from pgjobs.models import DeadGroup, DeadJob
+from pgjobs.stats import Snapshot
+
+# -- values --------------------------------------------------------------------------------------
+
+
+def when(value: datetime | None, none: str = "-") -> str:
+    """A time in UTC to the second: ``"2026-11-21 15:34:54 UTC"``; ``none`` for None."""
+    return none if value is None else f"{value.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+
+
+def cell_time(value: datetime) -> str:
+    """A time for a table cell (the header says UTC): the time alone when it is today."""
+    value = value.astimezone(UTC)
+    if value.date() == datetime.now(UTC).date():
+        return f"{value:%H:%M:%S}"
+    return f"{value:%Y-%m-%d %H:%M}"
+
+
+def age(seconds: float | None) -> str:
+    """``age(75) == "75.0s"``, ``age(300) == "5.0m"``, ``age(None) == "-"``"""
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f}m"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
+def size(n: int | None) -> str:
+    """``size(2048) == "2.0 kB"``"""
+    value = float(n or 0)
+    for unit in ("B", "kB", "MB", "GB"):
+        if value < 1024:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TB"
+
+
+def ratio(value: float | None) -> str:
+    """A ratio as a percentage, whatever its size: ``ratio(0.053) == "5.3%"``,
+    ``ratio(33) == "3,300%"``, ``ratio(None) == "-"``."""
+    if value is None:
+        return "-"
+    return f"{value:.1%}" if value < 10 else f"{value:,.0%}"
+
+
+# -- pgjobs stats --------------------------------------------------------------------------------
+
+
+def wide_console() -> Console:
+    """A console for tables: as wide as the terminal, or 140 columns into a pipe or file
+    (rich's default of 80 would cut the headers of the stats tables)."""
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        return Console(width=140)
+    return console
+
+
+def stats(snap: Snapshot, title: str, *, verbose: bool = False) -> RenderableType:
+    """Everything `pgjobs stats` draws, as one rich renderable."""
+    parts: list[RenderableType] = [_queues_table(snap, title), _workers_table(snap)]
+    if verbose:
+        parts.append(_health_table(snap))
+    return Group(*parts)
+
+
+def _queues_table(snap: Snapshot, title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column("queue")
+    for column in ("ready", "scheduled", "running", "dead", "done 1h", "failed 1h"):
+        table.add_column(column, justify="right")
+    table.add_column("jobs/s 1m", justify="right")
+    table.add_column("retry 1m", justify="right")
+    table.add_column("oldest ready", justify="right")
+    for s in snap.queues:
+        table.add_row(
+            escape(s.queue),
+            f"{s.ready:,}",
+            f"{s.scheduled:,}",
+            f"{s.running:,}",
+            f"[red]{s.dead:,}[/red]" if s.dead else "0",
+            f"{s.finished_last_hour:,}",
+            f"[red]{s.failed_last_hour:,}[/red]" if s.failed_last_hour else "0",
+            f"{s.throughput:,.1f}",
+            "-" if s.retry_rate is None else f"{s.retry_rate:.0%}",
+            age(s.oldest_ready_age),
+        )
+    if not snap.queues:
+        table.caption = "no jobs yet"
+    return table
+
+
+def _workers_table(snap: Snapshot) -> RenderableType:
+    if not snap.workers:
+        table: RenderableType = Text("no live workers", style="yellow")
+    else:
+        grid = Table(title="live workers", title_justify="left")
+        grid.add_column("worker")
+        grid.add_column("host")
+        grid.add_column("pid", justify="right")
+        grid.add_column("queues")
+        for column in ("concurrency", "running", "up", "last seen"):
+            grid.add_column(column, justify="right")
+        for w in snap.workers:
+            grid.add_row(
+                escape(w.id),
+                escape(w.host),
+                str(w.pid),
+                escape(",".join(w.queues)),
+                str(w.concurrency),
+                f"{w.running:,}",
+                age(w.uptime),
+                f"{age(w.last_seen_age)} ago",
+            )
+        table = grid
+    orphaned = snap.orphaned
+    if not orphaned.jobs:
+        return table
+    first, last = max(orphaned.first_expiry or 0, 0), orphaned.last_expiry or 0
+    if last <= 0:
+        expiry = "their leases have expired; the lease rescuer frees them"
+    elif last - first < 1:
+        expiry = f"their leases expire in {age(last)}"
+    else:
+        expiry = f"their leases expire in {age(first)} to {age(last)}"
+    note = Text(
+        f"{orphaned.jobs:,} running job(s) leased to {orphaned.owners} worker(s) that are not "
+        f"live (no heartbeat for {STALE_AFTER:.0f}s): {expiry}",
+        style="red",
+    )
+    return Group(table, note)
+
+
+def _health_table(snap: Snapshot) -> RenderableType:
+    table = Table(title="tables", title_justify="left")
+    table.add_column("table")
+    for column in ("live rows", "dead rows", "dead/live", "last autovacuum", "autovacuums"):
+        table.add_column(column, justify="right")
+    table.add_column("size", justify="right")
+    for t in snap.tables or []:
+        name = t.table + (f" ({t.partitions} partitions)" if t.partitions else "")
+        dead = ratio(t.dead_ratio)
+        if t.dead_ratio is not None and t.dead_ratio > 0.2:
+            dead = f"[red]{dead}[/red]"
+        table.add_row(
+            name,
+            f"{t.live_rows or 0:,}",
+            f"{t.dead_rows or 0:,}",
+            dead,
+            when(t.last_autovacuum, none="never"),
+            f"{t.autovacuum_count or 0:,}",
+            size(t.total_bytes),
+        )
+    lines: list[RenderableType] = [table]
+    for t in snap.tables or []:
+        if t.options:
+            lines.append(Text(f"{t.table} storage options: {', '.join(t.options)}", style="dim"))
+    dated = [p for p in snap.partitions or [] if not p.is_default]
+    if dated:
+        oldest, newest = dated[0], dated[-1]
+        since = "the beginning" if oldest.lower is None else when(oldest.lower)
+        stranded = ""
+        if snap.default_rows:
+            stranded = (
+                f"; [red]{snap.default_rows:,} row(s) in the DEFAULT partition[/red] (moved out "
+                "by the archive-partitions service)"
+            )
+        lines.append(
+            Text.from_markup(
+                f"archived_jobs partitions: {len(dated)} from {since} to {when(newest.upper)}"
+                f" (oldest {oldest.name}){stranded}"
+            )
+        )
+    return Group(*lines)
+
+
+# -- pgjobs dead and pgjobs job ------------------------------------------------------------------
+
+
+def dead_jobs_table(jobs: list[DeadJob], limit: int) -> Table:
+    """`pgjobs dead list`."""
+    table = Table(title="dead jobs, newest first (times in UTC)", box=box.SIMPLE_HEAD)
+    table.add_column("id", justify="right", no_wrap=True)
+    table.add_column("failed")
+    table.add_column("queue")
+    table.add_column("task", overflow="fold")
+    table.add_column("tries", justify="right", no_wrap=True)
+    table.add_column("reason")
+    table.add_column("error", overflow="fold")
+    for job in jobs:
+        table.add_row(
+            str(job.id),
+            cell_time(job.failed_at),
+            escape(job.queue),
+            escape(job.task),
+            f"{job.attempts}/{job.max_attempts}",
+            job.reason,
+            escape(job.last_error or ""),
+        )
+    table.caption = "no dead job matches" if not jobs else f"{len(jobs)} shown (--limit {limit})"
+    return table
+
+
+def dead_groups_table(groups: list[DeadGroup], title: str) -> Table:
+    """`pgjobs dead group`, and what a dry-run redrive or purge would take."""
+    table = Table(title=f"{title} (times in UTC)", box=box.SIMPLE_HEAD)
+    table.add_column("count", justify="right", no_wrap=True)
+    table.add_column("task", overflow="fold")
+    table.add_column("error fingerprint", overflow="fold")
+    table.add_column("id", no_wrap=True)
+    table.add_column("first failed")
+    table.add_column("last failed")
+    for group in groups:
+        table.add_row(
+            f"{group.count:,}",
+            escape(group.task),
+            escape(group.fingerprint),
+            group.fingerprint_id,
+            cell_time(group.first_failed_at),
+            cell_time(group.last_failed_at),
+        )
+    total = sum(group.count for group in groups)
+    table.caption = f"{total:,} dead job(s) in {len(groups):,} group(s)"
+    return table
+
+
+def print_fields(fields: list[tuple[str, Any]]) -> None:
+    """One ``name  value`` line per field that has a value."""
+    for name, value in fields:
+        if value is not None:
+            typer.echo(f"  {name:<13}{value}")
+
+
+def print_block(title: str, text: str | None) -> None:
+    """A multi-line text (an error, a traceback) under its title, indented."""
+    if text:
+        typer.echo(f"{title}:")
+        for line in text.rstrip("\n").splitlines():
+            typer.echo(f"  {line}")
+
+
+def redrives(count: int, last: datetime | None) -> str | None:
+    """How often a job was redriven, for `show`; None when never."""
+    return None if count == 0 else f"{count} time(s), last at {when(last)}"
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def json_text(value: Any, *, indent: int | None = 2) -> str:
+    """``value`` as JSON, times in ISO 8601; ``indent=None`` for one line."""
+    return json.dumps(value, indent=indent, default=_json_value)
+
+
+def print_json(value: Any) -> None:
+    """``value`` as indented JSON, times in ISO 8601."""
+    typer.echo(json_text(value))
+
+
+def error(message: str) -> None:
+    """An error as pgjobs prints every error: one line on stderr."""
+    print(f"pgjobs: error: {' '.join(message.split())}", file=sys.stderr)
