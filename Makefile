@@ -27,7 +27,7 @@ install: $(VENV)/.installed
 demo: install
 	$(BIN)/pgjobs migrate
 	$(PY) -m examples.demo enqueue $(DEMO_JOBS)
-	$(BIN)/pgjobs work --app examples.demo:app --concurrency 8 --burst --log-level warning
+	$(BIN)/pgjobs work --app examples.demo:app --concurrency 8 --burst --log-level error
 	$(BIN)/pgjobs stats
 
 test: install

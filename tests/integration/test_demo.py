@@ -1,0 +1,39 @@
+"""`make demo` ends as the README says: of the image jobs, one in ten dead after its three
+attempts, one in ten archived on its second attempt, the rest archived on their first; every
+e-mail archived."""
+
+from __future__ import annotations
+
+import pytest
+
+from examples import demo
+from pgjobs.dsn import Dsn
+from pgjobs.models import ArchivedStatus, DeadReason
+from tests.integration.factories import work
+
+
+@pytest.fixture
+def demo_app(dsn: Dsn):
+    demo.app.bind(dsn)
+    yield demo.app
+    demo.app.close()
+
+
+def test_the_demo_ends_as_the_readme_says(demo_app, conn):
+    with demo_app:
+        ids = demo_app.enqueue_many(demo.jobs(30))
+    assert work(demo_app, concurrency=8) == 0
+
+    dead = conn.execute("SELECT task, attempts, reason FROM dead_letter ORDER BY id").fetchall()
+    assert dead == [("demo.resize", 3, DeadReason.EXHAUSTED)] * 3
+    archived = conn.execute(
+        "SELECT task, payload->>'fail', attempts, status FROM archived_jobs"
+    ).fetchall()
+    assert len(archived) + len(dead) == len(ids)
+    assert {(task, fail, attempts) for task, fail, attempts, _ in archived} == {
+        ("demo.resize", "once", 2),
+        ("demo.resize", "never", 1),
+        ("demo.send_email", None, 1),
+    }
+    assert {status for *_, status in archived} == {ArchivedStatus.SUCCEEDED}
+    assert sum(task == "demo.send_email" for task, *_ in archived) == 10
