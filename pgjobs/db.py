@@ -33,6 +33,10 @@ from pgjobs.models import (
     Job,
     JobHistory,
     JobStatus,
+    OrphanedLeases,
+    QueueStats,
+    TableHealth,
+    WorkerInfo,
 )
 
 if TYPE_CHECKING:
@@ -149,6 +153,26 @@ def job_history_from_row(row: tuple[Any, ...]) -> JobHistory:
 def archive_partition_from_row(row: tuple[Any, ...]) -> ArchivePartition:
     """A row of ``queries.ARCHIVE_PARTITIONS`` as an ``ArchivePartition``."""
     return ArchivePartition(*row)
+
+
+def queue_stats_from_row(row: tuple[Any, ...]) -> QueueStats:
+    """A row of ``queries.QUEUE_STATS`` as a ``QueueStats``."""
+    return QueueStats(*row)
+
+
+def worker_info_from_row(row: tuple[Any, ...]) -> WorkerInfo:
+    """A row of ``queries.WORKERS_LIVE`` as a ``WorkerInfo``."""
+    return WorkerInfo(*row)
+
+
+def orphaned_leases_from_row(row: tuple[Any, ...]) -> OrphanedLeases:
+    """The row of ``queries.LEASES_WITHOUT_LIVE_WORKER`` as an ``OrphanedLeases``."""
+    return OrphanedLeases(*row)
+
+
+def table_health_from_row(row: tuple[Any, ...]) -> TableHealth:
+    """A row of ``queries.TABLE_HEALTH`` as a ``TableHealth``."""
+    return TableHealth(*row)
 
 
 def schema_revision(conn: psycopg.Connection[Any]) -> str | None:

@@ -216,6 +216,19 @@ class WorkerInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class OrphanedLeases:
+    """Running jobs leased to workers that are not live (crashed, hung or cut off): their leases
+    free them when they expire."""
+
+    jobs: int
+    owners: int
+    #: Seconds until the first and the last of these leases expire (negative: already expired,
+    #: waiting for the lease rescuer).
+    first_expiry: float | None
+    last_expiry: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class TableHealth:
     """Vacuum state and size of one pgjobs table (summed over its partitions, if any)."""
 

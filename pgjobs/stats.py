@@ -15,20 +15,7 @@ import psycopg
 
 from pgjobs import archive, db, queries
 from pgjobs.maintenance.registry import STALE_AFTER
-from pgjobs.models import ArchivePartition, QueueStats, TableHealth, WorkerInfo
-
-
-@dataclass(frozen=True, slots=True)
-class OrphanedLeases:
-    """Running jobs leased to workers that are not live (crashed, hung or cut off): their leases
-    free them when they expire."""
-
-    jobs: int
-    owners: int
-    #: Seconds until the first and the last of these leases expire (negative: already expired,
-    #: waiting for the lease rescuer).
-    first_expiry: float | None
-    last_expiry: float | None
+from pgjobs.models import ArchivePartition, OrphanedLeases, QueueStats, TableHealth, WorkerInfo
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,12 +46,15 @@ def snapshot(conn: psycopg.Connection[Any], *, verbose: bool = False) -> Snapsho
 
 def _read(conn: psycopg.Connection[Any], verbose: bool) -> Snapshot:
     stale = {"stale_after": STALE_AFTER}
-    queues = [QueueStats(*row) for row in db.fetch_all(conn, queries.QUEUE_STATS)]
-    workers = [WorkerInfo(*row) for row in db.fetch_all(conn, queries.WORKERS_LIVE, stale)]
-    orphaned = OrphanedLeases(*db.fetch_all(conn, queries.LEASES_WITHOUT_LIVE_WORKER, stale)[0])
+    queues = [db.queue_stats_from_row(row) for row in db.fetch_all(conn, queries.QUEUE_STATS)]
+    workers = [
+        db.worker_info_from_row(row) for row in db.fetch_all(conn, queries.WORKERS_LIVE, stale)
+    ]
+    (leases,) = db.fetch_all(conn, queries.LEASES_WITHOUT_LIVE_WORKER, stale)
+    orphaned = db.orphaned_leases_from_row(leases)
     if not verbose:
         return Snapshot(queues, workers, orphaned)
-    tables = [TableHealth(*row) for row in db.fetch_all(conn, queries.TABLE_HEALTH)]
+    tables = [db.table_health_from_row(row) for row in db.fetch_all(conn, queries.TABLE_HEALTH)]
     partitions = archive.list_partitions(conn)
     default = archive.default_partition(partitions)
     default_rows = None if default is None else archive.default_rows(conn, default)
