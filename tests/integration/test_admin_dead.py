@@ -13,15 +13,11 @@ from pgjobs import App, JobSpec, admin
 from pgjobs.admin import DeadFilter
 from pgjobs.errors import ConfigurationError, JobNotFound
 from pgjobs.models import DeadReason
+from tests.helpers import assert_one_home, assert_one_line_error, run
 from tests.integration.admin_factories import bury
-from tests.integration.factories import assert_one_home, assert_one_line_error, db_now, run, work
+from tests.integration.factories import db_now, work
 
-
-@pytest.fixture(autouse=True)
-def no_dsn_in_env(monkeypatch):
-    monkeypatch.delenv("PGJOBS_DATABASE_URL", raising=False)
-    monkeypatch.delenv("DATABASE_URL", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")  # rich tables: one line per row
+pytestmark = pytest.mark.usefixtures("no_dsn_in_env")
 
 
 def test_a_real_outage_folds_into_one_group_per_task_and_error(make_app, conn, dsn, capsys):

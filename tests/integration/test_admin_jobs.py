@@ -11,19 +11,16 @@ from pgjobs import App, JobStatus, admin
 from pgjobs.admin import DeadFilter
 from pgjobs.errors import JobNotFound, JobStateConflict
 from pgjobs.models import ArchivedStatus, DeadReason
+from tests.helpers import assert_one_home, assert_one_line_error, run
 from tests.integration.admin_factories import (
     bury,
     claim_one,
     fail_for_good,
     succeed,
 )
-from tests.integration.factories import assert_one_home, assert_one_line_error, row, run, work
+from tests.integration.factories import row, work
 
-
-@pytest.fixture(autouse=True)
-def no_dsn_in_env(monkeypatch):
-    monkeypatch.delenv("PGJOBS_DATABASE_URL", raising=False)
-    monkeypatch.delenv("DATABASE_URL", raising=False)
+pytestmark = pytest.mark.usefixtures("no_dsn_in_env")
 
 
 @pytest.fixture

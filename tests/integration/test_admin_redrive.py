@@ -14,6 +14,7 @@ from pgjobs import App, admin, queries
 from pgjobs.admin import DeadFilter
 from pgjobs.errors import ConfigurationError, JobNotFound, QueryFailed
 from pgjobs.models import ArchivedStatus, DeadReason
+from tests.helpers import assert_one_home, assert_one_line_error, run
 from tests.integration.admin_factories import (
     bury,
     claim_one,
@@ -21,22 +22,9 @@ from tests.integration.admin_factories import (
     ids_in,
     succeed,
 )
-from tests.integration.factories import (
-    assert_one_home,
-    assert_one_line_error,
-    counts,
-    db_now,
-    row,
-    run,
-    work,
-)
+from tests.integration.factories import counts, db_now, row, work
 
-
-@pytest.fixture(autouse=True)
-def no_dsn_in_env(monkeypatch):
-    monkeypatch.delenv("PGJOBS_DATABASE_URL", raising=False)
-    monkeypatch.delenv("DATABASE_URL", raising=False)
-    monkeypatch.setenv("COLUMNS", "200")
+pytestmark = pytest.mark.usefixtures("no_dsn_in_env")
 
 
 def test_redrive_one_job_gives_fresh_attempts_and_records_the_redrive(conn, dsn, capsys):

@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from pgjobs import App, JobSpec
-from tests.integration.factories import claim, db_now, row, wait_until, work
+from tests.helpers import wait_until
+from tests.integration.factories import claim, db_now, row, work
 
 PAST = datetime(2020, 1, 1, tzinfo=UTC)
 

@@ -10,18 +10,15 @@ import psycopg
 import pytest
 
 from pgjobs import migrate
-from tests.integration.factories import assert_one_line_error, counts, db_now, row, run
+from tests.helpers import assert_one_line_error, run
+from tests.integration.factories import counts, db_now, row
 
 APP = "tests.integration.cli_app:app"
 UNREACHABLE = "postgresql://postgres@127.0.0.1:1/x"
 NOTHING = {"queued_jobs": 0, "archived_jobs": 0, "dead_letter": 0}
 
 
-@pytest.fixture(autouse=True)
-def no_dsn_in_env(monkeypatch):
-    """Every test passes --dsn (or sets the variable itself); never fall back to embedded."""
-    monkeypatch.delenv("PGJOBS_DATABASE_URL", raising=False)
-    monkeypatch.delenv("DATABASE_URL", raising=False)
+pytestmark = pytest.mark.usefixtures("no_dsn_in_env")
 
 
 # -- migrate ---------------------------------------------------------------------------------

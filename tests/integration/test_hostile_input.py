@@ -10,7 +10,8 @@ import pytest
 
 from pgjobs import App, InvalidPayload, JobSpec, producer
 from pgjobs.cli import main
-from tests.integration.factories import assert_one_home, counts, work
+from tests.helpers import assert_one_home
+from tests.integration.factories import counts, work
 
 NASTY = "x'); DROP TABLE queued_jobs; --"
 

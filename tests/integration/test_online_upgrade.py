@@ -11,15 +11,8 @@ import threading
 import psycopg
 import pytest
 
-from pgjobs import App, JobSpec, cli, migrate
-from tests.integration.factories import assert_one_home, wait_until
-from tests.integration.ops_app import pgjobs_process
-
-
-def pgjobs_main(capsys, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+from pgjobs import App, JobSpec, migrate
+from tests.helpers import assert_one_home, pgjobs_env, pgjobs_process, run, wait_until
 
 
 def test_downgrade_and_upgrade_while_a_worker_runs_lose_no_job(create_database):
@@ -41,7 +34,12 @@ def test_downgrade_and_upgrade_while_a_worker_runs_lose_no_job(create_database):
         psycopg.connect(dsn.url, autocommit=True) as conn,
         App(dsn.url, check_task_names=False) as app,
         pgjobs_process(
-            dsn.url, "work", "--app", "tests.integration.ops_app:app", "--poll-interval", "0.1"
+            pgjobs_env(dsn.url),
+            "work",
+            "--app",
+            "tests.integration.ops_app:app",
+            "--poll-interval",
+            "0.1",
         ) as worker,
     ):
 
@@ -86,12 +84,12 @@ def test_lock_timeout_fails_fast_and_the_migration_can_run_again(capsys, create_
         )
     with psycopg.connect(dsn.url) as reader:  # a long report over the archive, in a transaction
         reader.execute("SELECT count(*) FROM archived_jobs").fetchone()
-        code, _, err = pgjobs_main(capsys, "migrate", "--lock-timeout", "300ms", "--dsn", dsn.url)
+        code, _, err = run(capsys, "migrate", "--lock-timeout", "300ms", "--dsn", dsn.url)
         assert code == 1
         assert err.startswith("pgjobs: error: ") and err.count("\n") == 1
         assert "lock" in err, err
         assert migrate.current(dsn) == "0003"
-    code, _, err = pgjobs_main(capsys, "migrate", "--dsn", dsn.url)
+    code, _, err = run(capsys, "migrate", "--dsn", dsn.url)
     assert code == 0, err
     assert migrate.current(dsn) == migrate.head()
     with psycopg.connect(dsn.url, autocommit=True) as conn:
@@ -103,20 +101,20 @@ def test_lock_timeout_fails_fast_and_the_migration_can_run_again(capsys, create_
 def test_migrate_check_gates_a_pipeline(capsys, create_database):
     dsn = create_database()
     migrate.upgrade(dsn, "0003")
-    code, out, _ = pgjobs_main(capsys, "migrate", "--check", "--dsn", dsn.url)
+    code, out, _ = run(capsys, "migrate", "--check", "--dsn", dsn.url)
     assert code == 1 and out.split() == ["current:", "0003", "head:", migrate.head()]
     migrate.upgrade(dsn)
-    code, out, _ = pgjobs_main(capsys, "migrate", "--check", "--dsn", dsn.url)
+    code, out, _ = run(capsys, "migrate", "--check", "--dsn", dsn.url)
     assert code == 0 and out.split() == ["current:", migrate.head(), "head:", migrate.head()]
 
 
 def test_offline_sql_sets_the_lock_timeout_and_builds_indexes_concurrently(capsys):
-    code, out, _ = pgjobs_main(capsys, "migrate", "--sql", "--lock-timeout", "2s")
+    code, out, _ = run(capsys, "migrate", "--sql", "--lock-timeout", "2s")
     assert code == 0
     assert out.index("SET lock_timeout = '2s'") < out.index("CREATE TABLE queued_jobs")
     assert "CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS archived_jobs_id_finished_at_key" in out
     assert "PARTITION BY RANGE (finished_at)" in out
-    code, _, err = pgjobs_main(capsys, "migrate", "--sql", "--lock-timeout", "soon")
+    code, _, err = run(capsys, "migrate", "--sql", "--lock-timeout", "soon")
     assert code == 2 and "lock timeout" in err and err.count("\n") == 1
 
 

@@ -4,7 +4,8 @@ dead_letter at once, and the worker keeps going."""
 from __future__ import annotations
 
 from pgjobs import App
-from tests.integration.factories import assert_one_home, insert_raw, row, work
+from tests.helpers import assert_one_home
+from tests.integration.factories import insert_raw, row, work
 
 
 def test_unknown_task_goes_to_dead_letter_and_the_worker_keeps_going(make_app, conn):

@@ -18,7 +18,8 @@ from pgjobs.dsn import Dsn
 from pgjobs.maintenance.partitions import ArchivePartitions
 from pgjobs.models import ArchivedStatus
 from pgjobs.schema import archived_jobs
-from tests.integration.factories import assert_one_home, run_service, work
+from tests.helpers import assert_one_home
+from tests.integration.factories import run_service, work
 
 OLD_REVISION = "0003"
 

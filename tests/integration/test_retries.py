@@ -10,7 +10,8 @@ from typing import Any
 import psycopg
 
 from pgjobs import App, NonRetryableError
-from tests.integration.factories import assert_one_home, db_now, row, work
+from tests.helpers import assert_one_home
+from tests.integration.factories import db_now, row, work
 
 
 def _own_row(dsn, job_id: int) -> dict[str, Any]:

@@ -9,7 +9,6 @@ import pty
 import select
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,21 +17,8 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import pytest
 
-from pgjobs import cli
 from pgjobs.models import ArchivedStatus, DeadReason
-from tests.integration.factories import wait_until
-from tests.integration.ops_app import environment, pgjobs_process
-
-
-@pytest.fixture(autouse=True)
-def no_workers(conn):
-    conn.execute("DELETE FROM pgjobs_workers")
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.helpers import pgjobs_command, pgjobs_env, pgjobs_process, run, wait_until
 
 
 def archive(
@@ -147,8 +133,8 @@ def test_stats_watch_redraws_in_place_and_ctrl_c_exits_0(dsn, conn):
     conn.execute("INSERT INTO queued_jobs (queue, task) VALUES ('watched', 't')")
     master, slave = pty.openpty()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pgjobs", "stats", "--watch", "--interval", "0.2"],
-        env=environment(dsn.url),
+        pgjobs_command("stats", "--watch", "--interval", "0.2"),
+        env=pgjobs_env(dsn.url),
         stdin=subprocess.DEVNULL,
         stdout=slave,
         stderr=subprocess.PIPE,
@@ -186,7 +172,9 @@ def test_stats_watch_json_prints_a_line_per_reading_and_survives_a_lost_database
 
     doomed = create_database()
     migrate.upgrade(doomed)
-    with pgjobs_process(doomed.url, "stats", "--watch", "--json", "--interval", "0.2") as watch:
+    with pgjobs_process(
+        pgjobs_env(doomed.url), "stats", "--watch", "--json", "--interval", "0.2"
+    ) as watch:
 
         def lines() -> list[Any]:
             return [json.loads(line) for line in watch.out().splitlines() if line.strip()]

@@ -8,7 +8,8 @@ import sqlalchemy
 
 from pgjobs import ConfigurationError, JobSpec
 from pgjobs.producer import COPY_MIN_ROWS
-from tests.integration.factories import assert_one_home, counts, row
+from tests.helpers import assert_one_home
+from tests.integration.factories import counts, row
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import typer.main
 
 from pgjobs import App, ConfigurationError, WorkerConfig, cli, supervisor
 from pgjobs.dsn import Dsn
-from tests.integration.factories import assert_one_line_error, run
+from tests.helpers import assert_one_line_error, run
 
 APP = "tests.integration.cli_app:app"
 #: Never connected to: every test here stops before the database.
@@ -67,7 +67,7 @@ class _FakeSupervisor:
 
 
 @pytest.fixture
-def fakes(monkeypatch):
+def fakes(monkeypatch, no_dsn_in_env):
     """cli with fake workers and supervisors, and an app that names its own database."""
     _FakeWorker.made.clear()
     _FakeSupervisor.made.clear()
@@ -79,8 +79,6 @@ def fakes(monkeypatch):
     monkeypatch.setattr(cli.work, "Worker", _FakeWorker)
     monkeypatch.setattr(supervisor, "Supervisor", _FakeSupervisor)
     monkeypatch.setattr(cli.work, "load_app", lambda ref: app)
-    monkeypatch.delenv("PGJOBS_DATABASE_URL", raising=False)
-    monkeypatch.delenv("DATABASE_URL", raising=False)
     return app
 
 
