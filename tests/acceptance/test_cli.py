@@ -10,33 +10,17 @@ import psycopg
 import pytest
 
 from pgjobs.models import ArchivedStatus
-from tests.acceptance.conftest import APP, pgjobs_command, scalar
+from tests.acceptance.conftest import APP
 from tests.acceptance.workload import RUNS_DDL
+from tests.helpers import assert_one_line_error, run_pgjobs, scalar
 
 UNREACHABLE = "postgresql://postgres@127.0.0.1:1/x"
 
 
-def run_cli(
-    env: dict[str, str], *args: str, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        pgjobs_command(*args),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=env["PYTHONPATH"].split(":")[0],
-    )
-
-
 def assert_one_error_line(result: subprocess.CompletedProcess[str], *, mentions: str) -> None:
-    where = f"{result.args[3:]}: exit {result.returncode}, stderr {result.stderr!r}"
-    assert result.returncode != 0, where
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, where
-    assert lines[0].startswith("pgjobs: error:"), where
-    assert mentions in lines[0], where
-    assert result.stdout == "", where
+    """A failed command: one error line that mentions ``mentions``, and nothing on stdout."""
+    assert_one_line_error(result.returncode, result.stderr, mentions)
+    assert result.stdout == "", f"{result.args[3:]}: stdout {result.stdout!r}"
 
 
 @pytest.mark.slow
@@ -44,22 +28,22 @@ def test_cli_migrate_enqueue_work_stats(create_database, subprocess_env):
     fresh = create_database()
     env = {**subprocess_env, "PGJOBS_DATABASE_URL": fresh.url}
 
-    migrated = run_cli(env, "migrate")
+    migrated = run_pgjobs(env, "migrate")
     assert migrated.returncode == 0, migrated.stderr
     assert "pgjobs schema upgraded none -> " in migrated.stdout
-    check = run_cli(env, "migrate", "--check")
+    check = run_pgjobs(env, "migrate", "--check")
     assert check.returncode == 0, check.stdout + check.stderr
 
     with psycopg.connect(fresh.url, autocommit=True) as conn:
         conn.execute(RUNS_DDL)
 
-        enqueued = run_cli(env, "enqueue", "accept.record", "--payload", '{"key": 7}')
+        enqueued = run_pgjobs(env, "enqueue", "accept.record", "--payload", '{"key": 7}')
         assert enqueued.returncode == 0, enqueued.stderr
         job_id = int(enqueued.stdout.strip())  # the id, and nothing else
         queued = conn.execute("SELECT task, payload FROM queued_jobs WHERE id = %s", [job_id])
         assert queued.fetchall() == [("accept.record", {"key": 7})]
 
-        worked = run_cli(env, "work", "--app", APP, "--burst", "--poll-interval", "0.1")
+        worked = run_pgjobs(env, "work", "--app", APP, "--burst", "--poll-interval", "0.1")
         assert worked.returncode == 0, worked.stderr
         archived = conn.execute(
             "SELECT status, result, attempts FROM archived_jobs WHERE id = %s", [job_id]
@@ -69,7 +53,7 @@ def test_cli_migrate_enqueue_work_stats(create_database, subprocess_env):
         ran = conn.execute("SELECT key, phase FROM runs ORDER BY at").fetchall()
         assert ran == [(7, "start"), (7, "done")]
 
-    stats = run_cli(env, "stats", "--json")
+    stats = run_pgjobs(env, "stats", "--json")
     assert stats.returncode == 0, stats.stderr
     by_queue = {row["queue"]: row for row in json.loads(stats.stdout)}
     assert set(by_queue) == {"default"}
@@ -87,7 +71,7 @@ def test_cli_migrate_enqueue_work_stats(create_database, subprocess_env):
 def test_cli_bad_input_is_one_line_and_nonzero(create_database, subprocess_env, conn):
     env = subprocess_env
 
-    bad_json = run_cli(env, "enqueue", "accept.record", "--payload", '{"key": ')
+    bad_json = run_pgjobs(env, "enqueue", "accept.record", "--payload", '{"key": ')
     assert_one_error_line(bad_json, mentions="not valid JSON")
 
     for args in (
@@ -96,7 +80,7 @@ def test_cli_bad_input_is_one_line_and_nonzero(create_database, subprocess_env, 
         ("work", "--app", APP, "--burst"),
         ("migrate",),
     ):
-        unreachable = run_cli(env, *args, "--dsn", UNREACHABLE)
+        unreachable = run_pgjobs(env, *args, "--dsn", UNREACHABLE)
         assert_one_error_line(unreachable, mentions="cannot reach the database")
 
     unmigrated = create_database()
@@ -106,7 +90,7 @@ def test_cli_bad_input_is_one_line_and_nonzero(create_database, subprocess_env, 
         ("stats", "--json"),
         ("work", "--app", APP, "--burst"),
     ):
-        missing = run_cli(env_unmigrated, *args)
+        missing = run_pgjobs(env_unmigrated, *args)
         assert_one_error_line(missing, mentions="pgjobs migrate")
 
     # None of the bad commands wrote anything to the test database.

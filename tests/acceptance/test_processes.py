@@ -12,16 +12,9 @@ from pathlib import Path
 import pytest
 
 from pgjobs import JobSpec
-from tests.acceptance.conftest import (
-    APP,
-    lease_owner_pattern,
-    leased_and_started,
-    scalar,
-    stop,
-    wait_for,
-)
+from tests.acceptance.conftest import APP, lease_owner_pattern, leased_and_started
 from tests.acceptance.workload import SHORT_LEASE
-from tests.integration.factories import assert_one_home, assert_one_line_error
+from tests.helpers import assert_one_home, assert_one_line_error, scalar, stop, wait_until
 
 pytestmark = [
     pytest.mark.slow,
@@ -91,10 +84,10 @@ def _wait_for_processes(conn, supervisor, count: int) -> set[int]:
             return children
         return None
 
-    found: set[int] = wait_for(
+    found: set[int] = wait_until(
         registered,
-        30,
-        lambda: f"{count} registered worker processes, got {_children(supervisor.pid)}",
+        timeout=30,
+        what=lambda: f"{count} registered worker processes, got {_children(supervisor.pid)}",
         procs=[supervisor],
     )
     return found
@@ -113,10 +106,10 @@ def test_two_processes_share_the_queue_and_show_as_two_workers(make_app, runs, s
 
     jobs = 300
     ids = app.enqueue_many(JobSpec("accept.record", {"key": n}) for n in range(jobs))
-    wait_for(
+    wait_until(
         lambda: _archived(conn) == jobs,
-        60,
-        lambda: f"{_archived(conn)} of {jobs} jobs archived",
+        timeout=60,
+        what=lambda: f"{_archived(conn)} of {jobs} jobs archived",
         procs=[supervisor],
     )
     # Still two live workers after the run, the same two processes.
@@ -145,12 +138,12 @@ def test_sigterm_lets_every_process_finish_its_running_jobs(make_app, runs, star
     supervisor = start_worker("--processes", "2", "--concurrency", str(concurrency))
     children = _wait_for_processes(conn, supervisor, 2)
 
-    wait_for(
+    wait_until(
         lambda: all(
             leased_and_started(conn, pid) == (concurrency, concurrency) for pid in children
         ),
-        30,
-        "both worker processes running their jobs",
+        timeout=30,
+        what="both worker processes running their jobs",
         procs=[supervisor],
         interval=0.05,
     )
@@ -169,7 +162,7 @@ def test_sigterm_lets_every_process_finish_its_running_jobs(make_app, runs, star
     assert {row[1:] for row in rest} == {(None, 0)}
     done = conn.execute("SELECT key, count(*) FROM runs WHERE phase = 'done' GROUP BY key")
     assert sorted(n for _, n in done) == [1] * len(in_flight)
-    assert "SIGTERM: forwarded to 2 worker process(es)" in supervisor.stderr()
+    assert "SIGTERM: forwarded to 2 worker process(es)" in supervisor.err()
 
 
 def test_second_sigterm_makes_every_process_exit_at_once(make_app, runs, start_worker):
@@ -181,17 +174,17 @@ def test_second_sigterm_makes_every_process_exit_at_once(make_app, runs, start_w
     )
     supervisor = start_worker("--processes", "2", "--concurrency", "2")
     children = _wait_for_processes(conn, supervisor, 2)
-    wait_for(
+    wait_until(
         lambda: scalar(conn, "SELECT count(DISTINCT worker_pid) FROM runs") == 2,
-        30,
-        "both worker processes running jobs",
+        timeout=30,
+        what="both worker processes running jobs",
         procs=[supervisor],
     )
     supervisor.signal(signal.SIGTERM)
-    wait_for(
-        lambda: supervisor.stderr().count("finishing") == 2,
-        10,
-        "both worker processes told to finish",
+    wait_until(
+        lambda: supervisor.err().count("finishing") == 2,
+        timeout=10,
+        what="both worker processes told to finish",
         procs=[supervisor],
     )
     supervisor.signal(signal.SIGTERM)
@@ -219,27 +212,27 @@ def test_kill_9_of_a_worker_process_starts_another_and_loses_no_job(make_app, ru
         )
         return bool(held > 0)
 
-    wait_for(victim_holds_jobs, 30, "the victim to hold jobs", procs=[supervisor])
+    wait_until(victim_holds_jobs, timeout=30, what="the victim to hold jobs", procs=[supervisor])
     os.kill(victim, signal.SIGKILL)
 
-    replacements = wait_for(
+    replacements = wait_until(
         lambda: (_children(supervisor.pid) - children) or None,
-        30,
-        "a worker process to replace the one killed",
+        timeout=30,
+        what="a worker process to replace the one killed",
         procs=[supervisor],
     )
     assert len(replacements) == 1
     assert not _alive(victim)
-    lines = [line for line in supervisor.stderr().splitlines() if f"process {victim} " in line]
+    lines = [line for line in supervisor.err().splitlines() if f"process {victim} " in line]
     assert len(lines) == 1, lines
     assert "was killed by SIGKILL" in lines[0] and "starting another" in lines[0]
 
     # Every job finishes, the killed process's after their lease ran out.
     bound = SHORT_LEASE + jobs * 1.5 / 4 + 30
-    wait_for(
+    wait_until(
         lambda: _archived(conn) == jobs,
-        bound,
-        lambda: f"{_archived(conn)} of {jobs} jobs archived",
+        timeout=bound,
+        what=lambda: f"{_archived(conn)} of {jobs} jobs archived",
         procs=[supervisor],
         interval=0.25,
     )
@@ -280,7 +273,7 @@ def test_a_failed_start_is_one_error_line_and_leaves_no_process(
     else:
         supervisor = spawn("work", "--app", APP, *options, "--dsn", UNREACHABLE)
     assert supervisor.wait_exit(60) == code, supervisor.describe()
-    assert_one_line_error(code, supervisor.stderr(), *words)
+    assert_one_line_error(code, supervisor.err(), *words)
     assert _running_with(marker) == []
 
 
@@ -308,20 +301,20 @@ def test_worker_processes_stop_when_the_supervisor_is_killed(make_app, runs, sta
     app.enqueue_many(JobSpec("accept.slow", {"key": n, "seconds": 2.0}) for n in range(2))
     supervisor = start_worker("--processes", "2", "--concurrency", "1")
     children = _wait_for_processes(conn, supervisor, 2)
-    wait_for(
+    wait_until(
         lambda: scalar(conn, "SELECT count(*) FROM runs WHERE phase = 'start'") == 2,
-        30,
-        "both jobs running",
+        timeout=30,
+        what="both jobs running",
         procs=[supervisor],
     )
     supervisor.signal(signal.SIGKILL)
     assert supervisor.wait_exit(10) == -signal.SIGKILL
 
     # Orphaned, each worker process stops as on SIGTERM: it finishes its job and unregisters.
-    wait_for(
+    wait_until(
         lambda: not [pid for pid in children if _alive(pid)],
-        30,
-        lambda: f"worker processes {children} to stop",
+        timeout=30,
+        what=lambda: f"worker processes {children} to stop",
     )
     assert _archived(conn) == 2
     assert scalar(conn, "SELECT count(*) FROM runs WHERE phase = 'done'") == 2

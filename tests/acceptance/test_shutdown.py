@@ -10,7 +10,8 @@ import time
 import pytest
 
 from pgjobs import JobSpec
-from tests.acceptance.conftest import leased_and_started, scalar, wait_for
+from tests.acceptance.conftest import leased_and_started
+from tests.helpers import scalar, wait_until
 
 CONCURRENCY = 4
 
@@ -24,10 +25,10 @@ def test_sigterm_lets_running_jobs_finish(make_app, runs, start_worker):
     worker = start_worker("--concurrency", str(CONCURRENCY))
 
     running = functools.partial(leased_and_started, conn, worker.pid)
-    wait_for(
+    wait_until(
         lambda: running() == (CONCURRENCY, CONCURRENCY),
-        30,
-        lambda: f"{CONCURRENCY} running jobs, got (leased, started) = {running()}",
+        timeout=30,
+        what=lambda: f"{CONCURRENCY} running jobs, got (leased, started) = {running()}",
         procs=[worker],
         interval=0.05,
     )
@@ -66,10 +67,10 @@ def test_sigterm_past_grace_gives_jobs_back_at_once(make_app, runs, start_worker
     worker = start_worker("--concurrency", str(CONCURRENCY), "--grace", "0.5")
 
     running = functools.partial(leased_and_started, conn, worker.pid)
-    wait_for(
+    wait_until(
         lambda: running() == (CONCURRENCY, CONCURRENCY),
-        30,
-        lambda: f"{CONCURRENCY} running jobs, got (leased, started) = {running()}",
+        timeout=30,
+        what=lambda: f"{CONCURRENCY} running jobs, got (leased, started) = {running()}",
         procs=[worker],
         interval=0.05,
     )
@@ -89,4 +90,4 @@ def test_sigterm_past_grace_gives_jobs_back_at_once(make_app, runs, start_worker
     assert scalar(conn, "SELECT count(*) FROM runs WHERE phase = 'done'") == 0
     assert scalar(conn, "SELECT count(*) FROM archived_jobs") == 0
     assert scalar(conn, "SELECT count(*) FROM dead_letter") == 0
-    assert "gave back 4 running job(s)" in worker.stderr()
+    assert "gave back 4 running job(s)" in worker.err()
