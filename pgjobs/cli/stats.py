@@ -4,7 +4,7 @@ redrawn in place under ``--watch``."""
 from __future__ import annotations
 
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
@@ -69,10 +69,10 @@ def _watch(dsn: Dsn, title: str, *, verbose: bool, as_json: bool, interval: floa
             conn = None
             if as_json:
                 typer.echo(render.json_text({"error": str(exc)}, indent=None))
-            return Group(last, Text(f"{datetime.now():%H:%M:%S} {exc}", style="bold red"))
+            return Group(last, Text(f"{_clock()} {exc}", style="bold red"))
         if as_json:
             typer.echo(render.json_text(read_model.as_json(snap, verbose=verbose), indent=None))
-        last = render.stats(snap, f"{title} at {datetime.now():%H:%M:%S}", verbose=verbose)
+        last = render.stats(snap, f"{title} at {_clock()}", verbose=verbose)
         return last
 
     try:
@@ -89,3 +89,8 @@ def _watch(dsn: Dsn, title: str, *, verbose: bool, as_json: bool, interval: floa
     finally:
         if conn is not None:
             conn.close()
+
+
+def _clock() -> str:
+    """The time of a reading, as every time prints: in UTC."""
+    return f"{render.cell_time(datetime.now(UTC))} UTC"
