@@ -11,4 +11,4 @@ def test_every_archived_status_is_a_job_status():
         JobStatus.CANCELLED,
         JobStatus.EXPIRED,
     ]
-    assert JobStatus.CANCELLED == ArchivedStatus.CANCELLED
+    assert JobStatus.CANCELLED.value == ArchivedStatus.CANCELLED.value
