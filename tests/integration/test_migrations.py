@@ -162,3 +162,15 @@ def test_the_head_workers_check_is_the_newest_migration():
     """Workers compare the database with ``migrate.HEAD`` without loading Alembic; a new
     migration without a new HEAD would let workers run on a schema one revision behind."""
     assert migrate.migrations_head() == migrate.HEAD
+
+
+def test_the_server_is_a_supported_major(database):
+    """pgjobs needs PostgreSQL 14 or newer (README, "Supported PostgreSQL versions"). A run for
+    one major (`make test-pg14`, `make test-pg18`) names it in $PGJOBS_TEST_PG_MAJOR, so that it
+    cannot pass on another server by mistake."""
+    with psycopg.connect(database.url) as c:
+        version = int(c.execute("SHOW server_version_num").fetchone()[0])  # type: ignore[index]
+    assert version >= 140000
+    expected = os.environ.get("PGJOBS_TEST_PG_MAJOR")
+    if expected:
+        assert version // 10000 == int(expected), f"the tests ran on {version}, not {expected}"
