@@ -69,7 +69,34 @@ def wait_until(
         time.sleep(interval)
 
 
-# -- the three-table invariant -------------------------------------------------------------------
+def wait_archived(
+    conn: psycopg.Connection[Any],
+    jobs: int,
+    *,
+    timeout: float,
+    procs: Sequence[Proc] = (),
+    interval: float = 0.05,
+    detail: Callable[[], str] | None = None,
+) -> None:
+    """Wait until archived_jobs holds ``jobs`` rows; ``detail`` adds to the message on failure.
+
+    >>> wait_archived(conn, 300, timeout=60, procs=[worker])
+    """
+
+    def what() -> str:
+        now = count(conn, "archived_jobs")
+        return f"{jobs} jobs archived (now {now}){'; ' + detail() if detail else ''}"
+
+    wait_until(
+        lambda: count(conn, "archived_jobs") == jobs,
+        timeout=timeout,
+        what=what,
+        procs=procs,
+        interval=interval,
+    )
+
+
+# -- rows and the three-table invariant ----------------------------------------------------------
 
 
 def scalar(conn: psycopg.Connection[Any], query: str, params: Any = None) -> Any:
@@ -77,6 +104,11 @@ def scalar(conn: psycopg.Connection[Any], query: str, params: Any = None) -> Any
     found = conn.execute(query, params).fetchone()
     assert found is not None, query
     return found[0]
+
+
+def count(conn: psycopg.Connection[Any], table: str) -> int:
+    """The rows in ``table``."""
+    return int(scalar(conn, f"SELECT count(*) FROM {table}"))
 
 
 def homes(conn: psycopg.Connection[Any]) -> dict[int, str]:
@@ -148,15 +180,9 @@ def run_pgjobs(
     env: Mapping[str, str], *args: str, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
     """`pgjobs ARGS...` to its end (``timeout`` bounds a hang): exit code, stdout, stderr."""
-    return subprocess.run(
-        pgjobs_command(*args),
-        env=env,
-        cwd=REPO,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    with pgjobs_process(env, *args) as proc:
+        code = proc.wait_exit(timeout)
+        return subprocess.CompletedProcess(pgjobs_command(*args), code, proc.out(), proc.err())
 
 
 @dataclass

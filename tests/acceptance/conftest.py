@@ -5,14 +5,14 @@ end of its test if still running, and the side table of the acceptance app. The 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 import psycopg
 import pytest
 
 from tests.acceptance.workload import RUNS_DDL
-from tests.helpers import Proc, pgjobs_process, scalar
+from tests.helpers import Proc, pgjobs_process, scalar, wait_until
 
 APP = "tests.acceptance.workload:app"
 
@@ -65,3 +65,21 @@ def leased_and_started(conn: psycopg.Connection[Any], pid: int) -> tuple[int, in
         conn, "SELECT count(*) FROM runs WHERE worker_pid = %s AND phase = 'start'", [pid]
     )
     return leased, started
+
+
+def wait_busy(
+    conn: psycopg.Connection[Any], watched: Proc, pids: Collection[int], concurrency: int
+) -> None:
+    """Wait until every slot of each worker process in ``pids`` is busy: ``concurrency`` jobs
+    leased and as many handlers started. Fails at once when ``watched`` exits."""
+
+    def each() -> list[tuple[int, int]]:
+        return [leased_and_started(conn, pid) for pid in pids]
+
+    wait_until(
+        lambda: all(found == (concurrency, concurrency) for found in each()),
+        timeout=30,
+        what=lambda: f"{concurrency} running jobs in each of {sorted(pids)}, got {each()}",
+        procs=[watched],
+        interval=0.05,
+    )

@@ -15,6 +15,12 @@ from tests.acceptance.workload import RUNS_DDL
 from tests.helpers import assert_one_line_error, run_pgjobs, scalar
 
 UNREACHABLE = "postgresql://postgres@127.0.0.1:1/x"
+#: Commands that read or write the jobs, as a user would type them.
+JOB_COMMANDS = (
+    ("enqueue", "accept.record", "--payload", '{"key": 1}'),
+    ("stats", "--json"),
+    ("work", "--app", APP, "--burst"),
+)
 
 
 def assert_one_error_line(result: subprocess.CompletedProcess[str], *, mentions: str) -> None:
@@ -74,22 +80,13 @@ def test_cli_bad_input_is_one_line_and_nonzero(create_database, subprocess_env, 
     bad_json = run_pgjobs(env, "enqueue", "accept.record", "--payload", '{"key": ')
     assert_one_error_line(bad_json, mentions="not valid JSON")
 
-    for args in (
-        ("enqueue", "accept.record", "--payload", '{"key": 1}'),
-        ("stats", "--json"),
-        ("work", "--app", APP, "--burst"),
-        ("migrate",),
-    ):
+    for args in (*JOB_COMMANDS, ("migrate",)):
         unreachable = run_pgjobs(env, *args, "--dsn", UNREACHABLE)
         assert_one_error_line(unreachable, mentions="cannot reach the database")
 
     unmigrated = create_database()
     env_unmigrated = {**env, "PGJOBS_DATABASE_URL": unmigrated.url}
-    for args in (
-        ("enqueue", "accept.record", "--payload", '{"key": 1}'),
-        ("stats", "--json"),
-        ("work", "--app", APP, "--burst"),
-    ):
+    for args in JOB_COMMANDS:
         missing = run_pgjobs(env_unmigrated, *args)
         assert_one_error_line(missing, mentions="pgjobs migrate")
 

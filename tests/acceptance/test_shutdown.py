@@ -3,15 +3,14 @@ worker exits 0; past the grace period, unfinished jobs go back to the queue at o
 
 from __future__ import annotations
 
-import functools
 import signal
 import time
 
 import pytest
 
 from pgjobs import JobSpec
-from tests.acceptance.conftest import leased_and_started
-from tests.helpers import scalar, wait_until
+from tests.acceptance.conftest import wait_busy
+from tests.helpers import scalar
 
 CONCURRENCY = 4
 
@@ -24,14 +23,7 @@ def test_sigterm_lets_running_jobs_finish(make_app, runs, start_worker):
     ids = app.enqueue_many(JobSpec("accept.slow", {"key": n, "seconds": 2.0}) for n in range(jobs))
     worker = start_worker("--concurrency", str(CONCURRENCY))
 
-    running = functools.partial(leased_and_started, conn, worker.pid)
-    wait_until(
-        lambda: running() == (CONCURRENCY, CONCURRENCY),
-        timeout=30,
-        what=lambda: f"{CONCURRENCY} running jobs, got (leased, started) = {running()}",
-        procs=[worker],
-        interval=0.05,
-    )
+    wait_busy(conn, worker, [worker.pid], CONCURRENCY)
     in_flight = {
         row[0] for row in conn.execute("SELECT id FROM queued_jobs WHERE lease_owner IS NOT NULL")
     }
@@ -66,14 +58,7 @@ def test_sigterm_past_grace_gives_jobs_back_at_once(make_app, runs, start_worker
     )
     worker = start_worker("--concurrency", str(CONCURRENCY), "--grace", "0.5")
 
-    running = functools.partial(leased_and_started, conn, worker.pid)
-    wait_until(
-        lambda: running() == (CONCURRENCY, CONCURRENCY),
-        timeout=30,
-        what=lambda: f"{CONCURRENCY} running jobs, got (leased, started) = {running()}",
-        procs=[worker],
-        interval=0.05,
-    )
+    wait_busy(conn, worker, [worker.pid], CONCURRENCY)
     signalled = time.monotonic()
     worker.signal(signal.SIGTERM)
     # Bounded well below the handlers' run time: the worker must not wait for them.
