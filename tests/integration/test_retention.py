@@ -12,13 +12,13 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgjobs import App, cli, migrate
+from pgjobs import App, migrate
 from pgjobs.archive import partition_name
 from pgjobs.dsn import Dsn
 from pgjobs.maintenance.partitions import ArchivePartitions
 from pgjobs.models import ArchivedStatus
 from pgjobs.schema import archived_jobs
-from tests.helpers import assert_one_home
+from tests.helpers import assert_one_home, run
 from tests.integration.factories import run_service, work
 
 OLD_REVISION = "0003"
@@ -81,9 +81,7 @@ def fresh_conn(fresh):
 
 
 def prune(capsys, dsn: Dsn, *args: str) -> tuple[int, str, str]:
-    code = cli.main(["prune", *args, "--dsn", dsn.url])
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run(capsys, "prune", *args, "--dsn", dsn.url)
 
 
 # -- schema and migration ------------------------------------------------------------------------
