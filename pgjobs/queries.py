@@ -8,7 +8,7 @@ as a bind parameter, never as text spliced into SQL. Batched statements take par
 
 from __future__ import annotations
 
-from pgjobs.models import ArchivedStatus, JobStatus
+from pgjobs.models import ArchivedStatus, DeadReason, JobStatus
 
 #: Channel that enqueue NOTIFYs (payload: the queue name) and idle workers LISTEN on.
 NOTIFY_CHANNEL = "pgjobs"
@@ -180,7 +180,7 @@ succeeded AS (
 ),
 archived AS (
     INSERT INTO archived_jobs ({_MOVED_COLUMNS}, status, result, last_error, worker)
-    SELECT {_MOVED_COLUMNS}, 'succeeded', result, last_error, lease_owner FROM succeeded
+    SELECT {_MOVED_COLUMNS}, '{ArchivedStatus.SUCCEEDED}', result, last_error, lease_owner FROM succeeded
     RETURNING id
 )
 """
@@ -272,7 +272,7 @@ exhausted AS (
 ),
 buried AS (
     INSERT INTO dead_letter ({_MOVED_COLUMNS}, reason, last_error, worker)
-    SELECT {_MOVED_COLUMNS}, 'lease_expired',
+    SELECT {_MOVED_COLUMNS}, '{DeadReason.LEASE_EXPIRED}',
            format('lease of worker %%s expired on attempt %%s of %%s%%s',
                   lease_owner, attempts, max_attempts,
                   CASE WHEN at_most_once THEN ' (at-most-once task: not run again)' ELSE '' END),
@@ -307,7 +307,7 @@ WITH gone AS (
 ),
 archived AS (
     INSERT INTO archived_jobs ({_MOVED_COLUMNS}, status, last_error)
-    SELECT {_MOVED_COLUMNS}, 'expired', last_error FROM gone
+    SELECT {_MOVED_COLUMNS}, '{ArchivedStatus.EXPIRED}', last_error FROM gone
     RETURNING id
 )
 SELECT count(*) FROM archived

@@ -10,6 +10,7 @@ import psycopg
 
 from pgjobs.completer import Outcomes
 from pgjobs.models import DeadReason, Job
+from tests.helpers import TABLES
 from tests.integration.factories import claim, settle
 
 
@@ -21,7 +22,7 @@ def bury(
     queue: str = "default",
     error: Callable[[int], str] = lambda n: f"ValueError: image {n} is corrupt",
     error_type: str | None = "builtins.ValueError",
-    reason: str = "exhausted",
+    reason: DeadReason = DeadReason.EXHAUSTED,
 ) -> list[int]:
     """Insert ``count`` dead_letter rows as the worker's bury path leaves them (ids from the
     queue's sequence, as if enqueued), in one statement; returns their ids in order. Much faster
@@ -77,6 +78,6 @@ def succeed(conn: psycopg.Connection[Any], job: Job, *, owner: str = "w1") -> se
 
 
 def ids_in(conn: psycopg.Connection[Any], table: str, ids: Sequence[int]) -> set[int]:
-    assert table in ("queued_jobs", "archived_jobs", "dead_letter")
+    assert table in TABLES
     found = conn.execute(f"SELECT id FROM {table} WHERE id = ANY(%s)", [list(ids)]).fetchall()
     return {r[0] for r in found}
