@@ -12,7 +12,7 @@ import pytest
 from pgjobs.models import ArchivedStatus
 from tests.acceptance.conftest import APP
 from tests.acceptance.workload import RUNS_DDL
-from tests.helpers import assert_one_line_error, run_pgjobs, scalar
+from tests.helpers import assert_one_line_error, count, run_pgjobs
 
 UNREACHABLE = "postgresql://postgres@127.0.0.1:1/x"
 #: Commands that read or write the jobs, as a user would type them.
@@ -55,7 +55,7 @@ def test_cli_migrate_enqueue_work_stats(create_database, subprocess_env):
             "SELECT status, result, attempts FROM archived_jobs WHERE id = %s", [job_id]
         ).fetchall()
         assert archived == [(ArchivedStatus.SUCCEEDED, 7, 1)]
-        assert scalar(conn, "SELECT count(*) FROM queued_jobs") == 0
+        assert count(conn, "queued_jobs") == 0
         ran = conn.execute("SELECT key, phase FROM runs ORDER BY at").fetchall()
         assert ran == [(7, "start"), (7, "done")]
 
@@ -91,4 +91,4 @@ def test_cli_bad_input_is_one_line_and_nonzero(create_database, subprocess_env, 
         assert_one_error_line(missing, mentions="pgjobs migrate")
 
     # None of the bad commands wrote anything to the test database.
-    assert scalar(conn, "SELECT count(*) FROM queued_jobs") == 0
+    assert count(conn, "queued_jobs") == 0

@@ -11,7 +11,7 @@ import pytest
 from pgjobs import JobSpec
 from tests.acceptance.conftest import lease_owner_pattern
 from tests.acceptance.workload import SHORT_LEASE
-from tests.helpers import scalar, stop, wait_archived, wait_until
+from tests.helpers import count, stop, wait_archived, wait_until
 
 JOBS = 24
 #: Seconds between lease-rescuer rounds in the workers (the default is 15).
@@ -72,8 +72,8 @@ def test_kill9_jobs_rerun_after_lease(make_app, runs, start_worker):
     )
 
     # None lost: every job is archived as succeeded, and nowhere else.
-    assert scalar(conn, "SELECT count(*) FROM queued_jobs") == 0
-    assert scalar(conn, "SELECT count(*) FROM dead_letter") == 0
+    assert count(conn, "queued_jobs") == 0
+    assert count(conn, "dead_letter") == 0
     archived_rows = conn.execute(
         "SELECT id, status, attempts, worker FROM archived_jobs"
     ).fetchall()

@@ -116,7 +116,7 @@ def test_two_processes_share_the_queue_and_show_as_two_workers(make_app, runs, s
     assert _registered(conn, children) == children
 
     assert_one_home(conn, ids)
-    assert scalar(conn, "SELECT count(*) FROM queued_jobs") == 0
+    assert count(conn, "queued_jobs") == 0
     done = conn.execute(
         "SELECT count(*), count(DISTINCT key) FROM runs WHERE phase = 'done'"
     ).fetchone()
@@ -267,7 +267,7 @@ def test_burst_exits_0_once_the_queue_is_empty(make_app, runs, start_worker):
     assert first.wait_exit(60) == 0, first.describe()
     assert count(conn, "archived_jobs") == jobs
     assert_one_home(conn, ids)
-    assert scalar(conn, "SELECT count(*) FROM queued_jobs") == 0
+    assert count(conn, "queued_jobs") == 0
 
     # Nothing left: a second burst finds the queue empty and exits 0 too.
     again = start_worker("--processes", "2", "--burst", "--queue", "default", "--queue", marker)

@@ -10,7 +10,7 @@ import pytest
 
 from pgjobs import JobSpec
 from tests.acceptance.conftest import wait_busy
-from tests.helpers import scalar
+from tests.helpers import count, scalar
 
 CONCURRENCY = 4
 
@@ -45,7 +45,7 @@ def test_sigterm_lets_running_jobs_finish(make_app, runs, start_worker):
     ).fetchall()
     assert {row[0] for row in rest} == set(ids) - in_flight
     assert {row[1:] for row in rest} == {(None, None, 0)}
-    assert scalar(conn, "SELECT count(*) FROM dead_letter") == 0
+    assert count(conn, "dead_letter") == 0
 
 
 @pytest.mark.slow
@@ -73,6 +73,6 @@ def test_sigterm_past_grace_gives_jobs_back_at_once(make_app, runs, start_worker
     assert {row[0] for row in rows} == set(ids)
     assert {row[1:] for row in rows} == {(None, None, 1, True)}, rows
     assert scalar(conn, "SELECT count(*) FROM runs WHERE phase = 'done'") == 0
-    assert scalar(conn, "SELECT count(*) FROM archived_jobs") == 0
-    assert scalar(conn, "SELECT count(*) FROM dead_letter") == 0
+    assert count(conn, "archived_jobs") == 0
+    assert count(conn, "dead_letter") == 0
     assert "gave back 4 running job(s)" in worker.err()
