@@ -68,9 +68,10 @@ def server_url() -> Iterator[str]:
         try:
             server = stack.enter_context(embedded_server())
         except ImportError:
-            yield stack.enter_context(_container_server())
+            url = stack.enter_context(_container_server())
         else:
-            yield str(server.get_uri())
+            url = str(server.get_uri())
+        yield url
 
 
 @pytest.fixture(scope="session")
