@@ -15,7 +15,7 @@ import pytest
 from pgjobs import App, migrate
 from pgjobs.archive import partition_name
 from pgjobs.dsn import Dsn
-from pgjobs.maintenance.partitions import ArchivePartitions
+from pgjobs.maintenance.partitions import ArchivePartitions, Partitioned
 from pgjobs.models import ArchivedStatus
 from pgjobs.schema import archived_jobs
 from tests.helpers import assert_one_home, run
@@ -165,7 +165,7 @@ def test_partitions_are_made_ahead_once_however_many_workers_try(fresh, fresh_co
     for name in ahead:
         fresh_conn.execute(f"DROP TABLE {name}")
 
-    async def two_workers_at_once() -> list[dict[str, int]]:
+    async def two_workers_at_once() -> list[Partitioned]:
         conns = [await psycopg.AsyncConnection.connect(fresh.url, autocommit=True) for _ in "ab"]
         try:
             return list(
@@ -176,10 +176,10 @@ def test_partitions_are_made_ahead_once_however_many_workers_try(fresh, fresh_co
                 await c.close()
 
     results = asyncio.run(two_workers_at_once())
-    assert sum(r["created"] for r in results) == 3, results
+    assert sum(r.created for r in results) == 3, results
     assert set(ahead) <= set(partitions(fresh_conn))
-    assert run_service(fresh, ArchivePartitions(days_ahead=3)) == {"created": 0, "moved": 0}
-    assert run_service(fresh, ArchivePartitions(days_ahead=5)) == {"created": 2, "moved": 0}
+    assert run_service(fresh, ArchivePartitions(days_ahead=3)) == Partitioned(created=0, moved=0)
+    assert run_service(fresh, ArchivePartitions(days_ahead=5)) == Partitioned(created=2, moved=0)
 
 
 def test_rows_in_the_default_partition_move_to_a_partition_of_their_day(fresh, fresh_conn):
@@ -191,8 +191,8 @@ def test_rows_in_the_default_partition_move_to_a_partition_of_their_day(fresh, f
 
     days = {1: long_ago.date(), 2: (long_ago + timedelta(minutes=1)).date()}
     days[3] = days[1] - timedelta(days=1)
-    counts = run_service(fresh, ArchivePartitions())
-    assert counts == {"created": len(set(days.values())), "moved": 3}
+    result = run_service(fresh, ArchivePartitions())
+    assert result == Partitioned(created=len(set(days.values())), moved=3)
     assert where_rows_are(fresh_conn) == {n: partition_name(day) for n, day in days.items()}
     assert fresh_conn.execute("SELECT count(*) FROM archived_jobs_default").fetchone() == (0,)
 
@@ -200,7 +200,7 @@ def test_rows_in_the_default_partition_move_to_a_partition_of_their_day(fresh, f
 def test_the_service_does_nothing_before_the_archive_is_partitioned(create_database):
     dsn = create_database()
     migrate.upgrade(dsn, OLD_REVISION)
-    assert run_service(dsn, ArchivePartitions()) == {"created": 0, "moved": 0}
+    assert run_service(dsn, ArchivePartitions()) == Partitioned(created=0, moved=0)
 
 
 # -- pgjobs prune ----------------------------------------------------------------------------
