@@ -614,12 +614,11 @@ ARCHIVE_DDL_LOCK = "SELECT pg_advisory_xact_lock(%(key)s)"
 ARCHIVE_PRUNE_TRY_LOCK = "SELECT pg_try_advisory_lock(%(key)s)"
 
 #: Today as a UTC date, whether archived_jobs is partitioned (False before migration 0004), and
-#: the server's version number (DETACH ... CONCURRENTLY needs 140000).
+#: the database's now().
 ARCHIVE_STATE = """
 SELECT (now() AT TIME ZONE 'UTC')::date,
        EXISTS (SELECT 1 FROM pg_partitioned_table
                WHERE partrelid = to_regclass('archived_jobs')),
-       current_setting('server_version_num')::int,
        now()
 """
 

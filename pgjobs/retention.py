@@ -95,7 +95,7 @@ def prune(
     if export is not None and not export.is_dir() and not export.parent.is_dir():
         raise ConfigurationError(f"--export {export}: folder {export.parent} does not exist")
     with db.connect(dsn) as conn:
-        _, partitioned, server_version, now = db.fetch_all(conn, queries.ARCHIVE_STATE)[0]
+        _, partitioned, now = db.fetch_all(conn, queries.ARCHIVE_STATE)[0]
         if not partitioned:
             raise SchemaMissing(
                 "archived_jobs is not partitioned (schema older than 0004): run `pgjobs migrate`"
@@ -111,7 +111,8 @@ def prune(
         cutoff: datetime = now - older_than
         partitions = archive.list_partitions(conn)
         default = archive.default_partition(partitions)
-        concurrently = server_version >= 140000 and default is None
+        # DETACH CONCURRENTLY cannot run while the table has a DEFAULT partition.
+        concurrently = default is None
         default_rows_older = 0
         if default is not None:
             default_rows_older = archive.default_rows(conn, default, before=cutoff)
