@@ -30,6 +30,7 @@ from pgjobs.errors import DatabaseUnavailable, NonRetryableError, QueryFailed, S
 from pgjobs.models import DeadReason, Job
 from pgjobs.tasks import DEFAULT_LEASE, Task
 
+# Outcomes are what a worker did with its jobs: they log under the worker's name.
 log = logging.getLogger("pgjobs.worker")
 
 #: Longest error text kept in last_error (characters); the full traceback goes to dead_letter.
