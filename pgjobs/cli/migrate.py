@@ -67,5 +67,10 @@ def migrate_command(
         where = f"head {after}" if after == migrations.head() else after or "none (no tables)"
         typer.echo(f"pgjobs schema already at {where} in {resolved.redacted}: nothing to do")
     else:
-        change = f"{verb} {before or 'none'} -> {after or 'none (no tables)'}"
+        if before is None:
+            change = f"created at {after}"
+        elif after is None:
+            change = f"removed (was at {before})"
+        else:
+            change = f"{verb} {before} -> {after}"
         typer.echo(f"pgjobs schema {change} in {resolved.redacted}")

@@ -36,7 +36,7 @@ def test_cli_migrate_enqueue_work_stats(create_database, subprocess_env):
 
     migrated = run_pgjobs(env, "migrate")
     assert migrated.returncode == 0, migrated.stderr
-    assert "pgjobs schema upgraded none -> " in migrated.stdout
+    assert "pgjobs schema created at " in migrated.stdout
     check = run_pgjobs(env, "migrate", "--check")
     assert check.returncode == 0, check.stdout + check.stderr
 

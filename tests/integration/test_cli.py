@@ -33,7 +33,7 @@ def test_migrate_current_check_and_downgrade(capsys, create_database):
     assert "current: none" in out and f"head: {head}" in out
 
     code, out, _ = run(capsys, "migrate", "--revision", "0003", "--dsn", fresh.url)
-    assert (code, out.split(" in ")[0]) == (0, "pgjobs schema upgraded none -> 0003")
+    assert (code, out.split(" in ")[0]) == (0, "pgjobs schema created at 0003")
     code, out, _ = run(capsys, "migrate", "--dsn", fresh.url)
     assert (code, out.split(" in ")[0]) == (0, f"pgjobs schema upgraded 0003 -> {head}")
     code, out, _ = run(capsys, "migrate", "--dsn", fresh.url)
@@ -46,10 +46,7 @@ def test_migrate_current_check_and_downgrade(capsys, create_database):
     assert code == 0
 
     code, out, _ = run(capsys, "migrate", "--downgrade", "base", "--dsn", fresh.url)
-    assert (code, out.split(" in ")[0]) == (
-        0,
-        f"pgjobs schema downgraded {head} -> none (no tables)",
-    )
+    assert (code, out.split(" in ")[0]) == (0, f"pgjobs schema removed (was at {head})")
     assert migrate.current(fresh) is None
 
 
