@@ -16,6 +16,9 @@ from pgjobs.errors import ConfigurationError
 
 _AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+#: The longest age taken (a century): longer ones are typing errors, and far longer ones do not
+#: fit a timedelta or a date.
+_MAX_AGE = timedelta(days=36525)
 _AGE_EXAMPLES = "90m, 12h, 30d or 2w"
 _ISO_FORM = "an ISO 8601 time with a timezone (e.g. 2026-11-21T15:00:00+00:00)"
 
@@ -28,7 +31,8 @@ def age(option: str, value: str) -> timedelta:
     found = _age(value)
     if found is None:
         raise ConfigurationError(
-            f"{option} {value!r}: expected a positive age such as {_AGE_EXAMPLES}"
+            f"{option} {value!r}: expected a positive age such as {_AGE_EXAMPLES} "
+            "(at most 100 years)"
         )
     return found
 
@@ -45,7 +49,7 @@ def moment(option: str, value: str, *, now: datetime | None = None) -> datetime:
     if parsed is None:
         raise ConfigurationError(
             f"{option} {value!r}: expected {_ISO_FORM} or an age such as {_AGE_EXAMPLES} "
-            "(that long ago)"
+            "(that long ago, at most 100 years)"
         )
     return _aware(option, value, parsed)
 
@@ -63,9 +67,12 @@ def iso_time(option: str, value: str) -> datetime:
 
 def _age(value: str) -> timedelta | None:
     found = _AGE.fullmatch(value.strip().lower())
-    if found is None or float(found.group(1)) <= 0:
+    if found is None:
         return None
-    return timedelta(seconds=float(found.group(1)) * _UNITS[found.group(2)])
+    seconds = float(found.group(1)) * _UNITS[found.group(2)]
+    if not 0 < seconds <= _MAX_AGE.total_seconds():
+        return None
+    return timedelta(seconds=seconds)
 
 
 def _iso(value: str) -> datetime | None:

@@ -30,10 +30,18 @@ def test_ages(value, expected):
     assert parse.moment("--since", value, now=NOON) == NOON - expected
 
 
-@pytest.mark.parametrize("value", ["0d", "soon", "30", "-1h", "2y", ""])
+@pytest.mark.parametrize(
+    "value", ["0d", "soon", "30", "-1h", "2y", "", "5218w", "99999999999w", "1e400d"]
+)
 def test_bad_ages_name_the_option_and_the_form(value):
     with pytest.raises(ConfigurationError, match=r"^--older-than .*positive age such as 90m"):
         parse.age("--older-than", value)
+
+
+def test_the_longest_age_is_a_century():
+    assert parse.age("--older-than", "36525d") == timedelta(days=36525)
+    with pytest.raises(ConfigurationError, match="at most 100 years"):
+        parse.moment("--since", "99999999999w", now=NOON)
 
 
 def test_moments_are_iso_8601_times_or_ages():
