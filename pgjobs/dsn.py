@@ -6,7 +6,10 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, unquote
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 from pgjobs import embedded
 from pgjobs.errors import ConfigurationError
@@ -52,24 +55,136 @@ def normalize_dsn(raw: str, source: str) -> Dsn:
         raise ConfigurationError(
             f"{source} has scheme {scheme!r}: expected postgresql://user@host:port/dbname"
         )
-    return Dsn(f"postgresql://{rest}", source)
+    url = f"postgresql://{rest}"
+    _check_parses(url, source)
+    return Dsn(url, source)
+
+
+def _check_parses(url: str, source: str) -> None:
+    """Refuse, before any connection, a URL libpq cannot read or whose port is not a number:
+    ``ConfigurationError`` with libpq's reason, its secrets scrubbed."""
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.Error as exc:
+        reason = scrub(" ".join(str(exc).split()), url)
+        raise ConfigurationError(
+            f"{source} is not a valid PostgreSQL URL ({reason}): percent-encode special "
+            "characters in the user name and password (# as %23, @ as %40, / as %2F, % as %25)"
+        ) from None
+    for port in str(params.get("port") or "").split(","):
+        if port and not (port.isdigit() and 0 < int(port) < 65536):
+            where = scrub(f'port "{port}"', url)
+            raise ConfigurationError(
+                f"{source} has {where}: expected a number from 1 to 65535 "
+                "(percent-encode special characters in the password: # as %23, @ as %40)"
+            )
+
+
+#: Connection parameters whose values are secrets, wherever they appear in a DSN.
+_SECRET_KEYS = frozenset({"password", "sslpassword"})
+#: ``key=value`` in a libpq connection string: a value is quoted ('...' with \\ escapes) or runs to
+#: the next ``key=`` (a password with an unquoted space is still all hidden) or the end.
+_KV_SECRET = re.compile(
+    r"(?i)(?<![\w.])(?P<key>ssl)?password\s*=\s*"
+    r"(?P<value>'(?:[^'\\]|\\.)*'?|.*?)(?=\s+[\w.]+\s*=|\s*$)",
+    re.DOTALL,
+)
+#: Text a libpq message quotes from the connection string: "..." or '...'.
+_QUOTED = re.compile(r"\"([^\"]*)\"|'([^']*)'")
+#: A PostgreSQL URL inside a message (up to the next space or quote).
+_URL_IN_TEXT = re.compile(r"(?i)postgres(?:ql)?(?:\+\w+)?://[^\s\"']*")
+_MASK = "***"
 
 
 def redact(url: str) -> str:
-    """The URL with its password replaced by ``***``, safe for logs and errors."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable DSN>"
-    # libpq also takes the password as a URI parameter: postgresql://u@h/db?password=...
-    query = re.sub(r"(?i)(^|&)password=[^&]*", r"\1password=***", parts.query)
-    if parts.password is not None:
-        userinfo, _, hostinfo = parts.netloc.rpartition("@")
-        user = userinfo.split(":", 1)[0]
-        parts = parts._replace(netloc=f"{user}:***@{hostinfo}")
-    elif query == parts.query:
-        return url
-    return urlunsplit(parts._replace(query=query))
+    """The DSN with every password replaced by ``***``, safe for logs and errors: URLs (the
+    password in the userinfo, percent-encoded or not, even holding ``#``, ``?``, ``/`` or ``@``,
+    or given as a ``password=`` parameter) and libpq ``key=value`` strings.
+
+    Example: ``redact("postgresql://u:p#?/@x@h/db") == "postgresql://u:***@h/db"``
+    """
+    spans = _secret_spans(url)
+    for start, end in reversed(spans):
+        url = url[:start] + _MASK + url[end:]
+    return url
+
+
+def scrub(message: str, url: str | None = None) -> str:
+    """``message`` (a driver's or libpq's error text) without the secrets of ``url``: the whole URL
+    becomes its redacted form, and the password (raw, percent-encoded or decoded) and any quoted
+    fragment of the DSN that overlaps it (libpq echoes tokens such as ``"%:x@h"``) become ``***``.
+    URLs and ``password=`` values the message holds are redacted even without ``url``.
+
+    Example: ``scrub('invalid percent-encoded token: "sec%ret"', "postgresql://u:sec%ret@h/db")``
+    is ``'invalid percent-encoded token: "***"'``.
+    """
+    if url:
+        message = message.replace(url, redact(url))
+        spans = _secret_spans(url)
+        message = _QUOTED.sub(lambda m: _mask_quoted(m, url, spans), message)
+        for secret in _secrets(url, spans):
+            message = message.replace(secret, _MASK)
+    message = _URL_IN_TEXT.sub(lambda m: redact(m.group(0)), message)
+    return redact(message) if "://" not in message else message
+
+
+def _secret_spans(dsn: str) -> list[tuple[int, int]]:
+    """Where the secrets lie in ``dsn``: (start, end) index pairs, in order, not overlapping."""
+    scheme, sep, rest = dsn.partition("://")
+    if not sep or not re.fullmatch(r"(?i)[a-z][a-z0-9+.-]*", scheme):
+        return [(m.start("value"), m.end("value")) for m in _KV_SECRET.finditer(dsn)]
+    offset = len(scheme) + len(sep)
+    spans: list[tuple[int, int]] = []
+    # libpq ends the userinfo at the first "@"; a password holding an unencoded "@", "/", "?" or
+    # "#" moves that point, so everything up to the last "@" is taken as the userinfo.
+    userinfo, at, _ = rest.rpartition("@")
+    colon = userinfo.find(":")
+    if at and colon >= 0:
+        spans.append((offset + colon + 1, offset + len(userinfo)))
+    # A parameter may hold the password too (?password=...), itself holding "@" or "?".
+    _, question, query = rest.partition("?")
+    position = offset + len(rest) - len(query)
+    for parameter in query.split("&") if question else []:
+        key, equals, value = parameter.partition("=")
+        if equals and unquote(key).strip().lower() in _SECRET_KEYS:
+            start = position + len(key) + 1
+            spans.append((start, start + len(value)))
+        position += len(parameter) + 1
+    return _merged(spans)
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _secrets(dsn: str, spans: list[tuple[int, int]]) -> list[str]:
+    """Each password of ``dsn`` as written, percent-decoded and percent-encoded, longest first."""
+    found: set[str] = set()
+    for start, end in spans:
+        raw = dsn[start:end].strip("'")
+        found.update({raw, unquote(raw), quote(raw, safe=""), quote(unquote(raw), safe="")})
+    return sorted((s for s in found if s), key=len, reverse=True)
+
+
+def _mask_quoted(match: re.Match[str], dsn: str, spans: list[tuple[int, int]]) -> str:
+    """A quoted token of a libpq message, masked when some place it comes from in ``dsn``
+    overlaps a password."""
+    token = match.group(1) if match.group(1) is not None else match.group(2)
+    if token:
+        index = dsn.find(token)
+        while index >= 0:
+            end = index + len(token)
+            if any(index < s_end and s_start < end for s_start, s_end in spans):
+                quote_char = match.group(0)[0]
+                return f"{quote_char}{_MASK}{quote_char}"
+            index = dsn.find(token, index + 1)
+    return match.group(0)
 
 
 def resolve_dsn(explicit: str | None = None, *, announce: bool = True) -> Dsn:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
 from pgjobs import ConfigurationError, DatabaseUnavailable, db
-from pgjobs.dsn import Dsn, normalize_dsn, redact, resolve_dsn
+from pgjobs.dsn import Dsn, normalize_dsn, redact, resolve_dsn, scrub
 
 
 @pytest.mark.parametrize(
@@ -88,3 +90,70 @@ def test_unreachable_error_shows_the_redacted_dsn_only():
     assert "hunter2" not in message
     assert "u:***@127.0.0.1:1" in message
     assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("postgresql://u:p#?/@%:x@h:5432/db", "postgresql://u:***@h:5432/db"),
+        ("postgresql://u:p%23%3F%2F%40%25%3Ax@h/db", "postgresql://u:***@h/db"),
+        ("postgresql://u:sec%ret@h/db", "postgresql://u:***@h/db"),
+        ("postgresql://u:a#b@h/db", "postgresql://u:***@h/db"),
+        ("postgresql://u:a?b@h/db", "postgresql://u:***@h/db"),
+        ("postgresql://u:a/b@h/db", "postgresql://u:***@h/db"),
+        ("postgresql://u@h/db?password=p#?/@%:x", "postgresql://u@h/db?password=***"),
+        ("postgresql://u@h/db?pass%77ord=s&a=b", "postgresql://u@h/db?pass%77ord=***&a=b"),
+        ("postgresql://u@h/db?sslpassword=s", "postgresql://u@h/db?sslpassword=***"),
+        ("host=h password=secret port=5", "host=h password=*** port=5"),
+        ("host=h password = 'se cr\\'et' dbname=x", "host=h password = *** dbname=x"),
+        ("host=h password=se cret dbname=x", "host=h password=*** dbname=x"),
+        ("password=secret", "password=***"),
+    ],
+)
+def test_redact_hides_the_password_of_every_dsn_shape(url, expected):
+    assert redact(url) == expected
+
+
+@pytest.mark.parametrize(
+    ("url", "echoed"),
+    [
+        ("postgresql://u:p#?/@%:x@127.0.0.1:5432/db", "%:x"),  # a piece of the password
+        ("postgresql://u:sec%ret@127.0.0.1/db", "sec%ret"),  # the token
+        ("postgresql://u:p%23%3F%2F%40%25%3Ax@[::1/db", "p%23%3F%2F%40%25%3Ax"),  # the whole URL
+        ("postgresql://u@h/db?password=sec%ret", "sec%ret"),
+        ("postgresql://u:zq x7w@h/db", "zq x7w"),
+        ("host=h password=zq x7wk", "x7wk"),  # the password's second word, as a key
+    ],
+)
+def test_scrub_removes_what_libpq_echoes_of_the_password(url, echoed):
+    """libpq's own parse errors quote the URL, a token or a piece of the password."""
+    with pytest.raises(psycopg.ProgrammingError) as refused:
+        conninfo_to_dict(url)
+    message = str(refused.value)
+    assert echoed in message  # what is to be scrubbed is there
+    scrubbed = scrub(message, url)
+    assert echoed not in scrubbed
+    assert "***" in scrubbed
+
+
+def test_scrub_redacts_urls_and_passwords_without_the_dsn():
+    assert scrub("at postgresql://u:secret@h/db: refused") == "at postgresql://u:***@h/db: refused"
+    assert "secret" not in scrub("bad option password=secret")
+    assert scrub('relation "x" does not exist') == 'relation "x" does not exist'
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u:p#?/@%:x@h:5432/db",
+        "postgresql://u:sec%ret@h/db",
+        "postgresql://u:p@ss:word@h/db",
+        "postgresql://u:pw@h:99999/db",
+        "postgresql://u:pw@[::1/db",
+    ],
+)
+def test_a_dsn_libpq_cannot_read_is_refused_as_configuration(url):
+    with pytest.raises(ConfigurationError, match=r"^--dsn (is not a valid|has port)") as refused:
+        normalize_dsn(url, "--dsn")
+    for piece in ("%:x", "sec%", "@ss:", "ss:w"):
+        assert piece not in str(refused.value)
