@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import select
 import sys
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
@@ -18,10 +19,11 @@ import psycopg.errors
 import psycopg_pool
 
 from pgjobs import queries
-from pgjobs.dsn import Dsn
+from pgjobs.dsn import Dsn, scrub
 from pgjobs.errors import (
     DatabaseUnavailable,
     LockTimeout,
+    PgjobsError,
     QueryFailed,
     SchemaMissing,
 )
@@ -57,7 +59,7 @@ def _connect_kwargs(dsn: Dsn) -> dict[str, Any]:
 
 def connect(dsn: Dsn) -> psycopg.Connection[Any]:
     """An autocommit psycopg connection; connection failures become ``DatabaseUnavailable``."""
-    with translate_errors(dsn):
+    with translate_errors(dsn, connecting=True):
         return psycopg.connect(dsn.url, **_connect_kwargs(dsn))
 
 
@@ -69,7 +71,7 @@ async def connect_async(dsn: Dsn, *, generic_plans: bool = False) -> psycopg.Asy
     every execution, which costs more server CPU than running it (~1 ms against ~0.3 ms for a
     batch of 32), for the same plan.
     """
-    with translate_errors(dsn):
+    with translate_errors(dsn, connecting=True):
         conn = await psycopg.AsyncConnection.connect(dsn.url, **_connect_kwargs(dsn))
         if generic_plans:
             await conn.execute(queries.SESSION_GENERIC_PLANS)
@@ -77,34 +79,82 @@ async def connect_async(dsn: Dsn, *, generic_plans: bool = False) -> psycopg.Asy
 
 
 @contextlib.contextmanager
-def translate_errors(dsn: Dsn | None = None) -> Iterator[None]:
-    """Turn psycopg errors raised inside the block into ``pgjobs.errors``."""
+def translate_errors(dsn: Dsn | None = None, *, connecting: bool = False) -> Iterator[None]:
+    """Turn psycopg errors raised inside the block into ``pgjobs.errors``, by SQLSTATE: only a
+    lost or refused connection is ``DatabaseUnavailable`` (the statement may be sent again
+    later); anything else the server refused is a ``QueryFailed`` that names what happened.
+    ``connecting``: the block opens a connection, so any refusal means it cannot be used."""
     try:
-        try:
-            yield
-        except Exception as exc:
-            original = _driver_error(exc)
-            if original is not None:
-                raise original from exc
-            raise
-    except psycopg.errors.UndefinedTable as exc:
-        raise SchemaMissing(f"the pgjobs tables are missing: {MIGRATE_HINT}") from exc
-    except psycopg.errors.UndefinedColumn as exc:
-        raise SchemaMissing(f"the pgjobs schema is out of date: {MIGRATE_HINT}") from exc
-    except psycopg.errors.LockNotAvailable as exc:
-        raise LockTimeout(
-            f"gave up waiting for a lock (lock_timeout): {_one_line(str(exc))}"
-        ) from exc
-    except psycopg.OperationalError as exc:
+        yield
+    except Exception as exc:
+        original = _driver_error(exc) or exc
+        if isinstance(original, psycopg.Error):
+            raise translated(original, dsn, connecting=connecting) from exc
+        raise
+
+
+def translated(
+    exc: psycopg.Error, dsn: Dsn | None = None, *, connecting: bool = False
+) -> PgjobsError:
+    """The ``pgjobs.errors`` counterpart of the driver error ``exc``."""
+    state = exc.sqlstate or ""
+    reason = scrub(_reason(exc), dsn.url if dsn else None)
+    if state == "42P01":
+        return SchemaMissing(f"the pgjobs tables are missing: {MIGRATE_HINT}")
+    if state == "42703":
+        return SchemaMissing(f"the pgjobs schema is out of date: {MIGRATE_HINT}")
+    if state == "55P03":
+        return LockTimeout(f"gave up waiting for a lock (lock_timeout): {reason}")
+    if connecting or is_connection_failure(exc):
+        if state in _SERVER_CLOSED or _closed_by_server(exc):
+            return DatabaseUnavailable(f"the connection was closed by the server: {reason}")
+        if isinstance(exc, psycopg.InterfaceError):  # e.g. the connection was closed under us
+            return DatabaseUnavailable(f"database connection unusable: {reason}")
         where = f" {dsn.redacted} ({dsn.source})" if dsn else ""
-        reason = _one_line(str(exc))
-        raise DatabaseUnavailable(
+        return DatabaseUnavailable(
             f"cannot reach the database{where}: {reason}; check the DSN and that PostgreSQL is up"
-        ) from exc
-    except psycopg.InterfaceError as exc:  # e.g. the connection was closed under us
-        raise DatabaseUnavailable(f"database connection unusable: {_one_line(str(exc))}") from exc
-    except psycopg.Error as exc:
-        raise QueryFailed(f"PostgreSQL refused a statement: {_one_line(str(exc))}") from exc
+        )
+    what = _REFUSALS.get(state) or _REFUSALS.get(state[:2], "PostgreSQL refused a statement")
+    return QueryFailed(f"{what} (SQLSTATE {state or 'unknown'}): {reason}")
+
+
+#: SQLSTATEs of a server that ended the session: admin shutdown, crash shutdown, starting up.
+_SERVER_CLOSED = frozenset({"57P01", "57P02", "57P03"})
+
+#: What a refusal that is not about the connection means, by SQLSTATE or its two-letter class.
+_REFUSALS = {
+    "22": "PostgreSQL refused a value (data exception)",
+    "23": "PostgreSQL refused a row (integrity constraint violation)",
+    "54": "a value is too large for PostgreSQL (program limit exceeded)",
+    "42501": "permission denied: the database role lacks a privilege",
+    "42": "PostgreSQL refused the statement (syntax error or access rule violation)",
+    "40001": "serialization failure: the transaction conflicted with a concurrent one; try again",
+    "40P01": "deadlock detected: the transaction was cancelled; try again",
+    "40": "the transaction was rolled back",
+    "57014": "the statement was cancelled (statement_timeout or a cancel request)",
+    "25": "the statement is not allowed in this transaction state",
+}
+
+
+def is_connection_failure(exc: psycopg.Error) -> bool:
+    """Whether ``exc`` means the connection is gone or could not be made (SQLSTATE class 08,
+    57P01-57P03, or a libpq failure without SQLSTATE), or the server is out of resources
+    (class 53: disk, memory, connections), which passes: the statement may be sent again."""
+    state = exc.sqlstate
+    if state is None:
+        return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+    return state.startswith(("08", "53")) or state in _SERVER_CLOSED
+
+
+def _closed_by_server(exc: psycopg.Error) -> bool:
+    """libpq's words for a session the server ended (pg_terminate_backend, a restart)."""
+    text = str(exc)
+    return "server closed the connection unexpectedly" in text or "terminating connection" in text
+
+
+def _reason(exc: psycopg.Error) -> str:
+    """The driver's message as one line, to be shown."""
+    return _one_line(str(exc))
 
 
 def _driver_error(exc: Exception) -> psycopg.Error | None:
@@ -226,9 +276,28 @@ def checkout(pool: psycopg_pool.ConnectionPool[Any], dsn: Dsn) -> psycopg.Connec
     """A connection from ``pool``, to give back with ``pool.putconn``; a pool exhausted or closed
     becomes ``DatabaseUnavailable``.
 
+    A pooled connection whose session the server ended while it sat idle (a restart,
+    ``pg_terminate_backend``) is closed and another taken, before any statement is sent on it:
+    the caller's statement then runs once, on a live connection.
+
     Cheaper than ``pool.connection()``, which also commits on the way out: pgjobs' pooled
     connections are autocommit, and ``putconn`` rolls back one returned inside a transaction.
     """
+    # Every idle connection may have been ended at once (a restart): try each, then a new one.
+    for _ in range(pool.max_size + 1):
+        conn = _getconn(pool, dsn)
+        if not _ended_by_server(conn):
+            return conn
+        with contextlib.suppress(psycopg.Error):
+            conn.close()
+        pool.putconn(conn)  # the pool drops a closed connection and opens a new one
+    raise DatabaseUnavailable(
+        f"the connection was closed by the server: every pooled connection to {dsn.redacted} "
+        "was ended by the server; check that PostgreSQL is up"
+    )
+
+
+def _getconn(pool: psycopg_pool.ConnectionPool[Any], dsn: Dsn) -> psycopg.Connection[Any]:
     try:
         conn: psycopg.Connection[Any] = pool.getconn()
     except psycopg_pool.PoolTimeout as exc:
@@ -238,6 +307,26 @@ def checkout(pool: psycopg_pool.ConnectionPool[Any], dsn: Dsn) -> psycopg.Connec
     except psycopg_pool.PoolClosed as exc:
         raise DatabaseUnavailable(f"the connection pool for {dsn.redacted} is closed") from exc
     return conn
+
+
+def _ended_by_server(conn: psycopg.Connection[Any]) -> bool:
+    """Whether the server ended the session of this idle connection. A server that ends a
+    session sends a last message and closes the socket, so the socket is readable: reading what
+    waits tells, without a round trip (one ``select`` of no wait when nothing does)."""
+    if conn.closed:
+        return True
+    pgconn = conn.pgconn
+    try:
+        # The farewell first, then the end of the stream (a second read), which libpq notices.
+        for _ in range(3):
+            if not select.select([pgconn.socket], [], [], 0)[0]:
+                break
+            pgconn.consume_input()
+            if pgconn.status != psycopg.pq.ConnStatus.OK:
+                return True
+    except (OSError, ValueError, psycopg.Error):
+        return True
+    return pgconn.status != psycopg.pq.ConnStatus.OK
 
 
 def fetch_all(
