@@ -10,15 +10,17 @@ import contextlib
 import io
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pgjobs import db
+from pgjobs import db, queries
 from pgjobs.dsn import Dsn
 from pgjobs.errors import ConfigurationError, SchemaMissing
 
 if TYPE_CHECKING:
     from alembic.config import Config
+    from sqlalchemy import Connection
 
 VERSION_TABLE = "pgjobs_alembic_version"
 #: The newest revision in pgjobs' migrations (migrations/versions), the one a worker needs.
@@ -26,6 +28,14 @@ VERSION_TABLE = "pgjobs_alembic_version"
 HEAD = "0004"
 # A lock_timeout as PostgreSQL reads it: 5s, 500ms, 1min, 0 (no limit); the same rule as env.py.
 _DURATION = re.compile(r"\d+(\.\d+)?\s*(us|ms|s|min|h|d)?")
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """A migration's revisions before and after (None: no pgjobs tables)."""
+
+    before: str | None
+    after: str | None
 
 
 def migrations_dir() -> Path:
@@ -80,12 +90,13 @@ def _lock_timeout(config: Config, value: str | None) -> None:
     config.attributes["lock_timeout"] = value.strip()
 
 
-def _run(dsn: Dsn, action: str, revision: str, lock_timeout: str | None) -> None:
+def _run(dsn: Dsn, action: str, revision: str, lock_timeout: str | None) -> Change:
     from alembic import command
 
     config = _config()
     _lock_timeout(config, lock_timeout)
     engine = db.sqlalchemy_engine(dsn)
+    key = {"key": queries.MIGRATION_LOCK_KEY}
     try:
         # A connection outside any transaction: env.py runs each migration in a transaction of
         # its own, and migrations with autocommit blocks (CREATE INDEX CONCURRENTLY) need that.
@@ -94,24 +105,52 @@ def _run(dsn: Dsn, action: str, revision: str, lock_timeout: str | None) -> None
             db.translate_errors(dsn),
             engine.connect() as connection,
         ):
+            # One migration at a time: a second waits here, then reads the first one's result.
+            connection.exec_driver_sql(queries.MIGRATION_LOCK, key)
+            before = _revision(connection)
+            connection.commit()
+            _require_known(dsn, before)
             config.attributes["connection"] = connection
-            getattr(command, action)(config, revision)
+            with _revision_errors(revision):
+                getattr(command, action)(config, revision)
+            after = _revision(connection)
+            connection.exec_driver_sql(queries.MIGRATION_UNLOCK, key)
+            connection.commit()
     finally:
         engine.dispose()
+    return Change(before, after)
 
 
-def upgrade(dsn: Dsn, revision: str = "head", *, lock_timeout: str | None = None) -> None:
+def _revision(connection: Connection) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
+    context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+    return context.get_current_revision()
+
+
+def _require_known(dsn: Dsn, revision: str | None) -> None:
+    """Refuse a database whose schema a newer pgjobs migrated: this one cannot read or undo it."""
+    if revision is not None and revision.isdigit() and int(revision) > int(HEAD):
+        raise SchemaMissing(
+            f"this pgjobs is older than the database schema in {dsn.redacted} (revision "
+            f"{revision}, this pgjobs knows up to {HEAD}): upgrade pgjobs"
+        )
+
+
+def upgrade(dsn: Dsn, revision: str = "head", *, lock_timeout: str | None = None) -> Change:
     """Upgrade the database's pgjobs schema to ``revision``. ``lock_timeout`` (a PostgreSQL
     duration, default ``5s``, ``0`` waits forever) bounds every lock wait of the migrations.
+    Migrations run one at a time (an advisory lock): a second one waits for the first, then
+    finds nothing to do. Returns the revisions before and after.
 
-    Example: ``upgrade(resolve_dsn(None), lock_timeout="10s")``
+    Example: ``upgrade(resolve_dsn(None), lock_timeout="10s").after == head()``
     """
-    _run(dsn, "upgrade", revision, lock_timeout)
+    return _run(dsn, "upgrade", revision, lock_timeout)
 
 
-def downgrade(dsn: Dsn, revision: str, *, lock_timeout: str | None = None) -> None:
+def downgrade(dsn: Dsn, revision: str, *, lock_timeout: str | None = None) -> Change:
     """Downgrade the database's pgjobs schema to ``revision`` (``base`` removes it)."""
-    _run(dsn, "downgrade", revision, lock_timeout)
+    return _run(dsn, "downgrade", revision, lock_timeout)
 
 
 def sql(revision_range: str, *, downgrade: bool = False, lock_timeout: str | None = None) -> str:
@@ -121,22 +160,34 @@ def sql(revision_range: str, *, downgrade: bool = False, lock_timeout: str | Non
     out = io.StringIO()
     config = _config(out)
     _lock_timeout(config, lock_timeout)
-    if downgrade:
-        command.downgrade(config, revision_range, sql=True)
-    else:
-        command.upgrade(config, revision_range, sql=True)
+    with _revision_errors(revision_range):
+        if downgrade:
+            command.downgrade(config, revision_range, sql=True)
+        else:
+            command.upgrade(config, revision_range, sql=True)
     return out.getvalue()
+
+
+@contextlib.contextmanager
+def _revision_errors(revision: str) -> Iterator[None]:
+    """Alembic's refusal of a target (unknown revision, wrong direction) as bad input."""
+    from alembic.util import CommandError
+
+    try:
+        yield
+    except CommandError as exc:
+        raise ConfigurationError(
+            f"revision {revision!r}: {' '.join(str(exc).split())} "
+            f"(pgjobs' revisions: base, 0001 to {HEAD}, head)"
+        ) from None
 
 
 def current(dsn: Dsn) -> str | None:
     """The database's pgjobs revision, or None when pgjobs was never migrated there."""
-    from alembic.runtime.migration import MigrationContext
-
     engine = db.sqlalchemy_engine(dsn)
     try:
         with db.translate_errors(dsn), engine.connect() as connection:
-            context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
-            return context.get_current_revision()
+            return _revision(connection)
     finally:
         engine.dispose()
 
@@ -148,8 +199,9 @@ def require_head(dsn: Dsn) -> None:
 
     Example: ``require_head(resolve_dsn(None))`` returns quietly on a migrated database.
     """
-    with db.connect(dsn) as conn:
+    with db.connect(dsn) as conn, db.translate_errors(dsn):
         revision = db.schema_revision(conn)
+    _require_known(dsn, revision)
     if revision is None:
         raise SchemaMissing(
             f"the pgjobs tables are missing in {dsn.redacted}: run `pgjobs migrate`"

@@ -601,6 +601,16 @@ ARCHIVE_DDL_LOCK_KEY = 7_106_873_430_001
 #: Key of the session-level advisory lock of `pgjobs prune`: one prune at a time per database.
 ARCHIVE_PRUNE_LOCK_KEY = 7_106_873_430_002
 
+#: Key of the session-level advisory lock of `pgjobs migrate`: one migration at a time, so a
+#: second one waits, then finds the schema already at head.
+MIGRATION_LOCK_KEY = 7_106_873_430_003
+
+#: Wait (however long) for the turn to migrate; released by MIGRATION_UNLOCK or disconnecting.
+MIGRATION_LOCK = "SELECT pg_advisory_lock(%(key)s)"
+
+#: Give the turn to migrate back.
+MIGRATION_UNLOCK = "SELECT pg_advisory_unlock(%(key)s)"
+
 #: Bound lock waits for the rest of the transaction (value: a PostgreSQL duration, e.g. '5s').
 LOCK_TIMEOUT_LOCAL = "SELECT set_config('lock_timeout', %(timeout)s, true)"
 

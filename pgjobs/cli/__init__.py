@@ -8,13 +8,17 @@ on stderr and an exit code.
 
 from __future__ import annotations
 
+import os
 import sys
+import traceback
 from collections.abc import Sequence
+from typing import Annotated
 
 import typer
 
 from pgjobs.cli import dead, enqueue, job, migrate, prune, stats, work
 from pgjobs.cli.render import error
+from pgjobs.dsn import scrub
 from pgjobs.errors import ConfigurationError, PgjobsError
 
 cli = typer.Typer(
@@ -24,6 +28,24 @@ cli = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+DEBUG_ENV = "PGJOBS_DEBUG"
+#: Whether this run's ``--debug`` was given (set by the callback, reset by ``main``).
+_debug = [False]
+
+
+@cli.callback()
+def _options(
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug", help=f"Show the traceback of an unexpected error (or set ${DEBUG_ENV}=1)."
+        ),
+    ] = False,
+) -> None:
+    """A durable background-job queue backed by PostgreSQL alone."""
+    _debug[0] = debug
+
+
 cli.command("migrate")(migrate.migrate_command)
 cli.command("enqueue")(enqueue.enqueue_command)
 cli.command("work")(work.work_command)
@@ -40,6 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Example: ``main(["migrate", "--check"])`` returns 1 while the database is behind.
     """
+    _debug[0] = False
     try:
         result = cli(
             args=list(argv) if argv is not None else None, prog_name="pgjobs", standalone_mode=False
@@ -58,7 +81,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PgjobsError as exc:
         error(str(exc))
         return 1
+    except Exception as exc:  # a bug, or a library's error no command expected: one line
+        return _unexpected(exc)
     return result if isinstance(result, int) else 0
+
+
+def _unexpected(exc: Exception) -> int:
+    """Report an exception no command turned into a ``PgjobsError``: one line on stderr and exit
+    1; the traceback first with ``--debug`` or ``PGJOBS_DEBUG=1``."""
+    debug = _debug[0] or os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "no")
+    if debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    try:
+        text = str(exc)
+    except Exception:
+        text = "<message could not be read>"
+    hint = "" if debug else f" (run with --debug or {DEBUG_ENV}=1 for the traceback)"
+    error(f"unexpected error: {type(exc).__name__}: {scrub(text)}{hint}")
+    return 1
 
 
 def run() -> None:

@@ -49,28 +49,27 @@ def migrate_command(
         )
         return
     resolved = database(dsn)
-    before = migrations.current(resolved)
     if current or check:
-        head = migrations.head()
-        typer.echo(f"current: {before or 'none (run `pgjobs migrate`)'}  head: {head}")
-        if check and before != head:
+        now, head = migrations.current(resolved), migrations.head()
+        typer.echo(f"current: {now or 'none (run `pgjobs migrate`)'}  head: {head}")
+        if check and now != head:
             raise typer.Exit(1)
         return
     if downgrade is not None:
-        migrations.downgrade(resolved, downgrade, lock_timeout=lock_timeout)
+        change = migrations.downgrade(resolved, downgrade, lock_timeout=lock_timeout)
         verb = "downgraded"
     else:
-        migrations.upgrade(resolved, revision, lock_timeout=lock_timeout)
+        change = migrations.upgrade(resolved, revision, lock_timeout=lock_timeout)
         verb = "upgraded"
-    after = migrations.current(resolved)
+    before, after = change.before, change.after
     if before == after:
         where = f"head {after}" if after == migrations.head() else after or "none (no tables)"
         typer.echo(f"pgjobs schema already at {where} in {resolved.redacted}: nothing to do")
     else:
         if before is None:
-            change = f"created at {after}"
+            what = f"created at {after}"
         elif after is None:
-            change = f"removed (was at {before})"
+            what = f"removed (was at {before})"
         else:
-            change = f"{verb} {before} -> {after}"
-        typer.echo(f"pgjobs schema {change} in {resolved.redacted}")
+            what = f"{verb} {before} -> {after}"
+        typer.echo(f"pgjobs schema {what} in {resolved.redacted}")

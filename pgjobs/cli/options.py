@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import traceback
 from typing import Annotated
 
 import typer
@@ -48,9 +49,32 @@ def load_app(reference: str) -> App:
         raise ConfigurationError(
             f"--app {reference!r}: cannot import {module_name}: {exc}"
         ) from None
+    except Exception as exc:  # the module itself failed: a syntax error, or its code raised
+        raise ConfigurationError(
+            f"--app {reference!r}: importing {module_name} failed: {_where_it_failed(exc)}"
+        ) from None
     app = getattr(module, attribute or "app", None)
     if not isinstance(app, App):
         raise ConfigurationError(
             f"--app {reference!r}: {module_name} has no pgjobs.App named {attribute or 'app'!r}"
         )
     return app
+
+
+def _where_it_failed(exc: Exception) -> str:
+    """``exc`` in one line and where it happened: ``SyntaxError: invalid syntax (app.py:3)``, or
+    the innermost frame of the traceback, ``ValueError: boom (app.py:12)``."""
+    if isinstance(exc, SyntaxError):
+        where = f"{exc.filename}:{exc.lineno}"
+        return f"{type(exc).__name__}: {exc.msg} ({where})"
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {_text(exc)}{where}"
+
+
+def _text(exc: BaseException) -> str:
+    """``str(exc)``, even when it raises."""
+    try:
+        return str(exc)
+    except Exception:
+        return "<message could not be read>"

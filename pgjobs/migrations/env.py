@@ -14,6 +14,7 @@ from typing import Any
 from alembic import context
 from sqlalchemy import Connection, create_engine, pool
 
+from pgjobs import queries
 from pgjobs.dsn import normalize_dsn, resolve_dsn
 from pgjobs.schema import metadata
 
@@ -93,6 +94,10 @@ def run_online() -> None:
         return
     engine = create_engine(_url(offline=False), poolclass=pool.NullPool)
     with engine.connect() as connection:
+        # One migration at a time (pgjobs.migrate takes the same lock on the connection it
+        # passes); released when this connection closes.
+        connection.exec_driver_sql(queries.MIGRATION_LOCK, {"key": queries.MIGRATION_LOCK_KEY})
+        connection.commit()
         _set_lock_timeout(connection)
         context.configure(connection=connection, **_options())
         with context.begin_transaction():
