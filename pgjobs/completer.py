@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import traceback
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
@@ -152,34 +153,104 @@ class SettleParams:
         for f in _SETTLE_ARRAYS:
             getattr(self, f.name).extend(getattr(newer, f.name))
 
+    def singles(self) -> list[SettleParams]:
+        """One ``SettleParams`` per outcome, in the statement's order (to find the outcome the
+        database refuses, after it refused the batch)."""
+        parts = []
+        for group in _SETTLE_GROUPS:
+            for i in range(len(getattr(self, group[0].name))):
+                part = SettleParams(self.owner)
+                for f in group:
+                    getattr(part, f.name).append(getattr(self, f.name)[i])
+                parts.append(part)
+        return parts
+
+
+def _merged(owner: str, parts: Sequence[SettleParams]) -> SettleParams:
+    merged = SettleParams(owner)
+    for part in parts:
+        merged.extend(part)
+    return merged
+
 
 _SETTLE_FIELDS = fields(SettleParams)
 _SETTLE_ARRAYS = [f for f in _SETTLE_FIELDS if f.name != "owner"]
+# The arrays of each move, by their prefix: ok_, retry_, dead_, release_.
+_SETTLE_GROUPS = [
+    [f for f in _SETTLE_ARRAYS if f.name.startswith(prefix)]
+    for prefix in ("ok_", "retry_", "dead_", "release_")
+]
 
 
 # --- classify and buffer ----------------------------------------------------------------------
 
 
 def result_json(value: Any) -> str | None:
-    """A handler's return value as JSON text (non-JSON values as their ``str``), or None."""
+    """A handler's return value as JSON text, or None. A value JSON has no form for (NaN) is
+    stored as its ``str``; one ``json`` cannot encode at all (tuple keys, nesting too deep, a
+    ``__str__`` that raises) as a note saying so: the job still succeeded."""
     if value is None:
         return None
     try:
         text = json.dumps(value, default=str, allow_nan=False)
     except ValueError:
-        text = json.dumps(str(value))
+        text = _as_string(value)
+    except Exception as exc:  # whatever encoding raised is reported, not raised
+        text = _unstorable(exc)
+    if "\\ud" in text:
+        text = _LONE_SURROGATE.sub(_keep_escape_or_replace, text)
     # jsonb refuses the NUL character; store U+FFFD in its place.
     return text.replace("\\u0000", "\\ufffd") if "\\u0000" in text else text
 
 
+def _as_string(value: Any) -> str:
+    try:
+        return json.dumps(str(value))
+    except Exception as exc:
+        return _unstorable(exc)
+
+
+def _unstorable(exc: BaseException) -> str:
+    return json.dumps(f"result not stored: json cannot encode it ({error_text(exc)})")
+
+
+# In json.dumps' ASCII output: an escaped backslash, a surrogate pair, or a lone surrogate, which
+# jsonb refuses ("unsupported Unicode escape sequence"). Backslashes are matched first so that an
+# escape is never read from the middle of another.
+_LONE_SURROGATE = re.compile(
+    r"\\\\|\\ud[89ab][0-9a-f]{2}\\ud[c-f][0-9a-f]{2}|\\ud[89a-f][0-9a-f]{2}"
+)
+
+
+def _keep_escape_or_replace(match: re.Match[str]) -> str:
+    escape = match.group()
+    return escape if len(escape) != 6 else "\\ufffd"
+
+
 def error_text(exc: BaseException) -> str:
-    """``exc`` as one line for last_error: type and message, at most ``MAX_ERROR_LENGTH``."""
-    text = _without_nul(" ".join(f"{type(exc).__name__}: {exc}".split()))
+    """``exc`` as one line for last_error: type and message, at most ``MAX_ERROR_LENGTH``, and
+    storable whatever the message holds (a ``__str__`` that raises, lone surrogates, NUL)."""
+    text = storable(" ".join(f"{type(exc).__name__}: {_message(exc)}".split()))
     return text if len(text) <= MAX_ERROR_LENGTH else text[: MAX_ERROR_LENGTH - 1] + "…"
 
 
-def _without_nul(text: str) -> str:
-    """PostgreSQL text cannot hold NUL characters."""
+def _message(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception as problem:
+        return (
+            f"<the exception's message cannot be shown: its str() raised {type(problem).__name__}>"
+        )
+
+
+def storable(text: str) -> str:
+    """``text`` as PostgreSQL can store it: NUL as ``\\x00``, lone surrogates (which UTF-8
+    cannot encode) as ``\\udcxx``."""
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            text = text.encode("utf-8", "backslashreplace").decode()
     return text.replace("\x00", "\\x00") if "\x00" in text else text
 
 
@@ -359,8 +430,8 @@ class Completer:
                 if isinstance(exc, NonRetryableError)
                 else DeadReason.EXHAUSTED
             )
-            error_type = f"{type(exc).__module__}.{type(exc).__qualname__}"
-            trace = _without_nul("".join(traceback.format_exception(exc)))
+            error_type = storable(f"{type(exc).__module__}.{type(exc).__qualname__}")
+            trace = storable("".join(traceback.format_exception(exc)))
             self.outcomes.bury(job, reason, error, error_type, trace)
             log.warning("%s: %s; sent to dead_letter (%s)", where, error, reason)
         else:
@@ -419,23 +490,100 @@ class Completer:
             self._extensions = {**extensions, **self._extensions}
             raise
         except QueryFailed as exc:
-            # Not a connection problem, so sending the same batch again would fail again. Leave
-            # these jobs to their leases: the rescuer makes them claimable when the leases expire.
-            log.error(
-                "%s; outcome(s) of job(s) %s dropped, their leases will recover them",
-                exc,
-                ",".join(map(str, settle.ids if settle else [])) or "-",
-            )
+            # Not a connection problem, so the same trip would be refused again: apply the
+            # outcomes apart, to find the one the database refuses. Claim on the next trip.
+            if settle is None:
+                log.error("%s; lease extension(s) of job(s) %s not sent", exc, _ids(extensions))
+                return []
+            self._extensions = {**extensions, **self._extensions}
+            log.warning("%s; applying the %d outcome(s) of the batch apart", exc, len(settle))
+            await self._settle_apart(conn, settle)
             return []
-        if settle is not None and len(done.settled) != len(settle):
-            stale = sorted(set(settle.ids) - done.settled)
-            log.warning(
-                "outcome of job(s) %s not applied: the lease was lost (expired and the job was "
-                "rescued or claimed elsewhere), so this worker's result is discarded",
-                ",".join(map(str, stale)),
-            )
+        self._report_stale(settle, done.settled)
         for job_id, (context, _) in extensions.items():
             if job_id not in done.extended:
                 context.lease_lost = True
                 log.warning("job %d: lease extension refused, the lease was already lost", job_id)
         return done.claimed
+
+    def _report_stale(self, settle: SettleParams | None, settled: set[int]) -> None:
+        if settle is not None and len(settled) != len(settle):
+            stale = sorted(set(settle.ids) - settled)
+            log.warning(
+                "outcome of job(s) %s not applied: the lease was lost (expired and the job was "
+                "rescued or claimed elsewhere), so this worker's result is discarded",
+                ",".join(map(str, stale)),
+            )
+
+    async def _settle_apart(self, conn: psycopg.AsyncConnection[Any], batch: SettleParams) -> None:
+        """Apply ``batch``, which the database refused as a whole, in halves, down to the single
+        outcomes it refuses; each of those goes through ``_settle_refused``. On a lost
+        connection, what is left stays pending and the error is raised."""
+        left = [batch.singles()]
+        while left:
+            parts = left.pop()
+            part = _merged(self.owner, parts)
+            try:
+                done = await settle_and_claim(conn, part, None, self.claim, 0)
+            except (DatabaseUnavailable, SchemaMissing):
+                for rest in [parts, *reversed(left)]:
+                    self.outcomes.restore(_merged(self.owner, rest))
+                raise
+            except QueryFailed as exc:
+                if len(parts) == 1:
+                    await self._settle_refused(conn, part, exc)
+                else:
+                    half = len(parts) // 2
+                    left += [parts[half:], parts[:half]]
+                continue
+            self._report_stale(part, done.settled)
+
+    async def _settle_refused(
+        self, conn: psycopg.AsyncConnection[Any], outcome: SettleParams, refusal: QueryFailed
+    ) -> None:
+        """The one outcome in ``outcome`` cannot be stored (its row is refused: a value too
+        large for an index, a result PostgreSQL cannot hold, a privilege missing). Its job goes
+        to dead_letter with that explanation, so that it never runs again and every other job
+        goes on. When dead_letter refuses the row too, the job is left to its lease (the lease
+        rescuer moves it when the lease expires) and the error logged."""
+        job_id, attempt, what = _the_outcome(outcome)
+        error = storable(f"its {what} could not be stored: {refusal}")
+        buried = SettleParams(self.owner, dead_ids=[job_id], dead_attempts=[attempt])
+        buried.dead_reasons.append(outcome.dead_reasons[0] if outcome.dead_ids else _UNSTORABLE)
+        buried.dead_types.append(f"{QueryFailed.__module__}.{QueryFailed.__qualname__}")
+        buried.dead_errors.append(error[:MAX_ERROR_LENGTH])
+        buried.dead_tracebacks.append(outcome.dead_tracebacks[0] if outcome.dead_ids else None)
+        params = {name: value for name, value in buried.bind().items() if name in _BURY_PARAMS}
+        try:
+            with db.translate_errors():
+                cursor = await conn.execute(queries.JOB_BURY_MANY, params)
+                moved = {row[0] for row in await cursor.fetchall()}
+        except QueryFailed as exc:
+            log.error(
+                "job %d: %s; dead_letter refused it too (%s): left to its lease", job_id, error, exc
+            )
+            return
+        if moved:
+            log.error("job %d: %s; sent to dead_letter (%s)", job_id, error, buried.dead_reasons[0])
+        else:
+            self._report_stale(buried, moved)
+
+
+_BURY_PARAMS = {"owner", *(f.name for f in _SETTLE_GROUPS[2])}
+#: The dead-letter reason of a job whose outcome could not be stored: it is not retried.
+_UNSTORABLE = DeadReason.NON_RETRYABLE
+
+
+def _the_outcome(outcome: SettleParams) -> tuple[int, int, str]:
+    """(job id, attempt, what the outcome was) of a one-outcome ``SettleParams``."""
+    if outcome.ok_ids:
+        return outcome.ok_ids[0], outcome.ok_attempts[0], "success (and its result)"
+    if outcome.retry_ids:
+        return outcome.retry_ids[0], outcome.retry_attempts[0], "failure to retry"
+    if outcome.dead_ids:
+        return outcome.dead_ids[0], outcome.dead_attempts[0], "dead_letter row"
+    return outcome.release_ids[0], outcome.release_attempts[0], "release"
+
+
+def _ids(extensions: dict[int, Any]) -> str:
+    return ",".join(map(str, extensions)) or "-"

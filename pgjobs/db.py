@@ -310,23 +310,16 @@ def _getconn(pool: psycopg_pool.ConnectionPool[Any], dsn: Dsn) -> psycopg.Connec
 
 
 def _ended_by_server(conn: psycopg.Connection[Any]) -> bool:
-    """Whether the server ended the session of this idle connection. A server that ends a
-    session sends a last message and closes the socket, so the socket is readable: reading what
-    waits tells, without a round trip (one ``select`` of no wait when nothing does)."""
+    """Whether the server ended, or is ending, the session of this idle connection. A server
+    that ends a session sends a last message (FATAL) and closes the socket; nothing else arrives
+    unasked on an idle pooled connection (it LISTENs to nothing). So a socket with something to
+    read means that, and costs one ``select`` of no wait to see, not a round trip."""
     if conn.closed:
         return True
-    pgconn = conn.pgconn
     try:
-        # The farewell first, then the end of the stream (a second read), which libpq notices.
-        for _ in range(3):
-            if not select.select([pgconn.socket], [], [], 0)[0]:
-                break
-            pgconn.consume_input()
-            if pgconn.status != psycopg.pq.ConnStatus.OK:
-                return True
+        return bool(select.select([conn.pgconn.socket], [], [], 0)[0])
     except (OSError, ValueError, psycopg.Error):
         return True
-    return pgconn.status != psycopg.pq.ConnStatus.OK
 
 
 def fetch_all(

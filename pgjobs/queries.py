@@ -29,6 +29,16 @@ _MOVED_COLUMNS = (
     "created_at, expires_at, idempotency_key, redrive_count, redriven_at, replay_of"
 )
 
+# _MOVED_COLUMNS as a row enters dead_letter: a task name too long for the (task, failed_at)
+# index (btree entries hold ~2700 bytes; another producer or hand-written SQL may have stored one)
+# is clipped to its first 200 characters and says so, so that one such job cannot make the move
+# of a whole batch fail.
+_INTO_DEAD = _MOVED_COLUMNS.replace(
+    ", task, ",
+    ", CASE WHEN octet_length(task) <= 2000 THEN task"
+    " ELSE left(task, 200) || format('... (%%s characters clipped)', length(task) - 200) END, ",
+)
+
 #: Insert one job without an idempotency key and wake idle workers of its queue. Rows: (id,);
 #: pg_notify sits in FROM so that its void result is not a column to send and decode.
 JOB_INSERT = f"""
@@ -225,7 +235,7 @@ failed AS (
 ),
 buried AS (
     INSERT INTO dead_letter ({_MOVED_COLUMNS}, reason, error_type, last_error, traceback, worker)
-    SELECT {_MOVED_COLUMNS}, reason, error_type, error, traceback, lease_owner FROM failed
+    SELECT {_INTO_DEAD}, reason, error_type, error, traceback, lease_owner FROM failed
     RETURNING id
 ),
 released AS (
@@ -242,6 +252,23 @@ SELECT id FROM archived
 UNION ALL SELECT id FROM retried
 UNION ALL SELECT id FROM buried
 UNION ALL SELECT id FROM released
+"""
+
+#: JOB_SETTLE_MANY's move to dead_letter alone (the dead_* parameters and ``owner``), for an
+#: outcome the database refused: it touches no other table, so a privilege missing on one of them
+#: does not stop it. Returns the ids moved.
+JOB_BURY_MANY = f"""
+WITH failed AS (
+    DELETE FROM queued_jobs q
+    USING unnest(%(dead_ids)s::bigint[], %(dead_attempts)s::int[], %(dead_reasons)s::text[],
+                 %(dead_types)s::text[], %(dead_errors)s::text[], %(dead_tracebacks)s::text[])
+        AS d(id, attempts, reason, error_type, error, traceback)
+    WHERE q.id = d.id AND q.attempts = d.attempts AND q.lease_owner = %(owner)s
+    RETURNING q.*, d.reason, d.error_type, d.error, d.traceback
+)
+INSERT INTO dead_letter ({_MOVED_COLUMNS}, reason, error_type, last_error, traceback, worker)
+SELECT {_INTO_DEAD}, reason, error_type, error, traceback, lease_owner FROM failed
+RETURNING id
 """
 
 #: Push the leases of running jobs ``seconds`` into the future, for those the caller still holds.
@@ -272,7 +299,7 @@ exhausted AS (
 ),
 buried AS (
     INSERT INTO dead_letter ({_MOVED_COLUMNS}, reason, last_error, worker)
-    SELECT {_MOVED_COLUMNS}, '{DeadReason.LEASE_EXPIRED}',
+    SELECT {_INTO_DEAD}, '{DeadReason.LEASE_EXPIRED}',
            format('lease of worker %%s expired on attempt %%s of %%s%%s',
                   lease_owner, attempts, max_attempts,
                   CASE WHEN at_most_once THEN ' (at-most-once task: not run again)' ELSE '' END),

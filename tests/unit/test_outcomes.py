@@ -47,6 +47,8 @@ def test_each_parameter_object_binds_exactly_its_statements_placeholders():
     assert set(claim) == placeholders(queries.JOB_CLAIM)
     assert set(ExtendParams("w", [1], [1], [5.0]).bind()) == placeholders(queries.JOB_EXTEND_LEASES)
     assert set(Outcomes("w").drain().bind()) == placeholders(queries.JOB_SETTLE_MANY)
+    dead = {name for name in placeholders(queries.JOB_SETTLE_MANY) if name.startswith("dead_")}
+    assert placeholders(queries.JOB_BURY_MANY) == {"owner", *dead}
     ok = {"ok_ids", "ok_attempts", "ok_results"}
     assert set(claim) | ok == placeholders(queries.JOB_SUCCEED_AND_CLAIM)
 
@@ -147,3 +149,17 @@ def test_result_json():
     assert json.loads(result_json(NOW) or "") == str(NOW)
     assert json.loads(result_json(float("nan")) or "") == "nan"
     assert "\\u0000" not in (result_json("a\x00b") or "")
+
+
+def test_singles_split_a_batch_into_one_outcome_each_in_the_statements_order():
+    settle = filled().drain()
+    singles = settle.singles()
+    assert [part.ids for part in singles] == [[i] for i in settle.ids]
+    assert all(len(part) == 1 and part.owner == "w" for part in singles)
+    dead = singles[2]
+    assert (dead.dead_reasons, dead.dead_types, dead.dead_tracebacks) == (
+        [DeadReason.EXHAUSTED],
+        ["builtins.ValueError"],
+        ["tb"],
+    )
+    assert singles[0].ok_results == ['"ok"'] and singles[1].retry_delays == [1.5]
