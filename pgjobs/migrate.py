@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,7 +97,6 @@ def _run(dsn: Dsn, action: str, revision: str, lock_timeout: str | None) -> Chan
     config = _config()
     _lock_timeout(config, lock_timeout)
     engine = db.sqlalchemy_engine(dsn)
-    key = {"key": queries.MIGRATION_LOCK_KEY}
     try:
         # A connection outside any transaction: env.py runs each migration in a transaction of
         # its own, and migrations with autocommit blocks (CREATE INDEX CONCURRENTLY) need that.
@@ -106,7 +106,7 @@ def _run(dsn: Dsn, action: str, revision: str, lock_timeout: str | None) -> Chan
             engine.connect() as connection,
         ):
             # One migration at a time: a second waits here, then reads the first one's result.
-            connection.exec_driver_sql(queries.MIGRATION_LOCK, key)
+            take_turn(connection)
             before = _revision(connection)
             connection.commit()
             _require_known(dsn, before)
@@ -114,11 +114,29 @@ def _run(dsn: Dsn, action: str, revision: str, lock_timeout: str | None) -> Chan
             with _revision_errors(revision):
                 getattr(command, action)(config, revision)
             after = _revision(connection)
-            connection.exec_driver_sql(queries.MIGRATION_UNLOCK, key)
+            connection.exec_driver_sql(
+                queries.MIGRATION_UNLOCK, {"key": queries.MIGRATION_LOCK_KEY}
+            )
             connection.commit()
     finally:
         engine.dispose()
     return Change(before, after)
+
+
+def take_turn(connection: Connection) -> None:
+    """Wait until no other migration runs, then hold the migration lock (session-level, released
+    by ``MIGRATION_UNLOCK`` or closing ``connection``). Polls ``MIGRATION_TRY_LOCK``, committing
+    after each try, so that nothing is held while waiting."""
+    pause = 0.05
+    while True:
+        taken = connection.exec_driver_sql(
+            queries.MIGRATION_TRY_LOCK, {"key": queries.MIGRATION_LOCK_KEY}
+        ).scalar()
+        connection.commit()
+        if taken:
+            return
+        time.sleep(pause)
+        pause = min(pause * 2, 1.0)
 
 
 def _revision(connection: Connection) -> str | None:

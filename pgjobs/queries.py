@@ -632,8 +632,10 @@ ARCHIVE_PRUNE_LOCK_KEY = 7_106_873_430_002
 #: second one waits, then finds the schema already at head.
 MIGRATION_LOCK_KEY = 7_106_873_430_003
 
-#: Wait (however long) for the turn to migrate; released by MIGRATION_UNLOCK or disconnecting.
-MIGRATION_LOCK = "SELECT pg_advisory_lock(%(key)s)"
+#: Take the turn to migrate if no other session holds it. Rows: (taken). Released by
+#: MIGRATION_UNLOCK or disconnecting. Polled, never waited for in a statement: a waiting statement
+#: holds a snapshot, which CREATE INDEX CONCURRENTLY in the running migration would wait for.
+MIGRATION_TRY_LOCK = "SELECT pg_try_advisory_lock(%(key)s)"
 
 #: Give the turn to migrate back.
 MIGRATION_UNLOCK = "SELECT pg_advisory_unlock(%(key)s)"

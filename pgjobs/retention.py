@@ -3,9 +3,10 @@ all finished before a cutoff, optionally copying each one to a file first.
 
 Dropping a partition costs the same for ten rows or ten million: no row is deleted, nothing is
 left for VACUUM, and the table never bloats. The DDL needs a brief ACCESS EXCLUSIVE lock on
-``archived_jobs`` (workers' inserts wait a few milliseconds), taken with a ``lock_timeout`` and
-retried, so that a long reader of the archive makes prune wait and retry rather than stall the
-workers queued behind it. ``DETACH PARTITION ... CONCURRENTLY`` (PostgreSQL 14+) avoids even that
+``archived_jobs``. While prune waits for it, every worker's archive insert waits behind prune's
+request in the lock queue: so each try waits at most ``LOCK_WAIT`` (tens of milliseconds) and
+prune tries again after a pause, for as long as its ``lock_timeout`` allows. A long reader of the
+archive makes prune wait, and workers stall at most ``LOCK_WAIT`` at each try. ``DETACH PARTITION ... CONCURRENTLY`` (PostgreSQL 14+) avoids even that
 lock, but PostgreSQL refuses it while a DEFAULT partition exists; pgjobs keeps one (an insert
 must never fail), so prune uses it only where the DEFAULT partition was dropped.
 """
@@ -31,8 +32,11 @@ from pgjobs.models import ArchivePartition
 
 #: Export formats: file extension and COPY options.
 EXPORT_FORMATS = {"csv": ("csv", "FORMAT csv, HEADER true"), "text": ("txt", "FORMAT text")}
-#: Attempts at the DDL of one partition when its lock cannot be had within the lock timeout.
-LOCK_ATTEMPTS = 5
+#: Seconds one try at the lock on archived_jobs waits in the lock queue: the longest a worker's
+#: archive insert, queued behind that request, stalls.
+LOCK_WAIT = 0.05
+#: Seconds between tries: doubling from the first value up to the second.
+LOCK_PAUSE = (0.05, 1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +78,7 @@ def prune(
     export: Path | None = None,
     export_format: str = "csv",
     dry_run: bool = False,
-    lock_timeout: float = 2.0,
+    lock_timeout: float = 60.0,
     on_pruned: Callable[[PrunedPartition], None] | None = None,
 ) -> PruneReport:
     """Drop the partitions of ``archived_jobs`` whose rows all finished more than ``older_than``
@@ -82,7 +86,8 @@ def prune(
     ``csv`` with a header, or ``text``, COPY's own format) to ``export``: into a file per
     partition named after it when ``export`` is a directory, else appended to that file; the
     file is flushed to disk before the partition is dropped. ``lock_timeout`` (seconds) bounds
-    each wait for the lock on ``archived_jobs``; a timed-out attempt is retried a few times.
+    how long prune keeps trying for the lock on ``archived_jobs`` for each partition; each try
+    waits at most ``LOCK_WAIT``, so workers' inserts queued behind it are never held longer.
 
     Example: ``prune(resolve_dsn(None), timedelta(days=30), export=Path("/backup"))``
     """
@@ -105,9 +110,8 @@ def prune(
         )[0][0]
         if not taken:
             raise PgjobsError("another `pgjobs prune` is running on this database; try later")
-        db.fetch_all(
-            conn, queries.LOCK_TIMEOUT_SESSION, {"timeout": f"{int(lock_timeout * 1000)}ms"}
-        )
+        wait = min(LOCK_WAIT, lock_timeout)
+        db.fetch_all(conn, queries.LOCK_TIMEOUT_SESSION, {"timeout": f"{int(wait * 1000)}ms"})
         cutoff: datetime = now - older_than
         partitions = archive.list_partitions(conn)
         default = archive.default_partition(partitions)
@@ -123,7 +127,7 @@ def prune(
             if export is not None and not dry_run:
                 exported_to = _export(conn, partition.name, export, export_format)
             if not dry_run:
-                _drop(conn, partition, concurrently=concurrently)
+                _drop(conn, partition, concurrently=concurrently, patience=lock_timeout)
             done = PrunedPartition(partition, rows, exported_to, concurrently)
             pruned.append(done)
             if on_pruned is not None:
@@ -199,9 +203,14 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _drop(
-    conn: psycopg.Connection[Any], partition: ArchivePartition, *, concurrently: bool
+    conn: psycopg.Connection[Any],
+    partition: ArchivePartition,
+    *,
+    concurrently: bool,
+    patience: float,
 ) -> None:
-    """Detach and drop one partition, retrying when its lock cannot be had in time."""
+    """Detach and drop one partition, trying again after a pause when a try at its lock times
+    out (the session's lock_timeout, ``LOCK_WAIT``), for ``patience`` seconds in all."""
     name = sql.Identifier(partition.name)
 
     def detach_and_drop() -> None:
@@ -222,15 +231,21 @@ def _drop(
                 return
             conn.execute(sql.SQL(queries.ARCHIVE_PARTITION_DROP).format(partition=name))
 
-    for attempt in range(1, LOCK_ATTEMPTS + 1):
+    deadline = time.monotonic() + patience
+    pause, longest = LOCK_PAUSE
+    attempt = 0
+    while True:
+        attempt += 1
         try:
             detach_and_drop()
             return
         except LockTimeout as exc:
-            if attempt == LOCK_ATTEMPTS:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 raise LockTimeout(
                     f"could not lock archived_jobs to drop {partition.name} in {attempt} "
-                    f"attempts ({exc}): a long transaction holds it; retry later or pass a "
-                    "longer --lock-timeout"
+                    f"tries over {patience:g} s ({exc}): a long transaction holds it; retry "
+                    "later or pass a longer --lock-timeout"
                 ) from exc
-            time.sleep(min(0.5 * 2**attempt, 10.0))
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, longest)

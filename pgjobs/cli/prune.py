@@ -39,8 +39,12 @@ def prune_command(
     ] = False,
     lock_timeout: Annotated[
         float,
-        typer.Option(help="Seconds to wait for the lock on archived_jobs per attempt.", min=0.01),
-    ] = 2.0,
+        typer.Option(
+            help="Seconds to keep trying for the lock on archived_jobs, per partition. Each try "
+            "waits at most 50 ms, so workers' archive inserts queued behind it stall no longer.",
+            min=0.01,
+        ),
+    ] = 60.0,
     dsn: DsnOption = None,
 ) -> None:
     """Drop whole partitions of archived_jobs older than a cutoff (optionally exported first)."""

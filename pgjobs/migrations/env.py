@@ -14,8 +14,8 @@ from typing import Any
 from alembic import context
 from sqlalchemy import Connection, create_engine, pool
 
-from pgjobs import queries
 from pgjobs.dsn import normalize_dsn, resolve_dsn
+from pgjobs.migrate import take_turn
 from pgjobs.schema import metadata
 
 VERSION_TABLE = "pgjobs_alembic_version"
@@ -96,8 +96,7 @@ def run_online() -> None:
     with engine.connect() as connection:
         # One migration at a time (pgjobs.migrate takes the same lock on the connection it
         # passes); released when this connection closes.
-        connection.exec_driver_sql(queries.MIGRATION_LOCK, {"key": queries.MIGRATION_LOCK_KEY})
-        connection.commit()
+        take_turn(connection)
         _set_lock_timeout(connection)
         context.configure(connection=connection, **_options())
         with context.begin_transaction():
