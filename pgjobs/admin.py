@@ -121,17 +121,23 @@ def _connection(target: Target) -> Iterator[psycopg.Connection[Any]]:
 
 
 def dead_jobs(
-    target: Target, where: DeadFilter | None = None, *, limit: int = DEFAULT_LIST_LIMIT
+    target: Target,
+    where: DeadFilter | None = None,
+    *,
+    limit: int = DEFAULT_LIST_LIMIT,
+    tracebacks: bool = False,
 ) -> list[DeadJob]:
-    """Dead jobs matching ``where``, newest first, at most ``limit``, without tracebacks.
+    """Dead jobs matching ``where``, newest first, at most ``limit``; with their tracebacks only
+    when ``tracebacks`` (they can be long).
 
     Example: ``admin.dead_jobs(dsn, DeadFilter(queue="emails", error="timeout"), limit=20)``
     """
     if limit < 1:
         raise ConfigurationError(f"limit must be >= 1, got {limit}")
     params = {**(where or DeadFilter()).params(), "limit": limit}
+    statement = queries.DEAD_LIST_WITH_TRACEBACK if tracebacks else queries.DEAD_LIST
     with _connection(target) as conn:
-        rows = conn.execute(queries.DEAD_LIST, params).fetchall()
+        rows = conn.execute(statement, params).fetchall()
     return [db.dead_job_from_row(row) for row in rows]
 
 

@@ -465,6 +465,15 @@ ORDER BY d.failed_at DESC, d.id DESC
 LIMIT %(limit)s
 """
 
+#: DEAD_LIST with each job's traceback (`pgjobs dead list --json`).
+DEAD_LIST_WITH_TRACEBACK = f"""
+SELECT {_DEAD_JOB_COLUMNS.format(traceback="d.traceback")}
+FROM {_DEAD_FROM}
+WHERE {_DEAD_WHERE}
+ORDER BY d.failed_at DESC, d.id DESC
+LIMIT %(limit)s
+"""
+
 #: One dead job, with its traceback.
 DEAD_GET = f"""
 SELECT {_DEAD_JOB_COLUMNS.format(traceback="d.traceback")}

@@ -91,7 +91,7 @@ def dead_list_command(
 ) -> None:
     """Dead jobs, newest first."""
     where = _filter(None, queue, task, since, until, error, fingerprint)
-    jobs = admin.dead_jobs(database(dsn), where, limit=limit)
+    jobs = admin.dead_jobs(database(dsn), where, limit=limit, tracebacks=as_json)
     if as_json:
         render.print_json([dataclasses.asdict(job) for job in jobs])
         return

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from datetime import UTC, datetime
 from typing import Any
@@ -25,6 +26,32 @@ from pgjobs.models import DeadGroup, DeadJob
 from pgjobs.stats import Snapshot
 
 # -- values --------------------------------------------------------------------------------------
+
+#: Characters that would act on a terminal rather than show: C0 controls (ESC, CR, BS, ...), DEL,
+#: C1 controls, line and paragraph separators, bidirectional overrides and isolates, and lone
+#: surrogates (which cannot be encoded at all).
+_OTHERS = r"\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff"
+_CONTROL = re.compile(rf"[\x00-\x1f{_OTHERS}]")
+_CONTROL_EXCEPT_NEWLINE = re.compile(rf"[\x00-\x09\x0b-\x1f{_OTHERS}]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group(0))
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str, *, multiline: bool = False) -> str:
+    """``text`` (job data: names, errors, payloads) safe to show on a terminal: every control
+    character written as an escape, ``\\x1b`` for ESC; newlines kept when ``multiline``.
+
+    Example: ``printable("red\\x1b[31m") == "red\\\\x1b[31m"``
+    """
+    return (_CONTROL_EXCEPT_NEWLINE if multiline else _CONTROL).sub(_escaped, text)
+
+
+def cell(text: str) -> str:
+    """Job data for a rich table cell: control characters escaped, then rich markup."""
+    return escape(printable(text))
 
 
 def when(value: datetime | None, none: str = "-") -> str:
@@ -101,7 +128,7 @@ def _queues_table(snap: Snapshot, title: str) -> Table:
     table.add_column("oldest ready", justify="right")
     for s in snap.queues:
         table.add_row(
-            escape(s.queue),
+            cell(s.queue),
             f"{s.ready:,}",
             f"{s.scheduled:,}",
             f"{s.running:,}",
@@ -130,10 +157,10 @@ def _workers_table(snap: Snapshot) -> RenderableType:
             grid.add_column(column, justify="right")
         for w in snap.workers:
             grid.add_row(
-                escape(w.id),
-                escape(w.host),
+                cell(w.id),
+                cell(w.host),
                 str(w.pid),
-                escape(",".join(w.queues)),
+                cell(",".join(w.queues)),
                 str(w.concurrency),
                 f"{w.running:,}",
                 age(w.uptime),
@@ -218,11 +245,11 @@ def dead_jobs_table(jobs: list[DeadJob], limit: int) -> Table:
         table.add_row(
             str(job.id),
             cell_time(job.failed_at),
-            escape(job.queue),
-            escape(job.task),
+            cell(job.queue),
+            cell(job.task),
             f"{job.attempts}/{job.max_attempts}",
             job.reason,
-            escape(job.last_error or ""),
+            cell(job.last_error or ""),
         )
     table.caption = "no dead job matches" if not jobs else f"{len(jobs)} shown (--limit {limit})"
     return table
@@ -240,9 +267,9 @@ def dead_groups_table(groups: list[DeadGroup], title: str) -> Table:
     for group in groups:
         table.add_row(
             f"{group.count:,}",
-            escape(group.task),
-            escape(group.fingerprint),
-            group.fingerprint_id,
+            cell(group.task),
+            cell(group.fingerprint),
+            cell(group.fingerprint_id),
             cell_time(group.first_failed_at),
             cell_time(group.last_failed_at),
         )
@@ -255,14 +282,15 @@ def print_fields(fields: list[tuple[str, Any]]) -> None:
     """One ``name  value`` line per field that has a value."""
     for name, value in fields:
         if value is not None:
-            typer.echo(f"  {name:<13}{value}")
+            typer.echo(f"  {name:<13}{printable(str(value))}")
 
 
 def print_block(title: str, text: str | None) -> None:
     """A multi-line text (an error, a traceback) under its title, indented."""
     if text:
         typer.echo(f"{title}:")
-        for line in text.rstrip("\n").splitlines():
+        text = printable(text.replace("\r\n", "\n"), multiline=True)
+        for line in text.rstrip("\n").split("\n"):
             typer.echo(f"  {line}")
 
 
@@ -289,4 +317,4 @@ def print_json(value: Any) -> None:
 
 def error(message: str) -> None:
     """An error as pgjobs prints every error: one line on stderr."""
-    print(f"pgjobs: error: {' '.join(message.split())}", file=sys.stderr)
+    print(f"pgjobs: error: {printable(' '.join(message.split()))}", file=sys.stderr)
