@@ -234,10 +234,17 @@ def error_text(exc: BaseException) -> str:
     return text if len(text) <= MAX_ERROR_LENGTH else text[: MAX_ERROR_LENGTH - 1] + "…"
 
 
+def _traceback_text(exc: BaseException) -> str | None:
+    try:
+        return storable("".join(traceback.format_exception(exc)))
+    except BaseException:  # a hostile __str__ or __traceback__: the error line says enough
+        return None
+
+
 def _message(exc: BaseException) -> str:
     try:
         return str(exc)
-    except Exception as problem:
+    except BaseException as problem:  # a hostile __str__ (even one raising SystemExit)
         return (
             f"<the exception's message cannot be shown: its str() raised {type(problem).__name__}>"
         )
@@ -431,7 +438,7 @@ class Completer:
                 else DeadReason.EXHAUSTED
             )
             error_type = storable(f"{type(exc).__module__}.{type(exc).__qualname__}")
-            trace = storable("".join(traceback.format_exception(exc)))
+            trace = _traceback_text(exc)
             self.outcomes.bury(job, reason, error, error_type, trace)
             log.warning("%s: %s; sent to dead_letter (%s)", where, error, reason)
         else:

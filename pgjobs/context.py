@@ -6,12 +6,16 @@ knows nothing of the worker itself.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 from collections.abc import Callable
 from typing import Any
 
 from pgjobs.errors import ConfigurationError, PgjobsError
 from pgjobs.models import Job
+
+#: Longest lease extension (seconds): a year. A job that runs longer extends again.
+MAX_EXTENSION = 365 * 86400.0
 
 
 class JobContext:
@@ -35,9 +39,15 @@ class JobContext:
 
         Example: ``pgjobs.current_job().extend_lease(600)``
         """
-        if not seconds > 0:
-            raise ConfigurationError(f"extend_lease takes seconds > 0, got {seconds}")
-        self._extend(self, float(seconds))
+        try:
+            value = float(seconds)
+        except (TypeError, ValueError, OverflowError):
+            value = float("nan")
+        if not 0 < value <= MAX_EXTENSION:  # NaN and infinity too: PostgreSQL cannot add them
+            raise ConfigurationError(
+                f"extend_lease takes seconds > 0 and at most {MAX_EXTENSION:.0f}, got {seconds!r}"
+            )
+        self._extend(self, value)
 
 
 _current_job: contextvars.ContextVar[JobContext] = contextvars.ContextVar("pgjobs_current_job")
@@ -71,7 +81,29 @@ def call_sync(context: JobContext, fn: Callable[..., Any], payload: dict[str, An
         _current_job.reset(token)
 
 
+class HandlerExit(Exception):
+    """What an async handler raised when that is not an ``Exception`` (``KeyboardInterrupt``,
+    ``SystemExit``, ``GeneratorExit``, a ``CancelledError`` nobody asked for, any other
+    ``BaseException``), carried as an ordinary exception in ``original``: asyncio would otherwise
+    stop the worker's event loop with it. It is that job's outcome, nothing more."""
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(type(original).__name__)
+        self.original = original
+
+
 async def call_async(context: JobContext, fn: Callable[..., Any], payload: dict[str, Any]) -> Any:
-    """Run an async handler with ``context`` as its ``current_job()``."""
+    """Run an async handler with ``context`` as its ``current_job()``. A ``BaseException`` it
+    raises comes out as ``HandlerExit``, but the cancellation of its task by the worker."""
     _current_job.set(context)  # the task runs in a copy of the context: nothing leaks out
-    return await fn(**payload)
+    try:
+        return await fn(**payload)
+    except asyncio.CancelledError as exc:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise  # the worker cancelled it (shutdown)
+        raise HandlerExit(exc) from exc
+    except Exception:
+        raise
+    except BaseException as exc:
+        raise HandlerExit(exc) from exc

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from pgjobs import db, migrate, queries
 from pgjobs.completer import ClaimParams, Completer
-from pgjobs.context import JobContext, call_async, call_sync
+from pgjobs.context import HandlerExit, JobContext, call_async, call_sync
 from pgjobs.dsn import Dsn
 from pgjobs.errors import (
     ConfigurationError,
@@ -415,6 +415,8 @@ class Worker:
             self._finished(job, task, None, None, cancelled=True)
         else:
             exc = future.exception()
+            if isinstance(exc, HandlerExit):
+                exc = exc.original
             self._finished(job, task, None if exc else future.result(), exc)
 
     def _run_sync(self, context: JobContext, task: Task) -> None:
@@ -452,8 +454,12 @@ class Worker:
         self._changed.set()
         if cancelled:
             self._completer.cancelled(job)
-        else:
+            return
+        try:
             self._completer.finished(job, task, result, exc)
+        except Exception as problem:  # the outcome of one job never stops the others
+            log.exception("job %d: its outcome could not be recorded", job.id)
+            self._completer.finished(job, task, None, problem)
 
     def _request_extension(self, context: JobContext, seconds: float) -> None:
         """Called from any thread: extend ``context``'s lease on the next trip."""

@@ -163,3 +163,45 @@ def test_singles_split_a_batch_into_one_outcome_each_in_the_statements_order():
         ["tb"],
     )
     assert singles[0].ok_results == ['"ok"'] and singles[1].retry_delays == [1.5]
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no")
+
+
+def test_error_text_survives_a_hostile_message():
+    assert error_text(_Unprintable()) == (
+        "_Unprintable: <the exception's message cannot be shown: its str() raised RuntimeError>"
+    )
+    text = error_text(ValueError("a \ud800 b"))
+    assert text == "ValueError: a \\ud800 b"
+    text.encode()  # storable as UTF-8
+
+
+def test_a_result_json_cannot_encode_is_a_note_and_lone_surrogates_are_replaced():
+    assert "result not stored" in (result_json({(1, 2): "x"}) or "")
+    deep: list[object] = []
+    for _ in range(100_000):
+        deep = [deep]
+    assert "RecursionError" in (result_json(deep) or "")
+    assert json.loads(result_json("a \ud800 b") or "") == "a \ufffd b"
+    # A pair is kept, and so is an escaped backslash before text that looks like an escape.
+    assert json.loads(result_json("\U0001f600") or "") == "\U0001f600"
+    assert json.loads(result_json("\\ud800") or "") == "\\ud800"
+
+
+def test_extend_lease_refuses_what_postgresql_cannot_add():
+    from pgjobs.context import MAX_EXTENSION, JobContext
+    from pgjobs.errors import ConfigurationError
+
+    asked: list[float] = []
+    context = JobContext(job(1), lambda _, seconds: asked.append(seconds))
+    for bad in (float("inf"), float("nan"), MAX_EXTENSION * 2, 0, -1, "soon"):
+        try:
+            context.extend_lease(bad)  # type: ignore[arg-type]
+        except ConfigurationError:
+            continue
+        raise AssertionError(f"accepted {bad!r}")
+    context.extend_lease(30)
+    assert asked == [30.0]
