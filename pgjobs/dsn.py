@@ -94,6 +94,8 @@ _QUOTED = re.compile(r"\"([^\"]*)\"|'([^']*)'")
 #: A PostgreSQL URL inside a message (up to the next space or quote).
 _URL_IN_TEXT = re.compile(r"(?i)postgres(?:ql)?(?:\+\w+)?://[^\s\"']*")
 _MASK = "***"
+#: Passwords shorter than this are not replaced wherever they occur in a message.
+_SHORTEST_REPLACED = 4
 
 
 def redact(url: str) -> str:
@@ -169,7 +171,9 @@ def _secrets(dsn: str, spans: list[tuple[int, int]]) -> list[str]:
     for start, end in spans:
         raw = dsn[start:end].strip("'")
         found.update({raw, unquote(raw), quote(raw, safe=""), quote(unquote(raw), safe="")})
-    return sorted((s for s in found if s), key=len, reverse=True)
+    # A very short one is left to the quoted-token and URL rules: replacing every "a" of a
+    # message would leave nothing to read.
+    return sorted((s for s in found if len(s) >= _SHORTEST_REPLACED), key=len, reverse=True)
 
 
 def _mask_quoted(match: re.Match[str], dsn: str, spans: list[tuple[int, int]]) -> str:

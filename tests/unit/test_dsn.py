@@ -157,3 +157,10 @@ def test_a_dsn_libpq_cannot_read_is_refused_as_configuration(url):
         normalize_dsn(url, "--dsn")
     for piece in ("%:x", "sec%", "@ss:", "ss:w"):
         assert piece not in str(refused.value)
+
+
+def test_scrub_keeps_a_message_readable_when_the_password_is_one_letter():
+    url = "postgresql://u:e@h:1/db"
+    message = 'connection to server at "h", port 1 failed: the server expected e to be there'
+    assert scrub(message, url) == message
+    assert scrub(f"bad {url} here", url) == "bad postgresql://u:***@h:1/db here"
