@@ -8,7 +8,6 @@ transaction. Nothing is written unless every job of a call is valid.
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -26,8 +25,12 @@ from pgjobs.tasks import (
     PRIORITY_RANGE,
     JobSpec,
     Task,
+    check_key,
     check_max_attempts,
+    check_moment,
+    check_name,
     check_queue,
+    check_seconds,
 )
 
 #: Bytes of serialised JSON one payload may take; larger payloads are refused at enqueue.
@@ -44,6 +47,18 @@ _JSON = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 COPY_MIN_ROWS = 64
 
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+#: Levels of nested objects and arrays a payload may have. Python's json module recurses once per
+#: level (about 1,000 levels raise RecursionError, when encoding and when a worker decodes), and a
+#: handler's arguments nested deeper than this are a mistake or an attack.
+MAX_PAYLOAD_DEPTH = 100
+
+# A surrogate escape as the encoder writes it (lowercase hex), when an even number of backslashes
+# precedes it: a high one not followed by a low one, or a low one not preceded by a high one.
+# jsonb refuses such lone surrogates; a pair is a character outside the BMP and fine.
+_LONE_SURROGATE = re.compile(
+    r"(?<!\\)(?:\\\\)*(?:\\ud[89ab][0-9a-f]{2}(?!\\ud[c-f])|(?<!\\ud[89ab][0-9a-f]{2})\\ud[c-f][0-9a-f]{2})"
+)
 
 # Parameter names of JOB_INSERT_MANY, in the order of PreparedJob's fields.
 _MANY_KEYS = (
@@ -78,8 +93,7 @@ def prepare(spec: JobSpec, tasks: Mapping[str, Task] | None) -> PreparedJob:
 
     ``tasks`` is the app's registry; when it is given and not empty, unknown task names are refused.
     """
-    if not isinstance(spec.task, str) or not spec.task:
-        raise ConfigurationError("a task name must be a non-empty string")
+    check_name("task", spec.task)
     task = tasks.get(spec.task) if tasks else None
     if tasks and task is None:
         raise UnknownTask(
@@ -90,10 +104,7 @@ def prepare(spec: JobSpec, tasks: Mapping[str, Task] | None) -> PreparedJob:
         raise InvalidPayload(
             f"payload must be a JSON object (a dict), got {type(payload).__name__}"
         )
-    try:
-        text = _JSON.encode(payload)
-    except (TypeError, ValueError) as exc:
-        raise InvalidPayload(f"payload is not JSON-serialisable: {exc}") from None
+    text = _encode(payload)
     if len(text) > MAX_PAYLOAD_BYTES and len(text.encode()) > MAX_PAYLOAD_BYTES:
         raise InvalidPayload(
             f"payload is {len(text.encode()):,} bytes; the limit is {MAX_PAYLOAD_BYTES:,} "
@@ -104,6 +115,11 @@ def prepare(spec: JobSpec, tasks: Mapping[str, Task] | None) -> PreparedJob:
     # the regular expression.
     if "\\u0000" in text and _NUL_ESCAPE.search(text):
         raise InvalidPayload("payload contains a NUL character (\\u0000), which PostgreSQL refuses")
+    if "\\ud" in text and _LONE_SURROGATE.search(text):
+        raise InvalidPayload(
+            "payload contains a lone surrogate (text that is not valid UTF-8), which PostgreSQL "
+            "refuses"
+        )
     # Options left unset take the task's values, which were checked when it was registered.
     if spec.queue is None:
         queue = task.queue if task else DEFAULT_QUEUE
@@ -119,8 +135,8 @@ def prepare(spec: JobSpec, tasks: Mapping[str, Task] | None) -> PreparedJob:
         )
     if spec.run_at is not None and spec.run_in is not None:
         raise ConfigurationError("give run_at or run_in, not both")
-    run_at = None if spec.run_at is None else _aware("run_at", spec.run_at)
-    run_in = 0.0 if spec.run_in is None else _seconds("run_in", spec.run_in)
+    run_at = None if spec.run_at is None else check_moment("run_at", spec.run_at)
+    run_in = 0.0 if spec.run_in is None else check_seconds("run_in", spec.run_in)
     if spec.max_attempts is None:
         max_attempts = task.max_attempts if task else DEFAULT_MAX_ATTEMPTS
     else:
@@ -128,36 +144,59 @@ def prepare(spec: JobSpec, tasks: Mapping[str, Task] | None) -> PreparedJob:
         check_max_attempts(max_attempts)
     if spec.expires_at is not None and spec.expires_in is not None:
         raise ConfigurationError("give expires_at or expires_in, not both")
-    expires_at = None if spec.expires_at is None else _aware("expires_at", spec.expires_at)
+    expires_at = None if spec.expires_at is None else check_moment("expires_at", spec.expires_at)
     if spec.expires_in is not None:
         expires_at = datetime.now().astimezone() + timedelta(
-            seconds=_seconds("expires_in", spec.expires_in)
+            seconds=check_seconds("expires_in", spec.expires_in)
         )
-    key = spec.idempotency_key
-    if key is not None and (not isinstance(key, str) or not key):
-        raise ConfigurationError("idempotency_key must be a non-empty string")
+    key = None if spec.idempotency_key is None else check_key(spec.idempotency_key)
     return PreparedJob(
         queue, spec.task, text, priority, run_at, run_in, max_attempts, expires_at, key
     )
 
 
-def _aware(name: str, value: datetime) -> datetime:
-    if not isinstance(value, datetime):
-        raise ConfigurationError(f"{name} must be a datetime, got {type(value).__name__}")
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise ConfigurationError(
-            f"{name} must be timezone-aware (e.g. datetime.now(timezone.utc)), got {value}"
+def _encode(payload: dict[str, Any]) -> str:
+    """``payload`` as compact JSON, or ``InvalidPayload`` naming why it cannot be."""
+    try:
+        text = _JSON.encode(payload)
+    except (TypeError, ValueError) as exc:
+        raise InvalidPayload(f"payload is not JSON-serialisable: {exc}") from None
+    except RecursionError:
+        text = None  # nested far too deep: _depth says how deep, without recursing
+    # Only text with enough brackets can nest too deep; counting them is cheap, walking is not.
+    brackets = MAX_PAYLOAD_DEPTH + 1 if text is None else text.count("[") + text.count("{")
+    if brackets > MAX_PAYLOAD_DEPTH and _depth(payload) > MAX_PAYLOAD_DEPTH:
+        raise InvalidPayload(
+            f"payload nests objects and arrays more than {MAX_PAYLOAD_DEPTH} levels deep; "
+            f"the limit is {MAX_PAYLOAD_DEPTH}"
         )
-    return value
+    if text is None:  # the recursion limit was reached for another reason than depth
+        raise InvalidPayload("payload is too deeply nested to serialise as JSON")
+    return text
 
 
-def _seconds(name: str, value: float | timedelta) -> float:
-    seconds = value.total_seconds() if isinstance(value, timedelta) else value
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-        raise ConfigurationError(f"{name} must be a number of seconds, got {value!r}")
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ConfigurationError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
-    return float(seconds)
+def _depth(value: object) -> int:
+    """Levels of dicts and lists in ``value`` (iteratively, so any depth can be measured); stops
+    counting a little past ``MAX_PAYLOAD_DEPTH``, and at a cycle."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(value, 1)]
+    seen: set[int] = set()
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children: Iterable[object] = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        deepest = max(deepest, level)
+        if level > MAX_PAYLOAD_DEPTH:
+            break
+        stack.extend((child, level + 1) for child in children)
+    return deepest
 
 
 def insert(conn: Any, rows: Sequence[PreparedJob], dsn: Dsn | None = None) -> list[int]:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import inspect
+import math
 import random
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from pgjobs.errors import ConfigurationError
@@ -17,6 +19,27 @@ DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_LEASE = 300.0
 #: PostgreSQL smallint bounds, the range of ``priority``.
 PRIORITY_RANGE = (-32768, 32767)
+
+# Limits at the door: every entry point (the API, the CLI) checks values against these before
+# anything is written, so that a stored job can always be claimed, settled, dead-lettered and shown.
+
+#: Characters in a task or queue name. Names are btree keys (claim, dead-letter grouping) whose
+#: rows PostgreSQL caps near 2,700 bytes; 200 characters (800 bytes at most) leave room for the
+#: other columns of a composite index, and a longer name is a mistake, not a name.
+MAX_NAME_LENGTH = 200
+#: UTF-8 bytes in an idempotency key: it is a btree key of the three tables (same cap as above).
+#: 512 bytes hold any hash, UUID or composite business key.
+MAX_KEY_BYTES = 512
+#: Seconds in a delay (run_in, expires_in), a lease and a retry delay: a century. Longer values are
+#: typing errors, and far longer ones overflow PostgreSQL's interval and Python's datetime.
+MAX_SECONDS = 100 * 365.25 * 86400
+#: Attempts a job may be given: the attempts column is an int4, and a job that fails this often
+#: has failed for good.
+MAX_ATTEMPTS_LIMIT = 1_000_000
+#: Years a run_at / expires_at may fall in, in UTC. PostgreSQL's timestamptz goes further (4713 BC
+#: to 294276 AD) but Python's datetime cannot load a row outside 1..9999, and one such row would
+#: break every claim or `job show` that reads it.
+YEAR_RANGE = (1, 9999)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,8 +57,8 @@ class RetryPolicy:
     cap: float = 3600.0
 
     def __post_init__(self) -> None:
-        if not self.base > 0:
-            raise ConfigurationError(f"retry_base must be > 0 seconds, got {self.base}")
+        check_seconds("retry_base", self.base, positive=True)
+        check_seconds("retry_cap", self.cap, positive=True)
         if self.cap < self.base:
             raise ConfigurationError(
                 f"retry_cap ({self.cap}s) must be at least retry_base ({self.base}s)"
@@ -105,11 +128,9 @@ def make_task(
 ) -> Task:
     check_queue(queue)
     check_max_attempts(max_attempts)
-    if not lease > 0:
-        raise ConfigurationError(f"lease must be > 0 seconds, got {lease}")
+    lease = check_seconds("lease", lease, positive=True)
     task_name = name if name is not None else f"{fn.__module__}.{fn.__qualname__}"
-    if not task_name or not isinstance(task_name, str):
-        raise ConfigurationError("a task name must be a non-empty string")
+    check_name("task", task_name)
     try:
         signature: inspect.Signature | None = inspect.signature(fn)
     except (TypeError, ValueError):
@@ -128,15 +149,112 @@ def make_task(
 
 
 def check_queue(queue: str) -> None:
-    if not isinstance(queue, str) or not queue.strip():
-        raise ConfigurationError("a queue name must be a non-empty string")
-    if len(queue) > 200:
-        raise ConfigurationError(f"queue name is {len(queue)} characters long; the limit is 200")
+    """Refuse a queue name that is not 1..MAX_NAME_LENGTH printable characters."""
+    check_name("queue", queue)
+
+
+def check_name(kind: str, name: object) -> str:
+    """Refuse a ``kind`` ("task", "queue") name that is empty, blank, longer than
+    ``MAX_NAME_LENGTH`` characters, or holds control characters or lone surrogates (which are
+    not text: they cannot be stored nor shown safely).
+
+    Example: ``check_name("queue", "emails")`` returns ``"emails"``.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigurationError(f"a {kind} name must be a non-empty string")
+    if len(name) > MAX_NAME_LENGTH:
+        raise ConfigurationError(
+            f"{kind} name is {len(name):,} characters long; the limit is {MAX_NAME_LENGTH}"
+        )
+    if not name.isprintable() and any(_is_control(c) for c in name):
+        raise ConfigurationError(
+            f"{kind} name {ascii(name)[:80]} holds control characters or lone surrogates; "
+            "use printable text"
+        )
+    return name
+
+
+def _is_control(char: str) -> bool:
+    # Cc: C0/C1 controls (NUL, ESC, newlines); Cs: surrogates, which are not valid UTF-8.
+    return unicodedata.category(char) in ("Cc", "Cs")
+
+
+def check_key(key: object) -> str:
+    """Refuse an idempotency key that is not a non-empty string of valid UTF-8 without NUL, at
+    most ``MAX_KEY_BYTES`` bytes long.
+
+    Example: ``check_key("order-42")`` returns ``"order-42"``.
+    """
+    if not isinstance(key, str) or not key:
+        raise ConfigurationError("idempotency_key must be a non-empty string")
+    try:
+        size = len(key.encode())
+    except UnicodeEncodeError:
+        raise ConfigurationError(
+            "idempotency_key holds a lone surrogate, which is not valid UTF-8; use text"
+        ) from None
+    if size > MAX_KEY_BYTES:
+        raise ConfigurationError(
+            f"idempotency_key is {size:,} bytes long; the limit is {MAX_KEY_BYTES} (hash a longer key)"
+        )
+    if "\x00" in key:
+        raise ConfigurationError("idempotency_key holds a NUL character, which PostgreSQL refuses")
+    return key
 
 
 def check_max_attempts(max_attempts: int) -> None:
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-        raise ConfigurationError(f"max_attempts must be a whole number >= 1, got {max_attempts!r}")
+    if (
+        isinstance(max_attempts, bool)
+        or not isinstance(max_attempts, int)
+        or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT
+    ):
+        raise ConfigurationError(
+            f"max_attempts must be a whole number in 1..{MAX_ATTEMPTS_LIMIT:,}, got {max_attempts!r}"
+        )
+
+
+def check_seconds(name: str, value: object, *, positive: bool = False) -> float:
+    """A number of seconds (a number or a timedelta), finite, at most ``MAX_SECONDS``, and > 0
+    when ``positive`` else >= 0; anything else is refused naming ``name``.
+
+    Example: ``check_seconds("lease", 30)`` returns ``30.0``.
+    """
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise ConfigurationError(f"{name} must be a number of seconds, got {value!r}")
+    low = "> 0" if positive else ">= 0"
+    if (
+        not math.isfinite(seconds)
+        or seconds < 0
+        or (positive and seconds == 0)
+        or seconds > MAX_SECONDS
+    ):
+        raise ConfigurationError(
+            f"{name} must be a finite number of seconds {low} and at most {MAX_SECONDS:.0f} "
+            f"(a century), got {value!r}"
+        )
+    return float(seconds)
+
+
+def check_moment(name: str, value: object) -> datetime:
+    """A timezone-aware datetime whose UTC time lies in years ``YEAR_RANGE`` (what both
+    PostgreSQL and Python represent), returned in UTC; anything else is refused naming ``name``.
+
+    Example: ``check_moment("run_at", datetime(2030, 1, 1, tzinfo=UTC))``
+    """
+    if not isinstance(value, datetime):
+        raise ConfigurationError(f"{name} must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ConfigurationError(
+            f"{name} must be timezone-aware (e.g. datetime.now(timezone.utc)), got {value}"
+        )
+    try:
+        # In UTC: PostgreSQL reads offsets to the second, Python's may hold microseconds.
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ConfigurationError(
+            f"{name} {value.isoformat()} is outside years {YEAR_RANGE[0]}..{YEAR_RANGE[1]} in UTC"
+        ) from None
 
 
 class JobSpec(NamedTuple):

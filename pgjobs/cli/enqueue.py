@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,7 +14,8 @@ import typer
 from pgjobs.app import App
 from pgjobs.cli import parse
 from pgjobs.cli.options import DsnOption, database, load_app
-from pgjobs.errors import ConfigurationError
+from pgjobs.errors import ConfigurationError, InvalidPayload, UnknownTask
+from pgjobs.producer import MAX_PAYLOAD_DEPTH
 
 
 def enqueue_command(
@@ -56,7 +59,7 @@ def enqueue_command(
     app = load_app(app_ref) if app_ref else App(check_task_names=False)
     if dsn or app_ref is None:
         app.bind(database(dsn))
-    with app:
+    with app, _bad_input_exits_2():
         job_id = app.enqueue(
             task,
             arguments,
@@ -72,6 +75,15 @@ def enqueue_command(
     typer.echo(job_id)
 
 
+@contextmanager
+def _bad_input_exits_2() -> Iterator[None]:
+    """A payload or task name the enqueue refuses is bad input: exit 2, as a bad option is."""
+    try:
+        yield
+    except (InvalidPayload, UnknownTask) as exc:
+        raise ConfigurationError(str(exc)) from None
+
+
 def _parse_payload(raw: str) -> dict[str, Any]:
     """``--payload``: a JSON object, inline, from a file (``@FILE``) or from stdin (``@-``)."""
     source = "--payload"
@@ -79,15 +91,24 @@ def _parse_payload(raw: str) -> dict[str, Any]:
         path = Path(raw[1:])
         source = f"payload file {path}"
         try:
-            raw = sys.stdin.read() if raw == "@-" else path.read_text()
+            raw = sys.stdin.read() if raw == "@-" else path.read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigurationError(f"cannot read {source}: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigurationError(
+                f"{source} is not valid UTF-8 (byte {exc.start}); JSON text must be UTF-8"
+            ) from None
     try:
         payload = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise ConfigurationError(
             f"{source} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
             """pass an object such as '{"user_id": 42}'"""
+        ) from None
+    except RecursionError:
+        raise ConfigurationError(
+            f"{source} nests objects and arrays too deeply to read "
+            f"(the limit is {MAX_PAYLOAD_DEPTH} levels)"
         ) from None
     if not isinstance(payload, dict):
         raise ConfigurationError(

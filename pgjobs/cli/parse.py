@@ -13,6 +13,7 @@ import re
 from datetime import UTC, datetime, timedelta
 
 from pgjobs.errors import ConfigurationError
+from pgjobs.tasks import YEAR_RANGE
 
 _AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -85,4 +86,10 @@ def _iso(value: str) -> datetime | None:
 def _aware(option: str, value: str, parsed: datetime) -> datetime:
     if parsed.tzinfo is None:
         raise ConfigurationError(f"{option} {value!r} has no timezone: add one, e.g. {value}+00:00")
+    try:
+        parsed.astimezone(UTC)  # Python and PostgreSQL both hold years 1..9999 in UTC, no further
+    except OverflowError:
+        raise ConfigurationError(
+            f"{option} {value!r} is outside years {YEAR_RANGE[0]}..{YEAR_RANGE[1]} in UTC"
+        ) from None
     return parsed
