@@ -210,6 +210,8 @@ def insert(conn: Any, rows: Sequence[PreparedJob], dsn: Dsn | None = None) -> li
     with translate_errors(dsn):
         if len(rows) == 1 and rows[0].idempotency_key is None:
             return [_insert_one(conn, rows[0])]
+        if _in_callers_transaction(conn) and any(row.idempotency_key for row in rows):
+            _check_isolation(conn)
         if (
             len(rows) >= COPY_MIN_ROWS
             and isinstance(conn, psycopg.Connection)
@@ -217,6 +219,33 @@ def insert(conn: Any, rows: Sequence[PreparedJob], dsn: Dsn | None = None) -> li
         ):
             return _copy_many(conn, rows)
         return _insert_many(conn, rows)
+
+
+def _in_callers_transaction(conn: Any) -> bool:
+    """Whether statements on ``conn`` run in a transaction the caller holds open (every
+    SQLAlchemy connection; a psycopg one unless it is in autocommit mode, as pgjobs' own are)."""
+    return not (isinstance(conn, psycopg.Connection) and conn.autocommit)
+
+
+def _check_isolation(conn: Any) -> None:
+    """Refuse idempotency keys in a REPEATABLE READ or SERIALIZABLE transaction.
+
+    Such a transaction sees the database as of its first statement: a job with the same key
+    committed later, then moved out of queued_jobs (run, archived), is in none of the three tables
+    it can see, and its key no longer in queued_jobs' unique index, so a second job would be
+    created. Only READ COMMITTED, where each statement sees every commit, keeps the promise.
+    """
+    ((level,),) = _execute(conn, queries.JOB_INSERT_ISOLATION, {})
+    if level not in (
+        "read committed",
+        "read uncommitted",
+    ):  # PostgreSQL reads the latter as the former
+        raise ConfigurationError(
+            f"idempotency keys need a READ COMMITTED transaction, and this one is {level.upper()}: "
+            "its snapshot cannot see a job with the same key committed since it began, so a "
+            "second job could be created; enqueue keyed jobs at READ COMMITTED or without "
+            "connection="
+        )
 
 
 def _insert_one(conn: Any, row: PreparedJob) -> int:

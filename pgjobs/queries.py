@@ -116,6 +116,11 @@ CROSS JOIN notified
 ORDER BY i.position
 """
 
+#: The isolation level of the caller's transaction that a keyed insert would join (JOB_INSERT_MANY
+#: can keep its promise only where each statement sees every commit: READ COMMITTED).
+#: Rows: ('read committed' | 'repeatable read' | 'serializable' | 'read uncommitted').
+JOB_INSERT_ISOLATION = "SELECT current_setting('transaction_isolation')"
+
 #: Reserve ``count`` job ids, ascending, for a bulk enqueue by COPY, with the transaction's
 #: ``now()`` (the base of ``run_in`` delays, as in JOB_INSERT_MANY), and wake idle workers of each
 #: of ``queues`` once (COPY cannot NOTIFY by itself; a NOTIFY is delivered at commit).
