@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -106,3 +106,41 @@ def test_prepare_many_names_the_position_of_the_bad_job():
     with pytest.raises(ConfigurationError, match=r"^job #2: max_attempts"):
         producer.prepare_many(specs, None)
     assert len(producer.prepare_many(specs[:2], None)) == 2
+
+
+def _deep(levels: int) -> list[object]:
+    value: list[object] = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+PLUS_14 = timezone(timedelta(hours=14))
+
+
+@pytest.mark.parametrize(
+    ("spec", "error", "words"),
+    [
+        (JobSpec("t" * 201), ConfigurationError, "200"),
+        (JobSpec("t\x1b[0m"), ConfigurationError, "control"),
+        (JobSpec("t", queue="q\ud800"), ConfigurationError, "surrogate"),
+        (JobSpec("t", idempotency_key="k" * 513), ConfigurationError, "512"),
+        (JobSpec("t", run_at=datetime(1, 1, 1, tzinfo=PLUS_14)), ConfigurationError, "1..9999"),
+        (JobSpec("t", expires_in=1e300), ConfigurationError, "century"),
+        (JobSpec("t", run_in=timedelta.max), ConfigurationError, "century"),
+        (JobSpec("t", max_attempts=2**31), ConfigurationError, "1,000,000"),
+        (JobSpec("t", {"s": "\udc80"}), InvalidPayload, "surrogate"),
+        (JobSpec("t", {"a": _deep(100)}), InvalidPayload, "100 levels"),
+    ],
+)
+def test_limits_are_named_in_the_refusal(spec, error, words):
+    with pytest.raises(error, match=words):
+        producer.prepare(spec, None)
+
+
+def test_times_are_bound_in_utc_and_pairs_of_surrogates_are_one_character():
+    at = datetime(2030, 1, 1, tzinfo=timezone(timedelta(hours=5, microseconds=1)))
+    run_at = producer.prepare(JobSpec("t", run_at=at), None).run_at
+    assert run_at == at and run_at is not None and run_at.utcoffset() == timedelta(0)
+    job = producer.prepare(JobSpec("t", {"s": "\ud83d\ude00", "t": "\\ud800"}), None)
+    assert json.loads(job.payload) == {"s": "\U0001f600", "t": "\\ud800"}
