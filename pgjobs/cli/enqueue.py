@@ -16,6 +16,7 @@ from pgjobs.cli import parse
 from pgjobs.cli.options import DsnOption, database, load_app
 from pgjobs.errors import ConfigurationError, InvalidPayload, UnknownTask
 from pgjobs.producer import MAX_PAYLOAD_DEPTH
+from pgjobs.tasks import check_seconds
 
 
 def enqueue_command(
@@ -54,6 +55,9 @@ def enqueue_command(
 ) -> None:
     """Enqueue one job and print its id."""
     arguments = _parse_payload(payload)
+    for option, seconds in (("--delay", delay), ("--expires-in", expires_in)):
+        if seconds is not None:
+            check_seconds(option, seconds)
     run_at_time = None if run_at is None else parse.iso_time("--run-at", run_at)
     expires_at_time = None if expires_at is None else parse.iso_time("--expires-at", expires_at)
     app = load_app(app_ref) if app_ref else App(check_task_names=False)

@@ -157,8 +157,9 @@ def test_values_at_the_limits_go_through_a_worker(make_app: Callable[..., App], 
 
 
 CLI_REFUSED = [
-    pytest.param(["--expires-in", "1e300"], ["expires_in", "century"], id="huge-expires-in"),
-    pytest.param(["--delay", "inf"], ["run_in"], id="infinite-delay"),
+    pytest.param(["--expires-in", "1e300"], ["--expires-in", "century"], id="huge-expires-in"),
+    pytest.param(["--delay", "inf"], ["--delay", "finite"], id="infinite-delay"),
+    pytest.param(["--delay", "nan"], ["--delay"], id="nan-delay"),
     pytest.param(["--max-attempts", str(2**40)], ["max_attempts"], id="huge-max-attempts"),
     pytest.param(["--run-at", "0001-01-01T00:00:00+14:00"], ["--run-at", "1..9999"], id="bc"),
     pytest.param(
