@@ -4,12 +4,14 @@ snapshot may predate it, are refused with a clear error and nothing is written."
 
 from __future__ import annotations
 
+from typing import Any
+
 import psycopg
 import pytest
 import sqlalchemy
 from psycopg import IsolationLevel
 
-from pgjobs import ConfigurationError, JobSpec
+from pgjobs import App, ConfigurationError, JobSpec
 from pgjobs.completer import Outcomes
 from tests.helpers import assert_one_home
 from tests.integration.factories import claim, counts, settle
@@ -17,7 +19,7 @@ from tests.integration.factories import claim, counts, settle
 KEY = "order-7"
 
 
-def _first_job_runs_and_leaves_the_hot_table(app, conn) -> int:
+def _first_job_runs_and_leaves_the_hot_table(app: App, conn: psycopg.Connection[Any]) -> int:
     """Another producer enqueues the key; a worker claims the job and archives it."""
     first = app.enqueue("t.charge", {"order": 7}, idempotency_key=KEY)
     [job] = claim(conn, owner="w")
