@@ -12,7 +12,7 @@ import pytest
 from psycopg import sql
 
 from pgjobs import migrate
-from pgjobs.cli import migrate as migrate_cli
+from pgjobs.errors import SchemaMissing
 from tests.helpers import assert_one_line_error, run
 
 APP = "tests.integration.cli_app:app"
@@ -45,7 +45,7 @@ def test_a_schema_newer_than_this_pgjobs_says_to_upgrade_pgjobs(capsys, create_d
         assert code == 1, (argv, out)
         assert_one_line_error(code, err, "this pgjobs is older than the database schema", "9999")
         assert "upgrade pgjobs" in err and "run `pgjobs migrate`" not in err
-    with pytest.raises(migrate.SchemaMissing, match="older than the database schema"):
+    with pytest.raises(SchemaMissing, match="older than the database schema"):
         migrate.require_head(fresh)
 
 
@@ -115,7 +115,7 @@ def test_any_unexpected_error_is_one_line_and_exit_1(capsys, monkeypatch, except
     def broken(*args, **kwargs):
         raise exception
 
-    monkeypatch.setattr(migrate_cli.migrations, "sql", broken)
+    monkeypatch.setattr(migrate, "sql", broken)
     monkeypatch.delenv("PGJOBS_DEBUG", raising=False)
     code, _, err = run(capsys, "migrate", "--sql")
     assert_one_line_error(code, err, "unexpected error", type(exception).__name__, "--debug")
@@ -126,7 +126,7 @@ def test_debug_shows_the_traceback_of_an_unexpected_error(capsys, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(migrate_cli.migrations, "sql", broken)
+    monkeypatch.setattr(migrate, "sql", broken)
     monkeypatch.delenv("PGJOBS_DEBUG", raising=False)
     code, _, err = run(capsys, "--debug", "migrate", "--sql")
     assert code == 1
