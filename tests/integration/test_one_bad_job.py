@@ -18,7 +18,7 @@ from pgjobs.dsn import Dsn
 from pgjobs.maintenance.leases import LeaseRescuer
 from pgjobs.models import DeadReason, Job
 from pgjobs.tasks import make_task
-from tests.helpers import assert_one_home, count
+from tests.helpers import assert_one_home, count, with_userinfo
 from tests.integration.factories import insert_raw, lease_expired, row, run_service, work
 
 # Incompressible, so that a dead_letter index entry of it would exceed the btree row limit.
@@ -150,8 +150,7 @@ def worker_role(dsn: Dsn, conn) -> Iterator[tuple[str, Dsn]]:
     conn.execute(f"CREATE ROLE {role} LOGIN")
     conn.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA public TO {role}")
     conn.execute(f"GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role}")
-    url = dsn.url.replace("postgres@", f"{role}@", 1)
-    assert url != dsn.url
+    url = with_userinfo(dsn.url, role)
     try:
         yield role, Dsn(url, "test")
     finally:

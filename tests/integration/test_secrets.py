@@ -10,7 +10,7 @@ import pytest
 
 from pgjobs import App, ConfigurationError, DatabaseUnavailable
 from pgjobs.dsn import Dsn
-from tests.helpers import assert_one_line_error, run
+from tests.helpers import assert_one_line_error, run, with_userinfo
 
 PASSWORDS = ["p#?/@%:x", "sec%ret", "p@ss:wqrd", "zq x7w k"]
 
@@ -27,10 +27,12 @@ def leaks(text: str, password: str) -> list[str]:
 
 
 def with_password(dsn: Dsn, password: str, *, encoded: bool, port: int | None = None) -> str:
+    """The test database's URL with ``password``; with ``port``, a URL of the same shape on
+    127.0.0.1 at that port instead, where nothing listens."""
     secret = quote(password, safe="") if encoded else password
-    url = dsn.url.replace("postgres@", f"postgres:{secret}@", 1)
-    assert url != dsn.url
-    return url if port is None else url.replace(":5432/", f":{port}/", 1)
+    if port is not None:
+        return f"postgresql://postgres:{secret}@127.0.0.1:{port}/pgjobs"
+    return with_userinfo(dsn.url, "postgres", secret)
 
 
 @pytest.mark.parametrize("password", PASSWORDS)
