@@ -196,8 +196,9 @@ def test_stats_watch_json_prints_a_line_per_reading_and_survives_a_lost_database
         )
         assert watch.alive(), watch.err()
         errors = [r["error"] for r in lines() if isinstance(r, dict)]
-        # Which reading sees the drop first depends on timing: the session ended, or the database gone.
-    said = ("does not exist", "cannot reach", "closed by the server")
-    assert any(words in e for e in errors for words in said), errors
+        # Which reading sees the drop first depends on timing: the session ended, or the
+        # database gone.
+        said = ("does not exist", "cannot reach", "closed by the server")
+        assert any(words in e for e in errors for words in said), errors
         assert watch.stop(signal.SIGINT) == 0
     time.sleep(0)  # nothing to wait for: the process has exited
