@@ -213,6 +213,23 @@ UNION ALL
 SELECT id, {", ".join(["NULL"] * (JOB_COLUMNS.count(",")))} FROM archived
 """
 
+# Burials: move each job whose lease (attempt and owner) the worker still holds to dead_letter.
+_BURY_MANY = f"""
+failed AS (
+    DELETE FROM queued_jobs q
+    USING unnest(%(dead_ids)s::bigint[], %(dead_attempts)s::int[], %(dead_reasons)s::text[],
+                 %(dead_types)s::text[], %(dead_errors)s::text[], %(dead_tracebacks)s::text[])
+        AS d(id, attempts, reason, error_type, error, traceback)
+    WHERE q.id = d.id AND q.attempts = d.attempts AND q.lease_owner = %(owner)s
+    RETURNING q.*, d.reason, d.error_type, d.error, d.traceback
+),
+buried AS (
+    INSERT INTO dead_letter ({_MOVED_COLUMNS}, reason, error_type, last_error, traceback, worker)
+    SELECT {_INTO_DEAD}, reason, error_type, error, traceback, lease_owner FROM failed
+    RETURNING id
+)
+"""
+
 #: Apply a batch of outcomes, each fenced by (id, attempt, lease owner) so that a worker whose
 #: lease was lost changes nothing: successes move to archived_jobs, failures to retry are
 #: rescheduled, failures for good move to dead_letter, and jobs given back are released (with
@@ -230,19 +247,7 @@ retried AS (
     WHERE q.id = r.id AND q.attempts = r.attempts AND q.lease_owner = %(owner)s
     RETURNING q.id
 ),
-failed AS (
-    DELETE FROM queued_jobs q
-    USING unnest(%(dead_ids)s::bigint[], %(dead_attempts)s::int[], %(dead_reasons)s::text[],
-                 %(dead_types)s::text[], %(dead_errors)s::text[], %(dead_tracebacks)s::text[])
-        AS d(id, attempts, reason, error_type, error, traceback)
-    WHERE q.id = d.id AND q.attempts = d.attempts AND q.lease_owner = %(owner)s
-    RETURNING q.*, d.reason, d.error_type, d.error, d.traceback
-),
-buried AS (
-    INSERT INTO dead_letter ({_MOVED_COLUMNS}, reason, error_type, last_error, traceback, worker)
-    SELECT {_INTO_DEAD}, reason, error_type, error, traceback, lease_owner FROM failed
-    RETURNING id
-),
+{_BURY_MANY},
 released AS (
     UPDATE queued_jobs q
     SET attempts = q.attempts - CASE WHEN g.refund THEN 1 ELSE 0 END,
@@ -263,17 +268,8 @@ UNION ALL SELECT id FROM released
 #: outcome the database refused: it touches no other table, so a privilege missing on one of them
 #: does not stop it. Returns the ids moved.
 JOB_BURY_MANY = f"""
-WITH failed AS (
-    DELETE FROM queued_jobs q
-    USING unnest(%(dead_ids)s::bigint[], %(dead_attempts)s::int[], %(dead_reasons)s::text[],
-                 %(dead_types)s::text[], %(dead_errors)s::text[], %(dead_tracebacks)s::text[])
-        AS d(id, attempts, reason, error_type, error, traceback)
-    WHERE q.id = d.id AND q.attempts = d.attempts AND q.lease_owner = %(owner)s
-    RETURNING q.*, d.reason, d.error_type, d.error, d.traceback
-)
-INSERT INTO dead_letter ({_MOVED_COLUMNS}, reason, error_type, last_error, traceback, worker)
-SELECT {_INTO_DEAD}, reason, error_type, error, traceback, lease_owner FROM failed
-RETURNING id
+WITH {_BURY_MANY}
+SELECT id FROM buried
 """
 
 #: Push the leases of running jobs ``seconds`` into the future, for those the caller still holds.
