@@ -457,23 +457,24 @@ d.error_type, d.last_error, {traceback}, d.worker, d.created_at, d.failed_at, d.
 d.idempotency_key, d.redrive_count, d.redriven_at, d.replay_of, f.fingerprint, f.id
 """
 
-#: Dead jobs matching the filters, newest first, at most ``limit``, without their tracebacks.
-DEAD_LIST = f"""
-SELECT {_DEAD_JOB_COLUMNS.format(traceback="NULL::text")}
+
+def _dead_list(traceback: str) -> str:
+    """Dead jobs matching the filters, newest first, at most ``limit``; ``traceback`` is the
+    traceback column's expression."""
+    return f"""
+SELECT {_DEAD_JOB_COLUMNS.format(traceback=traceback)}
 FROM {_DEAD_FROM}
 WHERE {_DEAD_WHERE}
 ORDER BY d.failed_at DESC, d.id DESC
 LIMIT %(limit)s
 """
 
+
+#: Dead jobs matching the filters, newest first, at most ``limit``, without their tracebacks.
+DEAD_LIST = _dead_list("NULL::text")
+
 #: DEAD_LIST with each job's traceback (`pgjobs dead list --json`).
-DEAD_LIST_WITH_TRACEBACK = f"""
-SELECT {_DEAD_JOB_COLUMNS.format(traceback="d.traceback")}
-FROM {_DEAD_FROM}
-WHERE {_DEAD_WHERE}
-ORDER BY d.failed_at DESC, d.id DESC
-LIMIT %(limit)s
-"""
+DEAD_LIST_WITH_TRACEBACK = _dead_list("d.traceback")
 
 #: One dead job, with its traceback.
 DEAD_GET = f"""
