@@ -4,7 +4,17 @@ from __future__ import annotations
 
 
 class PgjobsError(Exception):
-    """Base class of every error pgjobs raises on purpose."""
+    """Base class of every error pgjobs raises on purpose.
+
+    ``field`` names the input at fault when there is one (``"priority"``, ``"run_at"``,
+    ``"payload"``...), so that the HTTP API can point at it; the message says it too.
+
+    Example: ``ConfigurationError("priority 40000 is out of range", field="priority").field``
+    """
+
+    def __init__(self, *args: object, field: str | None = None) -> None:
+        super().__init__(*args)
+        self.field = field
 
 
 class ConfigurationError(PgjobsError):
@@ -50,6 +60,11 @@ class JobNotFound(PgjobsError):
 class JobStateConflict(PgjobsError):
     """The job is not in a state the operation allows: cancelling a running or finished job,
     replaying a job that is still queued."""
+
+
+class StaleOutcome(JobStateConflict):
+    """An outcome reported for an attempt that is no longer the job's current one (or whose lease
+    already ended): another attempt owns the job now, so the report changes nothing."""
 
 
 class LockTimeout(QueryFailed):

@@ -97,28 +97,33 @@ def prepare(spec: JobSpec, tasks: Mapping[str, Task] | None) -> PreparedJob:
     task = tasks.get(spec.task) if tasks else None
     if tasks and task is None:
         raise UnknownTask(
-            f"unknown task {spec.task!r}: the app registers {', '.join(sorted(tasks))}"
+            f"unknown task {spec.task!r}: the app registers {', '.join(sorted(tasks))}",
+            field="task",
         )
     payload = {} if spec.payload is None else spec.payload
     if not isinstance(payload, dict):
         raise InvalidPayload(
-            f"payload must be a JSON object (a dict), got {type(payload).__name__}"
+            f"payload must be a JSON object (a dict), got {type(payload).__name__}", field="payload"
         )
     text = _encode(payload)
     if len(text) > MAX_PAYLOAD_BYTES and len(text.encode()) > MAX_PAYLOAD_BYTES:
         raise InvalidPayload(
             f"payload is {len(text.encode()):,} bytes; the limit is {MAX_PAYLOAD_BYTES:,} "
-            "(store large data elsewhere and enqueue a reference)"
+            "(store large data elsewhere and enqueue a reference)",
+            field="payload",
         )
     # The encoder escapes NUL as \u0000 (ASCII output), which jsonb refuses; an escape is real
     # when an even number of backslashes precedes it. The substring test spares most payloads
     # the regular expression.
     if "\\u0000" in text and _NUL_ESCAPE.search(text):
-        raise InvalidPayload("payload contains a NUL character (\\u0000), which PostgreSQL refuses")
+        raise InvalidPayload(
+            "payload contains a NUL character (\\u0000), which PostgreSQL refuses", field="payload"
+        )
     if "\\ud" in text and _LONE_SURROGATE.search(text):
         raise InvalidPayload(
             "payload contains a lone surrogate (text that is not valid UTF-8), which PostgreSQL "
-            "refuses"
+            "refuses",
+            field="payload",
         )
     # Options left unset take the task's values, which were checked when it was registered.
     if spec.queue is None:
@@ -128,13 +133,16 @@ def prepare(spec: JobSpec, tasks: Mapping[str, Task] | None) -> PreparedJob:
         check_queue(queue)
     priority = spec.priority
     if isinstance(priority, bool) or not isinstance(priority, int):
-        raise ConfigurationError(f"priority must be a whole number, got {priority!r}")
+        raise ConfigurationError(
+            f"priority must be a whole number, got {priority!r}", field="priority"
+        )
     if not PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:
         raise ConfigurationError(
-            f"priority {priority} is out of range {PRIORITY_RANGE[0]}..{PRIORITY_RANGE[1]}"
+            f"priority {priority} is out of range {PRIORITY_RANGE[0]}..{PRIORITY_RANGE[1]}",
+            field="priority",
         )
     if spec.run_at is not None and spec.run_in is not None:
-        raise ConfigurationError("give run_at or run_in, not both")
+        raise ConfigurationError("give run_at or run_in, not both", field="run_in")
     run_at = None if spec.run_at is None else check_moment("run_at", spec.run_at)
     run_in = 0.0 if spec.run_in is None else check_seconds("run_in", spec.run_in)
     if spec.max_attempts is None:
@@ -143,7 +151,7 @@ def prepare(spec: JobSpec, tasks: Mapping[str, Task] | None) -> PreparedJob:
         max_attempts = spec.max_attempts
         check_max_attempts(max_attempts)
     if spec.expires_at is not None and spec.expires_in is not None:
-        raise ConfigurationError("give expires_at or expires_in, not both")
+        raise ConfigurationError("give expires_at or expires_in, not both", field="expires_in")
     expires_at = None if spec.expires_at is None else check_moment("expires_at", spec.expires_at)
     if spec.expires_in is not None:
         expires_at = datetime.now().astimezone() + timedelta(
@@ -160,7 +168,7 @@ def _encode(payload: dict[str, Any]) -> str:
     try:
         text = _JSON.encode(payload)
     except (TypeError, ValueError) as exc:
-        raise InvalidPayload(f"payload is not JSON-serialisable: {exc}") from None
+        raise InvalidPayload(f"payload is not JSON-serialisable: {exc}", field="payload") from None
     except RecursionError:
         text = None  # nested far too deep: _depth says how deep, without recursing
     # Only text with enough brackets can nest too deep; counting them is cheap, walking is not.
@@ -168,10 +176,11 @@ def _encode(payload: dict[str, Any]) -> str:
     if brackets > MAX_PAYLOAD_DEPTH and _depth(payload) > MAX_PAYLOAD_DEPTH:
         raise InvalidPayload(
             f"payload nests objects and arrays more than {MAX_PAYLOAD_DEPTH} levels deep; "
-            f"the limit is {MAX_PAYLOAD_DEPTH}"
+            f"the limit is {MAX_PAYLOAD_DEPTH}",
+            field="payload",
         )
     if text is None:  # the recursion limit was reached for another reason than depth
-        raise InvalidPayload("payload is too deeply nested to serialise as JSON")
+        raise InvalidPayload("payload is too deeply nested to serialise as JSON", field="payload")
     return text
 
 
@@ -372,11 +381,13 @@ def _execute(conn: Any, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...
 
 
 def prepare_many(specs: Iterable[JobSpec], tasks: Mapping[str, Task] | None) -> list[PreparedJob]:
-    """``prepare`` every spec; the first invalid one raises, naming its position."""
+    """``prepare`` every spec; the first invalid one raises, naming its position (in the message,
+    and in ``field`` as ``jobs[position].field``)."""
     rows = []
     for position, spec in enumerate(specs):
         try:
             rows.append(prepare(spec, tasks))
         except PgjobsError as exc:
-            raise type(exc)(f"job #{position}: {exc}") from None
+            where = f"jobs[{position}]" + (f".{exc.field}" if exc.field else "")
+            raise type(exc)(f"job #{position}: {exc}", field=where) from None
     return rows

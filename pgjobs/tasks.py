@@ -61,7 +61,8 @@ class RetryPolicy:
         check_seconds("retry_cap", self.cap, positive=True)
         if self.cap < self.base:
             raise ConfigurationError(
-                f"retry_cap ({self.cap}s) must be at least retry_base ({self.base}s)"
+                f"retry_cap ({self.cap}s) must be at least retry_base ({self.base}s)",
+                field="retry_cap",
             )
 
     def delay(self, attempt: int, rand: Callable[[], float] = random.random) -> float:
@@ -161,15 +162,17 @@ def check_name(kind: str, name: object) -> str:
     Example: ``check_name("queue", "emails")`` returns ``"emails"``.
     """
     if not isinstance(name, str) or not name.strip():
-        raise ConfigurationError(f"a {kind} name must be a non-empty string")
+        raise ConfigurationError(f"a {kind} name must be a non-empty string", field=kind)
     if len(name) > MAX_NAME_LENGTH:
         raise ConfigurationError(
-            f"{kind} name is {len(name):,} characters long; the limit is {MAX_NAME_LENGTH}"
+            f"{kind} name is {len(name):,} characters long; the limit is {MAX_NAME_LENGTH}",
+            field=kind,
         )
     if not name.isprintable() and any(_is_control(c) for c in name):
         raise ConfigurationError(
             f"{kind} name {ascii(name)[:80]} holds control characters or lone surrogates; "
-            "use printable text"
+            "use printable text",
+            field=kind,
         )
     return name
 
@@ -186,19 +189,26 @@ def check_key(key: object) -> str:
     Example: ``check_key("order-42")`` returns ``"order-42"``.
     """
     if not isinstance(key, str) or not key:
-        raise ConfigurationError("idempotency_key must be a non-empty string")
+        raise ConfigurationError(
+            "idempotency_key must be a non-empty string", field="idempotency_key"
+        )
     try:
         size = len(key.encode())
     except UnicodeEncodeError:
         raise ConfigurationError(
-            "idempotency_key holds a lone surrogate, which is not valid UTF-8; use text"
+            "idempotency_key holds a lone surrogate, which is not valid UTF-8; use text",
+            field="idempotency_key",
         ) from None
     if size > MAX_KEY_BYTES:
         raise ConfigurationError(
-            f"idempotency_key is {size:,} bytes long; the limit is {MAX_KEY_BYTES} (hash a longer key)"
+            f"idempotency_key is {size:,} bytes long; the limit is {MAX_KEY_BYTES} (hash a longer key)",
+            field="idempotency_key",
         )
     if "\x00" in key:
-        raise ConfigurationError("idempotency_key holds a NUL character, which PostgreSQL refuses")
+        raise ConfigurationError(
+            "idempotency_key holds a NUL character, which PostgreSQL refuses",
+            field="idempotency_key",
+        )
     return key
 
 
@@ -209,7 +219,8 @@ def check_max_attempts(max_attempts: int) -> None:
         or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT
     ):
         raise ConfigurationError(
-            f"max_attempts must be a whole number in 1..{MAX_ATTEMPTS_LIMIT:,}, got {max_attempts!r}"
+            f"max_attempts must be a whole number in 1..{MAX_ATTEMPTS_LIMIT:,}, got {max_attempts!r}",
+            field="max_attempts",
         )
 
 
@@ -221,7 +232,7 @@ def check_seconds(name: str, value: object, *, positive: bool = False) -> float:
     """
     seconds = value.total_seconds() if isinstance(value, timedelta) else value
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-        raise ConfigurationError(f"{name} must be a number of seconds, got {value!r}")
+        raise ConfigurationError(f"{name} must be a number of seconds, got {value!r}", field=name)
     low = "> 0" if positive else ">= 0"
     if (
         not math.isfinite(seconds)
@@ -231,7 +242,8 @@ def check_seconds(name: str, value: object, *, positive: bool = False) -> float:
     ):
         raise ConfigurationError(
             f"{name} must be a finite number of seconds {low} and at most {MAX_SECONDS:.0f} "
-            f"(a century), got {value!r}"
+            f"(a century), got {value!r}",
+            field=name,
         )
     return float(seconds)
 
@@ -243,17 +255,21 @@ def check_moment(name: str, value: object) -> datetime:
     Example: ``check_moment("run_at", datetime(2030, 1, 1, tzinfo=UTC))``
     """
     if not isinstance(value, datetime):
-        raise ConfigurationError(f"{name} must be a datetime, got {type(value).__name__}")
+        raise ConfigurationError(
+            f"{name} must be a datetime, got {type(value).__name__}", field=name
+        )
     if value.tzinfo is None or value.utcoffset() is None:
         raise ConfigurationError(
-            f"{name} must be timezone-aware (e.g. datetime.now(timezone.utc)), got {value}"
+            f"{name} must be timezone-aware (e.g. datetime.now(timezone.utc)), got {value}",
+            field=name,
         )
     try:
         # In UTC: PostgreSQL reads offsets to the second, Python's may hold microseconds.
         return value.astimezone(UTC)
     except OverflowError:
         raise ConfigurationError(
-            f"{name} {value.isoformat()} is outside years {YEAR_RANGE[0]}..{YEAR_RANGE[1]} in UTC"
+            f"{name} {value.isoformat()} is outside years {YEAR_RANGE[0]}..{YEAR_RANGE[1]} in UTC",
+            field=name,
         ) from None
 
 
