@@ -1,5 +1,6 @@
 """Operations for the people who run pgjobs: dead-letter triage (list, show, group, redrive,
-purge), finding a job wherever it is, replaying and cancelling jobs.
+purge), finding a job wherever it is, replaying and cancelling jobs, and recording the outcomes
+that external workers report.
 
 Every function takes a ``Dsn`` (it opens a connection and closes it) or a psycopg connection
 of the caller (used as is). Large redrives and purges move rows in batches, each batch one
@@ -22,9 +23,11 @@ from typing import Any
 import psycopg
 
 from pgjobs import db, queries
+from pgjobs.completer import ReportedOutcome
 from pgjobs.dsn import Dsn
-from pgjobs.errors import ConfigurationError, JobNotFound, JobStateConflict
+from pgjobs.errors import ConfigurationError, JobNotFound, JobStateConflict, StaleOutcome
 from pgjobs.models import DeadGroup, DeadJob, JobHistory, JobStatus
+from pgjobs.tasks import RetryPolicy
 
 #: Dead jobs moved (or deleted) per statement and transaction by a redrive or purge.
 DEFAULT_BATCH_SIZE = 1000
@@ -318,3 +321,54 @@ def cancel(target: Target, job_id: int, *, force: bool = False) -> JobHistory:
         f"job {job_id} already finished: it is {found.status} (in {found.table}); "
         "only a queued job can be cancelled"
     )
+
+
+def report_outcome(
+    target: Target,
+    job_id: int,
+    *,
+    attempt: int,
+    status: str,
+    retryable: bool = True,
+    error: str | None = None,
+    result: Any = None,
+    retry: RetryPolicy | None = None,
+) -> JobHistory:
+    """Record the outcome an external worker reports for attempt ``attempt`` of a running job,
+    and return the job's record afterwards.
+
+    ``status`` is ``"succeeded"`` (the job is archived with ``result``) or ``"failed"``: retried
+    after ``retry``'s backoff (the default ``RetryPolicy()`` when None) while attempts remain and
+    ``retryable``, else moved to dead_letter (``exhausted``, or ``non_retryable`` when not
+    ``retryable``). The attempt fences the report: only the attempt that holds the job's live
+    lease may settle it. A report for another attempt, for a job that is not running or whose
+    lease has ended raises ``StaleOutcome`` and changes nothing (the lease rules decide what
+    happens to the job then); an unknown id raises ``JobNotFound``.
+
+    Example: ``admin.report_outcome(dsn, 42, attempt=1, status="succeeded", result={"ok": 1})``
+    """
+    outcome = ReportedOutcome.of(attempt, status, retryable, error, result)
+    settled = False
+    with _connection(target) as conn, conn.transaction():
+        holder = conn.execute(queries.JOB_LEASE_HOLDER, {"id": job_id}).fetchone()
+        if holder is not None:
+            attempts, max_attempts, owner, lease_live = holder
+            if attempts == outcome.attempt and owner is not None and lease_live:
+                params = outcome.settle(owner, job_id, max_attempts, retry or RetryPolicy())
+                settled = bool(conn.execute(queries.JOB_SETTLE_MANY, params.bind()).fetchall())
+    found = job(target, job_id)
+    if not settled:
+        raise StaleOutcome(_stale_message(found, outcome.attempt))
+    return found
+
+
+def _stale_message(found: JobHistory, attempt: int) -> str:
+    where = f"job {found.id} is {found.status}"
+    if found.status is JobStatus.RUNNING:
+        if found.attempts != attempt:
+            where += f" on attempt {found.attempts}, not {attempt}"
+        else:
+            where += f" on attempt {attempt}, but its lease ended at {found.lease_expires_at}"
+    elif found.table != "queued_jobs":
+        where += f" (in {found.table})"
+    return f"{where}: the outcome reported for attempt {attempt} changes nothing"

@@ -219,6 +219,36 @@ class App:
         with db.pooled(self._get_pool(), self.dsn) as conn:
             return admin.replay(conn, job_id)
 
+    def report_outcome(
+        self,
+        job_id: int,
+        *,
+        attempt: int,
+        status: str,
+        retryable: bool = True,
+        error: str | None = None,
+        result: Any = None,
+    ) -> JobHistory:
+        """Record the outcome an external worker reports for attempt ``attempt`` of a running
+        job (``"succeeded"`` or ``"failed"``); the job's own task's retry policy applies when
+        this app registers it. ``StaleOutcome`` when that attempt no longer holds the job (see
+        ``pgjobs.admin.report_outcome``).
+
+        Example: ``app.report_outcome(42, attempt=1, status="failed", error="card declined")``
+        """
+        with db.pooled(self._get_pool(), self.dsn) as conn:
+            task = self._tasks.get(admin.job(conn, job_id).task)
+            return admin.report_outcome(
+                conn,
+                job_id,
+                attempt=attempt,
+                status=status,
+                retryable=retryable,
+                error=error,
+                result=result,
+                retry=task.retry if task is not None else None,
+            )
+
     def redrive(
         self,
         *ids: int,

@@ -21,15 +21,21 @@ import re
 import traceback
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import psycopg
 
 from pgjobs import db, queries
 from pgjobs.context import JobContext
-from pgjobs.errors import DatabaseUnavailable, NonRetryableError, QueryFailed, SchemaMissing
+from pgjobs.errors import (
+    ConfigurationError,
+    DatabaseUnavailable,
+    NonRetryableError,
+    QueryFailed,
+    SchemaMissing,
+)
 from pgjobs.models import DeadReason, Job
-from pgjobs.tasks import DEFAULT_LEASE, Task
+from pgjobs.tasks import DEFAULT_LEASE, RetryPolicy, Task
 
 # Outcomes are what a worker did with its jobs: they log under the worker's name.
 log = logging.getLogger("pgjobs.worker")
@@ -261,6 +267,16 @@ def storable(text: str) -> str:
     return text.replace("\x00", "\\x00") if "\x00" in text else text
 
 
+class Attempt(Protocol):
+    """What an outcome settles: one attempt of one job (a claimed ``Job`` is one)."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def attempts(self) -> int: ...
+
+
 class Outcomes:
     """Outcomes waiting to be sent: a ``SettleParams`` being filled."""
 
@@ -273,13 +289,13 @@ class Outcomes:
     def __len__(self) -> int:
         return len(self._batch)
 
-    def succeed(self, job: Job, result: str | None) -> None:
+    def succeed(self, job: Attempt, result: str | None) -> None:
         batch = self._batch
         batch.ok_ids.append(job.id)
         batch.ok_attempts.append(job.attempts)
         batch.ok_results.append(result)
 
-    def retry(self, job: Job, delay: float, error: str) -> None:
+    def retry(self, job: Attempt, delay: float, error: str) -> None:
         """Reschedule ``job`` ``delay`` seconds from now, recording ``error``."""
         batch = self._batch
         batch.retry_ids.append(job.id)
@@ -289,7 +305,7 @@ class Outcomes:
 
     def bury(
         self,
-        job: Job,
+        job: Attempt,
         reason: DeadReason,
         error: str,
         error_type: str | None = None,
@@ -304,7 +320,7 @@ class Outcomes:
         batch.dead_errors.append(error)
         batch.dead_tracebacks.append(traceback)
 
-    def release(self, job: Job, *, refund: bool) -> None:
+    def release(self, job: Attempt, *, refund: bool) -> None:
         """Give ``job`` back to the queue now; ``refund`` when it never started running."""
         batch = self._batch
         batch.release_ids.append(job.id)
@@ -320,6 +336,71 @@ class Outcomes:
         """Put a drained ``batch`` back in front of newer outcomes (its flush failed)."""
         batch.extend(self._batch)
         self._batch = batch
+
+
+#: What an external worker may report for an attempt (``report_outcome``).
+REPORTED_STATUSES = ("succeeded", "failed")
+
+
+class ReportedOutcome(NamedTuple):
+    """An outcome an external worker reported for one attempt of a job (see
+    ``pgjobs.admin.report_outcome``), validated."""
+
+    attempt: int
+    succeeded: bool
+    retryable: bool
+    error: str
+    result: str | None
+
+    @classmethod
+    def of(
+        cls, attempt: object, status: object, retryable: object, error: object, result: Any
+    ) -> ReportedOutcome:
+        """Validate a report; a bad value raises ``ConfigurationError`` naming its field."""
+        if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
+            raise ConfigurationError(
+                f"attempt must be a whole number >= 1, got {attempt!r}", field="attempt"
+            )
+        if status not in REPORTED_STATUSES:
+            raise ConfigurationError(
+                f"status must be one of {', '.join(REPORTED_STATUSES)}, got {status!r}",
+                field="status",
+            )
+        if not isinstance(retryable, bool):
+            raise ConfigurationError(
+                f"retryable must be true or false, got {retryable!r}", field="retryable"
+            )
+        if error is not None and not isinstance(error, str):
+            raise ConfigurationError(
+                f"error must be text, got {type(error).__name__}", field="error"
+            )
+        text = storable(" ".join((error or "").split())) or "failed (no error message reported)"
+        if len(text) > MAX_ERROR_LENGTH:
+            text = text[: MAX_ERROR_LENGTH - 1] + "…"
+        succeeded = status == "succeeded"
+        return cls(attempt, succeeded, retryable, text, result_json(result) if succeeded else None)
+
+    def settle(
+        self, owner: str, job_id: int, max_attempts: int, retry: RetryPolicy
+    ) -> SettleParams:
+        """The outcome as ``JOB_SETTLE_MANY``'s parameters, classified as a worker classifies a
+        handler's: success archives; a retryable failure before the last attempt is retried
+        after ``retry``'s backoff; any other failure goes to dead_letter."""
+        outcomes = Outcomes(owner)
+        attempt = _ReportedAttempt(job_id, self.attempt)
+        if self.succeeded:
+            outcomes.succeed(attempt, self.result)
+        elif self.retryable and self.attempt < max_attempts:
+            outcomes.retry(attempt, retry.delay(self.attempt), self.error)
+        else:
+            reason = DeadReason.EXHAUSTED if self.retryable else DeadReason.NON_RETRYABLE
+            outcomes.bury(attempt, reason, self.error)
+        return outcomes.drain()
+
+
+class _ReportedAttempt(NamedTuple):
+    id: int
+    attempts: int
 
 
 # --- send ---------------------------------------------------------------------------------------

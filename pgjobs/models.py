@@ -193,6 +193,8 @@ class JobHistory:
     redriven_at: datetime | None
     #: The job this one is a replay of (None when it is not a replay).
     replay_of: int | None
+    #: When its latest attempt started (None when it never ran).
+    started_at: datetime | None
     #: Ids of the jobs that replay this one, oldest first.
     replays: tuple[int, ...]
 

@@ -22,11 +22,11 @@ JOB_COLUMNS = (
     "lease_expires_at, last_error, created_at, expires_at, idempotency_key"
 )
 
-# Columns the three tables share, copied as-is when a row moves between them (the redrive record
-# and the replay link travel with the job).
+# Columns the three tables share, copied as-is when a row moves between them (the redrive record,
+# the replay link and the start of the latest attempt travel with the job).
 _MOVED_COLUMNS = (
     "id, queue, task, payload, priority, run_at, attempts, max_attempts, "
-    "created_at, expires_at, idempotency_key, redrive_count, redriven_at, replay_of"
+    "created_at, expires_at, idempotency_key, redrive_count, redriven_at, replay_of, started_at"
 )
 
 # _MOVED_COLUMNS as a row enters dead_letter: a task name too long for the (task, failed_at)
@@ -151,7 +151,7 @@ SESSION_GENERIC_PLANS = "SET plan_cache_mode = force_generic_plan"
 
 #: Claim up to ``limit`` ready jobs of the given queues (priority, then run_at order across
 #: them), lease them to ``owner`` (for their task's lease, else ``lease`` seconds), mark the
-#: at-most-once ones, and use up one attempt each.
+#: at-most-once ones, use up one attempt each and record when the attempt started.
 #: One index range per queue (LATERAL), so the claim stays flat however large the backlog.
 JOB_CLAIM = f"""
 UPDATE queued_jobs
@@ -163,7 +163,8 @@ SET attempts = attempts + 1,
          WHERE t.task = queued_jobs.task),
         %(lease)s
     ) * interval '1 second',
-    at_most_once = task = ANY(%(at_most_once_tasks)s::text[])
+    at_most_once = task = ANY(%(at_most_once_tasks)s::text[]),
+    started_at = now()
 WHERE id = ANY(ARRAY(
     SELECT c.id
     FROM unnest(%(queues)s::text[]) AS w(queue)
@@ -565,7 +566,7 @@ WITH found AS (
            expires_at, idempotency_key, last_error, lease_owner, lease_expires_at,
            NULL::jsonb AS result, NULL::text AS worker, NULL::timestamptz AS finished_at,
            NULL::text AS reason, NULL::text AS error_type, NULL::text AS traceback,
-           redrive_count, redriven_at, replay_of
+           redrive_count, redriven_at, replay_of, started_at
     FROM queued_jobs WHERE id = %(id)s
     UNION ALL
     SELECT id, 'archived_jobs', status,
@@ -573,7 +574,7 @@ WITH found AS (
            expires_at, idempotency_key, last_error, NULL, NULL,
            result, worker, finished_at,
            NULL, NULL, NULL,
-           redrive_count, redriven_at, replay_of
+           redrive_count, redriven_at, replay_of, started_at
     FROM archived_jobs WHERE id = %(id)s
     UNION ALL
     SELECT id, 'dead_letter', '{JobStatus.DEAD}',
@@ -581,7 +582,7 @@ WITH found AS (
            expires_at, idempotency_key, last_error, NULL, NULL,
            NULL, worker, failed_at,
            reason, error_type, traceback,
-           redrive_count, redriven_at, replay_of
+           redrive_count, redriven_at, replay_of, started_at
     FROM dead_letter WHERE id = %(id)s
 )
 SELECT found.*, ARRAY(
@@ -611,6 +612,16 @@ archived AS (
     RETURNING id, worker
 )
 SELECT id, worker FROM archived
+"""
+
+#: The lease of a job, locked until the transaction ends, for an outcome reported from outside
+#: a worker (external tasks): (attempts, max_attempts, lease owner, whether the lease is live).
+#: No row when the job is not in queued_jobs.
+JOB_LEASE_HOLDER = """
+SELECT attempts, max_attempts, lease_owner, lease_expires_at > now()
+FROM queued_jobs
+WHERE id = %(id)s
+FOR UPDATE
 """
 
 #: Enqueue a finished (archived) or dead job again as a new job linked by replay_of: same queue,

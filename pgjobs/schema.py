@@ -51,7 +51,8 @@ def _status_check(column: str, values: type[enum.StrEnum]) -> CheckConstraint:
 
 
 def _operations_columns(table: str) -> tuple[SchemaItem, ...]:
-    """The redrive record and replay link every table carries, so they travel with the job."""
+    """The redrive record, replay link and run start every table carries, so they travel with
+    the job."""
     return (
         # How many times `pgjobs dead redrive` sent the job back to queued_jobs; when it last did.
         Column("redrive_count", Integer, nullable=False, server_default=text("0")),
@@ -60,6 +61,9 @@ def _operations_columns(table: str) -> tuple[SchemaItem, ...]:
         Column("replay_of", BigInteger),
         # `pgjobs job show`: the replays of a job, wherever they are.
         Index(f"ix_{table}_replay_of", "replay_of", postgresql_where=text("replay_of IS NOT NULL")),
+        # When the job's latest attempt started (set by the claim; NULL if it never ran): run time
+        # is finished_at - started_at, pickup latency started_at - run_at. Migration 0005.
+        Column("started_at", DateTime(timezone=True)),
     )
 
 

@@ -11,7 +11,7 @@ import typer
 from pgjobs import admin
 from pgjobs.cli import render
 from pgjobs.cli.options import DsnOption, JobIdArgument, JsonFlag, database
-from pgjobs.models import JobStatus
+from pgjobs.models import JobHistory, JobStatus
 
 job_cli = typer.Typer(help="Look up one job wherever it is.", no_args_is_help=True)
 
@@ -43,6 +43,7 @@ def job_show_command(
             ("run at", render.when(job.run_at)),
             ("expires", render.when(job.expires_at) if job.expires_at else None),
             ("attempts", f"{job.attempts} of {job.max_attempts}"),
+            ("started", _started(job)),
             ("running", running),
             ("finished" if job.status is not JobStatus.DEAD else "failed", finished),
             ("result", None if job.result is None else json.dumps(job.result)),
@@ -55,6 +56,17 @@ def job_show_command(
     )
     render.print_block("last error", job.last_error)
     render.print_block("traceback", job.traceback)
+
+
+def _started(job: JobHistory) -> str | None:
+    """When the latest attempt started, with how long it ran when the job has finished."""
+    if job.started_at is None:
+        return None
+    text = render.when(job.started_at)
+    if job.finished_at is not None and job.finished_at >= job.started_at:
+        seconds = (job.finished_at - job.started_at).total_seconds()
+        text += f" (ran {seconds * 1000:.0f}ms)" if seconds < 1 else f" (ran {render.age(seconds)})"
+    return text
 
 
 def replay_command(job_id: JobIdArgument, dsn: DsnOption = None) -> None:

@@ -35,6 +35,7 @@ def test_0003_keeps_the_jobs_both_ways(create_database):
             [queued],
         ).fetchone()
         assert before == (0, None, None), "existing rows get the defaults"
+        migrate.upgrade(fresh)  # the operations of this version run on the newest schema
 
         (dead,) = bury(conn, 1)
         assert admin.redrive(fresh, DeadFilter(ids=(dead,))) == 1
