@@ -18,8 +18,11 @@ from pgjobs.tasks import (
     DEFAULT_LEASE,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_QUEUE,
+    ExternalTarget,
     JobSpec,
     Task,
+    check_headers,
+    check_name,
     make_task,
 )
 
@@ -128,12 +131,79 @@ class App:
                 lease=lease,
                 at_most_once=at_most_once,
             )
-            if task.name in self._tasks:
-                raise ConfigurationError(f"a task named {task.name!r} is already registered")
-            self._tasks[task.name] = task
-            return task
+            return self._register(task)
 
         return register(fn) if fn is not None else register
+
+    def external_task(
+        self,
+        name: str,
+        *,
+        url: str | None = None,
+        timeout: float | None = None,
+        headers: Mapping[str, str] | None = None,
+        queue: str = DEFAULT_QUEUE,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        retry_base: float = 1.0,
+        retry_cap: float = 3600.0,
+        lease: float = DEFAULT_LEASE,
+        at_most_once: bool = False,
+    ) -> Task:
+        """Register a task whose jobs are not run by a Python handler: a worker delivers each
+        job to a downstream HTTP service (a JSON ``POST`` to ``url``), which reports the outcome
+        later with ``POST /api/v1/jobs/{id}/outcome`` (``pgjobs serve``) or
+        ``App.report_outcome``.
+
+        A 2xx answer to the delivery leaves the job running: ``lease`` (seconds) is the
+        downstream's deadline to report, delivery included; without a report by then the lease
+        rules apply (delivered again on a later attempt, or ``dead_letter`` for an
+        ``at_most_once`` task or on the last attempt). Any other answer, a timeout or an
+        unreachable host is a failed attempt, retried with backoff. ``timeout`` (seconds) bounds
+        one delivery and must be shorter than ``lease``; ``headers`` are sent with every
+        delivery (their values are never logged). ``url``, ``timeout`` and headers left out come
+        from the worker (`pgjobs work --external-url ... --external-timeout ...
+        --external-header ...`, or ``$PGJOBS_EXTERNAL_TOKEN`` for a bearer token).
+
+        Example::
+
+            charge = app.external_task(
+                "billing.charge",
+                url="https://billing.internal/jobs",
+                headers={"Authorization": "Bearer " + os.environ["BILLING_TOKEN"]},
+                lease=600,
+            )
+            app.enqueue(charge, {"order": 42})
+        """
+        check_name("task", name)
+
+        def not_callable(**payload: Any) -> Any:
+            raise ConfigurationError(
+                f"task {name!r} is external: a worker delivers its jobs over HTTP; "
+                f"enqueue it (app.enqueue({name!r}, payload)) instead of calling it"
+            )
+
+        not_callable.__qualname__ = not_callable.__name__ = name
+        target = ExternalTarget(url, timeout, check_headers("headers", headers))
+        task = make_task(
+            not_callable,
+            name=name,
+            queue=queue,
+            max_attempts=max_attempts,
+            retry_base=retry_base,
+            retry_cap=retry_cap,
+            lease=lease,
+            at_most_once=at_most_once,
+            external=target,
+        )
+        return self._register(task)
+
+    def _register(self, task: Task) -> Task:
+        if task.name in self._tasks:
+            raise ConfigurationError(
+                f"a task named {task.name!r} is already registered", field="task"
+            )
+        self._tasks[task.name] = task
+        return task
 
     def enqueue(
         self,

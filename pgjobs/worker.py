@@ -4,6 +4,11 @@ One asyncio loop owns the database connection. Async handlers run on that loop, 
 in a thread pool; both occupy one of ``concurrency`` slots. Every trip to the database settles
 the outcomes buffered since the last trip and claims at most as many jobs as there are free
 slots, in one pipelined round trip.
+
+An external task's job (``App.external_task``) occupies a slot only while it is delivered to its
+downstream over HTTP (``pgjobs.external``); once delivered it stays running under its lease until
+the downstream reports. With ``WorkerConfig.http`` the worker serves its own ``/metrics``,
+``/healthz`` and ``/readyz`` (``pgjobs.probe``); without it, nothing is counted.
 """
 
 from __future__ import annotations
@@ -15,21 +20,23 @@ import logging
 import os
 import signal
 import socket
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from pgjobs import db, migrate, queries
+from pgjobs import db, external, migrate, queries
 from pgjobs.completer import ClaimParams, Completer
 from pgjobs.context import HandlerExit, JobContext, call_async, call_sync
 from pgjobs.dsn import Dsn
 from pgjobs.errors import (
     ConfigurationError,
     DatabaseUnavailable,
+    NonRetryableError,
     PgjobsError,
     SchemaMissing,
 )
@@ -37,9 +44,10 @@ from pgjobs.maintenance import Service, ServiceConfig, run_services
 from pgjobs.maintenance.expirer import Expirer
 from pgjobs.maintenance.leases import LeaseRescuer
 from pgjobs.maintenance.partitions import ArchivePartitions
-from pgjobs.maintenance.registry import WorkerIdentity, WorkerRegistry
+from pgjobs.maintenance.registry import Heartbeat, WorkerIdentity, WorkerRegistry
 from pgjobs.models import Job
-from pgjobs.tasks import Task
+from pgjobs.probe import ProbeServer, ProbeState, WorkerMetrics, address_text
+from pgjobs.tasks import ExternalTarget, Task
 
 if TYPE_CHECKING:
     from pgjobs.app import App
@@ -50,6 +58,9 @@ log = logging.getLogger("pgjobs.worker")
 BATCH_WINDOW = 0.005
 #: Seconds between reconnection attempts after the database went away: doubling, capped.
 RECONNECT_DELAYS = (0.5, 1.0, 2.0, 5.0, 10.0)
+#: Seconds without a turn of the claim loop (or with one round trip in flight) after which
+#: `--http`'s /healthz answers 503.
+STUCK_AFTER = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +82,14 @@ class WorkerConfig:
     rescue_interval: float = LeaseRescuer.default_interval
     #: Seconds between expirer rounds.
     expire_interval: float = Expirer.default_interval
+    #: (host, port) to serve /metrics, /healthz and /readyz on; None serves nothing and counts
+    #: nothing. Port 0 picks a free port (logged).
+    http: tuple[str, int] | None = None
+    #: Defaults for external tasks: the URL, timeout and headers of the tasks that set none.
+    external: ExternalTarget = field(default_factory=ExternalTarget)
+    #: Seconds the claim loop may go without turning (or wait on one round trip) before
+    #: /healthz reports it stuck.
+    stuck_after: float = STUCK_AFTER
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -80,6 +99,18 @@ class WorkerConfig:
         self.rescuer_config(), self.expirer_config()  # validated as the services will take them
         if self.grace < 0:
             raise ConfigurationError(f"grace must be >= 0 seconds, got {self.grace}")
+        if self.http is not None:
+            host, port = self.http
+            if not isinstance(host, str) or not host or not 0 <= port <= 65535:
+                raise ConfigurationError(
+                    f"http must be (host, port) with port 0..65535, got {self.http!r}",
+                    field="http",
+                )
+        if not self.stuck_after > self.poll_interval:
+            raise ConfigurationError(
+                f"stuck_after ({self.stuck_after}s) must exceed the poll interval "
+                f"({self.poll_interval}s)"
+            )
 
     def rescuer_config(self) -> ServiceConfig:
         return ServiceConfig(interval=self.rescue_interval)
@@ -102,13 +133,27 @@ class _Pace:
 class _Lane:
     """One of the worker's claim connections and the round trip in flight on it."""
 
-    __slots__ = ("asked", "conn", "ready_at", "trip")
+    __slots__ = ("asked", "conn", "ready_at", "sent_at", "trip")
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
         self.trip: asyncio.Task[list[Job]] | None = None
         self.asked = 0  # slots reserved for the claim in flight
         self.ready_at = 0.0  # loop time before which no trip starts (reconnection backoff)
+        self.sent_at = 0.0  # loop time the trip in flight started
+
+
+class _ObservedRegistry(WorkerRegistry):
+    """The worker registry, telling the worker's metrics about each heartbeat."""
+
+    def __init__(self, identity: WorkerIdentity, metrics: WorkerMetrics) -> None:
+        super().__init__(identity)
+        self._metrics = metrics
+
+    async def run_once(self, conn: Any) -> Heartbeat:
+        beat = await super().run_once(conn)
+        self._metrics.heartbeat()
+        return beat
 
 
 class Worker:
@@ -143,6 +188,19 @@ class Worker:
         self._executor: ThreadPoolExecutor | None = None
         self._abandoned = 0
         self._woken = False  # a NOTIFY arrived for one of our queues since the last claim
+        # External tasks served here (their jobs are in this worker's queues); refused at once
+        # when one is left without a URL.
+        self._deliveries = external.deliveries(self.tasks, self.config.external, self.queues)
+        # Only with --http: the hot path tests `is not None` and counts nothing otherwise.
+        self._metrics = (
+            WorkerMetrics(self.id, self.config.concurrency, self.tasks)
+            if self.config.http is not None
+            else None
+        )
+        self._checked = False  # the schema was found usable and the claim connection opened
+        self._tick: float | None = None  # loop time of the claim loop's last turn
+        self._lanes: list[_Lane] = []
+        self._http_address: tuple[str, int] | None = None
 
     def run(self, on_checked: Callable[[], None] | None = None) -> int:
         """Work until stopped; returns the process exit code (0 after a graceful shutdown).
@@ -152,28 +210,61 @@ class Worker:
         """
         return asyncio.run(self._main(on_checked))
 
+    @property
+    def http_address(self) -> tuple[str, int] | None:
+        """(host, port) the worker's HTTP endpoint listens on, once it does (``http``)."""
+        return self._http_address
+
     async def _main(self, on_checked: Callable[[], None] | None) -> int:
+        loop = self._loop = asyncio.get_running_loop()
+        probe = await self._start_probe()
+        try:
+            return await self._run(on_checked, loop)
+        finally:
+            if probe is not None:
+                await probe.close()
+
+    async def _start_probe(self) -> ProbeServer | None:
+        """Listen on ``config.http`` first: a port in use fails the start at once, and the
+        probes answer (503, "starting") while the schema is checked."""
+        if self.config.http is None or self._metrics is None:
+            return None
+        probe = ProbeServer(self._metrics, self.probe_state)
+        self._http_address = await probe.start(*self.config.http)
+        log.info(
+            "worker %s: serving /metrics, /healthz and /readyz on http://%s",
+            self.id,
+            address_text(*self._http_address),
+        )
+        return probe
+
+    async def _run(
+        self, on_checked: Callable[[], None] | None, loop: asyncio.AbstractEventLoop
+    ) -> int:
         dsn = self.app.dsn
         migrate.require_head(dsn)
         if on_checked is not None:
             on_checked()
-        loop = self._loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
-        if any(not t.is_async for t in self.tasks.values()):
+        if any(not t.is_async and t.external is None for t in self.tasks.values()):
             self._executor = ThreadPoolExecutor(self.config.concurrency, "pgjobs-handler")
         conn = await db.connect_async(dsn, generic_plans=True)
+        self._checked = True
         background = [asyncio.create_task(self._listen(dsn), name="pgjobs-listen")]
         # Every worker registers itself (for `pgjobs stats`), with or without maintenance.
-        registry = WorkerRegistry(
-            WorkerIdentity(
-                self.id,
-                socket.gethostname(),
-                os.getpid(),
-                self.queues,
-                self.config.concurrency,
-                datetime.now(UTC),
-            )
+        identity = WorkerIdentity(
+            self.id,
+            socket.gethostname(),
+            os.getpid(),
+            self.queues,
+            self.config.concurrency,
+            datetime.now(UTC),
+        )
+        registry = (
+            WorkerRegistry(identity)
+            if self._metrics is None
+            else _ObservedRegistry(identity, self._metrics)
         )
         services: list[Service[Any]] = [registry]
         if self.config.maintenance:
@@ -190,6 +281,8 @@ class Worker:
             self.config.concurrency,
             len(self.tasks),
         )
+        for line in external.describe(self._deliveries):
+            log.info("external task %s", line)
         try:
             await self._work(conn, dsn)
         finally:
@@ -232,9 +325,11 @@ class Worker:
         trip is in flight, slots freed meanwhile are settled and refilled over the other, so the
         handlers do not wait for the database and the database does not wait for the handlers."""
         lanes = [_Lane(conn)] + ([_Lane(None)] if self.config.concurrency > 1 else [])
+        self._lanes = lanes
         pace = _Pace()
         try:
             while True:
+                self._tick = self._loop.time()
                 await self._take_landed(lanes, dsn, pace)
                 if self._stop.is_set() and pace.deadline is None:
                     pace.deadline = self._loop.time() + self.config.grace
@@ -292,6 +387,7 @@ class Worker:
         if free > 0:
             self._woken = False
         lane.asked = max(free, 0)
+        lane.sent_at = now
         lane.trip = asyncio.create_task(self._lane_trip(lane, dsn, lane.asked))
         lane.trip.add_done_callback(lambda _: self._changed.set())
         return wait
@@ -345,6 +441,12 @@ class Worker:
             self._connected = True
             self._reconnect_attempt = 0
             log.warning("database connection restored")
+        metrics = self._metrics
+        if metrics is not None:
+            metrics.trip()
+            now = time.time()
+            for job in claimed:
+                metrics.claimed(job, now)
         for job in claimed:
             self._start(job)
         return claimed, asked
@@ -394,21 +496,45 @@ class Worker:
         task = self.tasks.get(job.task)
         if task is None:
             self._completer.unknown_task(job)
-            self._changed.set()
+            self._not_run(job)
             return
         problem = task.check_payload(job.payload)
         if problem is not None:
             self._completer.invalid_payload(job, problem)
-            self._changed.set()
+            self._not_run(job)
             return
         context = JobContext(job, self._request_extension)
-        if task.is_async:
+        if task.external is not None:
+            self._deliver(context, task)
+        elif task.is_async:
             future = asyncio.ensure_future(call_async(context, task.fn, job.payload))
             self._running[job.id] = (context, future)
             future.add_done_callback(functools.partial(self._async_finished, job, task))
         else:
             assert self._executor is not None
             self._running[job.id] = (context, self._executor.submit(self._run_sync, context, task))
+
+    def _not_run(self, job: Job) -> None:
+        if self._metrics is not None:
+            self._metrics.not_run(job)
+        self._changed.set()
+
+    def _deliver(self, context: JobContext, task: Task) -> None:
+        """Start delivering ``context``'s job to its downstream, in a slot (on this loop)."""
+        job = context.job
+        delivery = self._deliveries.get(job.task)
+        if delivery is None:  # a job of a task whose queue this worker does not serve
+            coroutine: Any = _fail(
+                external.DeliveryFailed(
+                    f"external task {job.task!r} has no URL in this worker: declare it with "
+                    "url=... or run the worker with --external-url"
+                )
+            )
+        else:
+            coroutine = external.deliver(delivery, job)
+        future = asyncio.ensure_future(coroutine)
+        self._running[job.id] = (context, future)
+        future.add_done_callback(functools.partial(self._async_finished, job, task))
 
     def _async_finished(self, job: Job, task: Task, future: asyncio.Future[Any]) -> None:
         if future.cancelled():
@@ -452,8 +578,15 @@ class Worker:
         if self._running.pop(job.id, None) is None:
             return  # already given back by _abandon
         self._changed.set()
+        if self._metrics is not None:
+            self._metrics.finished(job, _outcome(job, task, exc, cancelled))
         if cancelled:
             self._completer.cancelled(job)
+            return
+        if exc is None and task.external is not None:
+            # The downstream took the job: it stays running under its lease, which the
+            # downstream's report (or the lease's expiry) ends. Nothing to settle here.
+            log.debug("job %d (%s): delivered on attempt %d", job.id, job.task, job.attempts)
             return
         try:
             self._completer.finished(job, task, result, exc)
@@ -475,9 +608,10 @@ class Worker:
         leave them to their leases; at-most-once jobs go to dead_letter, never to run again."""
         for context, future in list(self._running.values()):
             task = self.tasks.get(context.job.task)
-            self._completer.interrupted(
-                context.job, at_most_once=task is not None and task.at_most_once
-            )
+            at_most_once = task is not None and task.at_most_once
+            self._completer.interrupted(context.job, at_most_once=at_most_once)
+            if self._metrics is not None:
+                self._metrics.finished(context.job, "dead" if at_most_once else "released")
             future.cancel()
         self._abandoned = len(self._running)
         log.warning("grace period over: gave back %d running job(s)", self._abandoned)
@@ -503,3 +637,41 @@ class Worker:
                 attempt += 1
                 self._changed.set()
                 await asyncio.sleep(RECONNECT_DELAYS[min(attempt, len(RECONNECT_DELAYS) - 1)])
+
+    def probe_state(self) -> ProbeState:
+        """What ``/healthz`` and ``/readyz`` report: healthy while the claim loop turns and no
+        round trip has been waiting for ``stuck_after`` seconds; ready once the schema was
+        checked, while the claim connection is up and the worker is not stopping."""
+        now = self._loop.time()
+        limit = self.config.stuck_after
+        unhealthy = None
+        if self._tick is not None and now - self._tick > limit:
+            unhealthy = f"the claim loop has not turned for {now - self._tick:.0f}s"
+        else:
+            waiting = [now - lane.sent_at for lane in self._lanes if lane.trip is not None]
+            if waiting and max(waiting) > limit:
+                unhealthy = f"a round trip to the database has waited {max(waiting):.0f}s"
+        if not self._checked:
+            not_ready = "starting"
+        elif self._stop.is_set():
+            not_ready = "stopping"
+        elif not self._connected:
+            not_ready = "database unreachable"
+        else:
+            not_ready = None
+        return ProbeState(len(self._running), self._connected, not_ready, unhealthy)
+
+
+def _outcome(job: Job, task: Task, exc: BaseException | None, cancelled: bool) -> str:
+    """How the metrics count a job that left its slot (the completer decides the same way)."""
+    if cancelled:
+        return "released"
+    if exc is None:
+        return "delivered" if task.external is not None else "succeeded"
+    if isinstance(exc, NonRetryableError) or job.is_last_attempt:
+        return "dead"
+    return "retried"
+
+
+async def _fail(exc: BaseException) -> Any:
+    raise exc

@@ -318,3 +318,30 @@ def print_json(value: Any) -> None:
 def error(message: str) -> None:
     """An error as pgjobs prints every error: one line on stderr."""
     print(f"pgjobs: error: {printable(' '.join(message.split()))}", file=sys.stderr)
+
+
+# -- pgjobs doctor -------------------------------------------------------------------------------
+
+_DOCTOR_STYLES = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
+
+
+def doctor_report(report: Any, title: str) -> None:
+    """`pgjobs doctor`: one line per check (status, name, what was found), its fix indented
+    under it, then the verdict. ``report`` is a ``pgjobs.doctor.Report``."""
+    console = Console(highlight=False, soft_wrap=True)
+    console.print(Text(printable(title), style="bold"))
+    width = max((len(check.name) for check in report.checks), default=0)
+    for check in report.checks:
+        status = str(check.status)
+        line = Text(f"{status.upper():<4}", style=_DOCTOR_STYLES.get(status, ""))
+        line.append(f"  {check.name:<{width}}  {printable(check.message)}")
+        console.print(line)
+        if check.fix:
+            console.print(Text(f"      {'':<{width}}  fix: {printable(check.fix)}", style="cyan"))
+    summary = report.summary()
+    verdict = {
+        "pass": "every check passed",
+        "warn": f"no check failed, {summary['warnings']} warning(s)",
+        "fail": f"{summary['failed']} check(s) failed, {summary['warnings']} warning(s)",
+    }[summary["status"]]
+    console.print(Text(verdict, style=_DOCTOR_STYLES[summary["status"]]))

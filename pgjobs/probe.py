@@ -1,0 +1,436 @@
+"""A worker's own HTTP endpoint (`pgjobs work --http HOST:PORT`): ``/metrics`` in Prometheus'
+text format, ``/healthz`` (the claim loop is alive) and ``/readyz`` (schema checked, database
+connected).
+
+A small HTTP/1.1 server on the worker's event loop (``asyncio.start_server``), without a web
+framework or a metrics library, so that a plain worker loads neither: one request per
+connection, ``GET`` and ``HEAD`` only, a request head of at most ``MAX_REQUEST_HEAD`` bytes read
+within ``REQUEST_TIMEOUT`` seconds, at most ``MAX_CONNECTIONS`` at once. A slow or hostile
+client is cut off; it cannot hold the worker up.
+
+``WorkerMetrics`` is what the worker counts. It exists only when ``--http`` is given: without
+it the worker's hot path pays one ``is None`` test per job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from pgjobs.errors import ConfigurationError
+from pgjobs.models import Job
+
+log = logging.getLogger("pgjobs.worker")
+
+#: Bytes of a request's line and headers read at most; a longer request is refused (431).
+MAX_REQUEST_HEAD = 8 * 1024
+#: Header lines of a request read at most.
+MAX_REQUEST_HEADERS = 100
+#: Seconds a client has to send its request and read the answer.
+REQUEST_TIMEOUT = 10.0
+#: Connections served at once; more are closed at once (a scraper needs one).
+MAX_CONNECTIONS = 32
+
+#: Outcomes of a job as the worker counts them (``outcome`` label of
+#: ``pgjobs_worker_jobs_finished_total``).
+OUTCOMES = ("succeeded", "retried", "dead", "released", "delivered")
+#: Upper bounds (seconds) of the run-duration and pickup-latency histograms' buckets.
+DURATION_BUCKETS = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0
+)  # fmt: skip
+#: The ``task`` label of jobs whose task this worker's app does not register: their names come
+#: from the queue and could be anything, so each does not get series of its own.
+UNKNOWN_TASK = "(unknown)"
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``127.0.0.1:9090``, ``[::1]:9090``, ``localhost:0``) as (host, port);
+    port 0 picks a free port. Anything else is a ``ConfigurationError``.
+
+    Example: ``parse_address("[::1]:9090") == ("::1", 9090)``
+    """
+    host, sep, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        host = ""  # an IPv6 address must be bracketed: [::1]:9090
+    if not sep or not host or not port.isascii() or not port.isdigit() or int(port) > 65535:
+        raise ConfigurationError(
+            f"--http {text!r}: expected HOST:PORT, e.g. 127.0.0.1:9090 or [::1]:9090 "
+            "(port 0..65535)",
+            field="http",
+        )
+    if not host.isascii() or not host.isprintable() or " " in host:
+        raise ConfigurationError(f"--http {text!r}: not a host name or address", field="http")
+    return host, int(port)
+
+
+# --- counting -------------------------------------------------------------------------------------
+
+
+class Histogram:
+    """Counts of observations by bucket (``DURATION_BUCKETS``), their sum and number."""
+
+    __slots__ = ("count", "counts", "sum")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(DURATION_BUCKETS) + 1)  # the last: above every bound (+Inf)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(DURATION_BUCKETS, value)] += 1
+        self.sum += value
+        self.count += 1
+
+    def cumulative(self) -> Iterator[tuple[str, int]]:
+        """(le, cumulative count) per bucket, "+Inf" last."""
+        total = 0
+        for bound, n in zip((*map(_number, DURATION_BUCKETS), "+Inf"), self.counts, strict=True):
+            total += n
+            yield bound, total
+
+
+class _Series:
+    """What is counted for one (queue, task)."""
+
+    __slots__ = ("finished", "pickup", "run")
+
+    def __init__(self) -> None:
+        self.finished = dict.fromkeys(OUTCOMES, 0)
+        self.run = Histogram()
+        self.pickup = Histogram()
+
+
+class WorkerMetrics:
+    """The figures of one worker, counted on its event loop, rendered for ``/metrics``.
+
+    Example::
+
+        metrics = WorkerMetrics("host:42:ab12", slots=8, tasks={"send_email"})
+        metrics.claimed(job, time.time())
+        metrics.finished(job, "succeeded")
+        text = metrics.render(busy=0, connected=True)
+    """
+
+    def __init__(self, worker: str, slots: int, tasks: Iterable[str]) -> None:
+        self.worker = worker
+        self.slots = slots
+        self._tasks = frozenset(tasks)
+        self.trips = 0
+        self.last_heartbeat: float | None = None  # seconds since the epoch
+        self._series: dict[tuple[str, str], _Series] = {}
+        self._started: dict[int, float] = {}  # job id -> time.monotonic() when its run began
+
+    def _of(self, job: Job) -> _Series:
+        key = (job.queue, job.task if job.task in self._tasks else UNKNOWN_TASK)
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = _Series()
+        return series
+
+    def trip(self) -> None:
+        """A round trip to the database succeeded."""
+        self.trips += 1
+
+    def heartbeat(self) -> None:
+        """The worker's row in ``pgjobs_workers`` was refreshed."""
+        self.last_heartbeat = time.time()
+
+    def claimed(self, job: Job, now: float) -> None:
+        """``job`` was claimed at ``now`` (seconds since the epoch) and starts running."""
+        self._of(job).pickup.observe(max(0.0, now - job.run_at.timestamp()))
+        self._started[job.id] = time.monotonic()
+
+    def finished(self, job: Job, outcome: str) -> None:
+        """``job`` left its slot with ``outcome`` (one of ``OUTCOMES``)."""
+        series = self._of(job)
+        series.finished[outcome] += 1
+        started = self._started.pop(job.id, None)
+        if started is not None:
+            series.run.observe(time.monotonic() - started)
+
+    def not_run(self, job: Job) -> None:
+        """``job`` was claimed but never run (unknown task, payload that does not fit): it is
+        counted as dead, without a run duration."""
+        self._started.pop(job.id, None)
+        self.finished(job, "dead")
+
+    def render(self, *, busy: int, connected: bool) -> str:
+        """Every metric in Prometheus' text exposition format (version 0.0.4)."""
+        me = f'worker="{_label(self.worker)}"'
+        out: list[str] = []
+        _family(out, "pgjobs_worker_slots", "gauge", "Slots this worker runs jobs in.")
+        out.append(f"pgjobs_worker_slots{{{me}}} {self.slots}")
+        _family(out, "pgjobs_worker_slots_busy", "gauge", "Slots running a job now.")
+        out.append(f"pgjobs_worker_slots_busy{{{me}}} {busy}")
+        _family(
+            out,
+            "pgjobs_worker_trips_total",
+            "counter",
+            "Round trips to the database that settled outcomes and claimed jobs.",
+        )
+        out.append(f"pgjobs_worker_trips_total{{{me}}} {self.trips}")
+        _family(
+            out,
+            "pgjobs_worker_last_heartbeat_timestamp_seconds",
+            "gauge",
+            "When this worker last refreshed its row in pgjobs_workers (Unix time).",
+        )
+        if self.last_heartbeat is not None:
+            out.append(
+                f"pgjobs_worker_last_heartbeat_timestamp_seconds{{{me}}} "
+                f"{_number(self.last_heartbeat)}"
+            )
+        _family(
+            out,
+            "pgjobs_worker_connected",
+            "gauge",
+            "1 while the worker's claim connection to the database is up, else 0.",
+        )
+        out.append(f"pgjobs_worker_connected{{{me}}} {int(connected)}")
+        series = sorted(self._series.items())
+        _family(
+            out,
+            "pgjobs_worker_jobs_finished_total",
+            "counter",
+            "Jobs that left this worker's slots, by outcome: succeeded, retried, dead, "
+            "released (given back), delivered (to an external task's downstream).",
+        )
+        for (queue, task), s in series:
+            labels = f'{me},queue="{_label(queue)}",task="{_label(task)}"'
+            for outcome, n in s.finished.items():
+                if n:
+                    out.append(
+                        f'pgjobs_worker_jobs_finished_total{{{labels},outcome="{outcome}"}} {n}'
+                    )
+        for name, attr, what in (
+            (
+                "pgjobs_worker_run_duration_seconds",
+                "run",
+                "Seconds a job occupied a slot: its handler's run, or its delivery.",
+            ),
+            (
+                "pgjobs_worker_pickup_latency_seconds",
+                "pickup",
+                "Seconds from a job's run_at to its claim by this worker.",
+            ),
+        ):
+            _family(out, name, "histogram", what)
+            for (queue, task), s in series:
+                labels = f'{me},queue="{_label(queue)}",task="{_label(task)}"'
+                histogram: Histogram = getattr(s, attr)
+                if not histogram.count:
+                    continue
+                for le, n in histogram.cumulative():
+                    out.append(f'{name}_bucket{{{labels},le="{le}"}} {n}')
+                out.append(f"{name}_sum{{{labels}}} {_number(histogram.sum)}")
+                out.append(f"{name}_count{{{labels}}} {histogram.count}")
+        return "\n".join(out) + "\n"
+
+
+def _family(out: list[str], name: str, kind: str, help_text: str) -> None:
+    out.append(f"# HELP {name} {help_text.replace(chr(92), chr(92) * 2).replace(chr(10), ' ')}")
+    out.append(f"# TYPE {name} {kind}")
+
+
+def _label(value: str) -> str:
+    """A label value escaped as the text format wants: backslash, double quote, line feed."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _number(value: float) -> str:
+    """A float as Prometheus writes one: ``0.005``, ``1.0``, ``1700000000.123``."""
+    return repr(float(value))
+
+
+# --- serving ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeState:
+    """What the worker says about itself at the moment of a request."""
+
+    busy: int
+    connected: bool
+    #: None when ready, else why not ("starting", "database unreachable", "stopping").
+    not_ready: str | None
+    #: None when the claim loop is alive, else why not.
+    unhealthy: str | None
+
+
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    408: "Request Timeout",
+    431: "Request Header Fields Too Large",
+    503: "Service Unavailable",
+    505: "HTTP Version Not Supported",
+}
+_PATHS = ("/metrics", "/healthz", "/readyz")
+_METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class _BadRequest(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code = status, code
+
+
+class ProbeServer:
+    """Serves ``/metrics``, ``/healthz`` and ``/readyz`` for one worker.
+
+    Example::
+
+        server = ProbeServer(metrics, worker.probe_state)
+        host, port = await server.start("127.0.0.1", 9090)
+        ...
+        await server.close()
+    """
+
+    def __init__(self, metrics: WorkerMetrics, state: Callable[[], ProbeState]) -> None:
+        self.metrics = metrics
+        self._state = state
+        self._server: asyncio.Server | None = None
+        self._open = 0
+
+    async def start(self, host: str, port: int) -> tuple[str, int]:
+        """Listen on ``host``:``port``; returns the address bound (the port chosen for 0).
+        An address in use or not available is a ``ConfigurationError``."""
+        try:
+            self._server = await asyncio.start_server(
+                self._serve, host, port, limit=MAX_REQUEST_HEAD
+            )
+        except OSError as exc:
+            raise ConfigurationError(
+                f"--http {address_text(host, port)}: cannot listen there: {exc.strerror or exc}",
+                field="http",
+            ) from None
+        bound = self._server.sockets[0].getsockname()
+        return str(bound[0]), int(bound[1])
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 1.0)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._open >= MAX_CONNECTIONS:
+            writer.transport.abort()
+            return
+        self._open += 1
+        try:
+            async with asyncio.timeout(REQUEST_TIMEOUT):
+                try:
+                    method, path = await _read_request(reader)
+                    status, content_type, body, extra = self._answer(method, path)
+                except _BadRequest as bad:
+                    method, extra = "GET", {"Allow": "GET, HEAD"} if bad.status == 405 else {}
+                    status, content_type = bad.status, "application/json"
+                    body = _error_body(bad.code, str(bad))
+                writer.write(_response(status, content_type, body, extra, head=method == "HEAD"))
+                await writer.drain()
+            writer.close()
+        except (TimeoutError, ConnectionError, OSError, asyncio.IncompleteReadError):
+            writer.transport.abort()  # a client too slow or gone: no more of our time
+        except Exception:  # a bug here must not end the worker
+            log.exception("--http: could not answer a request")
+            writer.transport.abort()
+        finally:
+            self._open -= 1
+
+    def _answer(self, method: str, path: str) -> tuple[int, str, bytes, dict[str, str]]:
+        if path not in _PATHS:
+            raise _BadRequest(404, "not_found", f"no such path: {path[:100]}; try /metrics")
+        if method not in ("GET", "HEAD"):
+            raise _BadRequest(405, "method_not_allowed", f"{method[:20]} is not allowed here")
+        state = self._state()
+        if path == "/metrics":
+            text = self.metrics.render(busy=state.busy, connected=state.connected)
+            return 200, _METRICS_TYPE, text.encode(), {}
+        problem = state.unhealthy if path == "/healthz" else state.not_ready
+        if path == "/readyz" and problem is None:
+            problem = state.unhealthy
+        status = (
+            {"status": "ok"} if problem is None else {"status": "unavailable", "reason": problem}
+        )
+        body = json.dumps({**status, "worker": self.metrics.worker}).encode()
+        extra = {} if problem is None else {"Retry-After": "5"}
+        return (200 if problem is None else 503), "application/json", body, extra
+
+
+async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str]:
+    """(method, path) of a request; its headers are read (and bounded) but not used."""
+    line = await _request_line(reader)
+    parts = line.split(" ")
+    if len(parts) != 3 or not parts[0].isalpha() or not parts[0].isupper():
+        raise _BadRequest(400, "bad_request", "malformed request line")
+    method, target, version = parts
+    if version not in ("HTTP/1.0", "HTTP/1.1"):
+        if version.startswith("HTTP/") and version[5:6].isdigit():
+            raise _BadRequest(505, "http_version", f"{version[:20]} is not served; use HTTP/1.1")
+        raise _BadRequest(400, "bad_request", "malformed request line")
+    try:
+        path = urlsplit(target).path
+    except ValueError:
+        raise _BadRequest(400, "bad_request", "malformed request target") from None
+    if not path.startswith("/"):
+        raise _BadRequest(400, "bad_request", "malformed request target")
+    size = len(line)
+    for _ in range(MAX_REQUEST_HEADERS):
+        header = await _request_line(reader)
+        if not header:
+            return method, path
+        size += len(header)
+        if size > MAX_REQUEST_HEAD:
+            break
+        if ":" not in header:
+            raise _BadRequest(400, "bad_request", "malformed header line")
+    raise _BadRequest(431, "request_too_large", f"request head over {MAX_REQUEST_HEAD} bytes")
+
+
+async def _request_line(reader: asyncio.StreamReader) -> str:
+    try:
+        raw = await reader.readuntil(b"\n")
+    except asyncio.LimitOverrunError:
+        raise _BadRequest(
+            431, "request_too_large", f"request line over {MAX_REQUEST_HEAD} bytes"
+        ) from None
+    try:
+        return raw.rstrip(b"\r\n").decode("ascii")
+    except UnicodeDecodeError:
+        raise _BadRequest(400, "bad_request", "request head is not ASCII") from None
+
+
+def _error_body(code: str, message: str) -> bytes:
+    # The shape of every error pgjobs answers over HTTP.
+    return json.dumps({"error": {"code": code, "message": message, "field": None}}).encode()
+
+
+def _response(
+    status: int, content_type: str, body: bytes, extra: dict[str, str], *, head: bool
+) -> bytes:
+    lines = [
+        f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}",
+        f"Content-Type: {content_type}",
+        f"Content-Length: {len(body)}",
+        "Cache-Control: no-store",
+        "Connection: close",
+        *(f"{name}: {value}" for name, value in extra.items()),
+    ]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + (b"" if head else body)
+
+
+def address_text(host: str, port: int) -> str:
+    """``host:port``, the host bracketed when it is an IPv6 address."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
