@@ -19,6 +19,7 @@ import bisect
 import contextlib
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -312,7 +313,8 @@ class ProbeServer:
             )
         except OSError as exc:
             raise ConfigurationError(
-                f"--http {address_text(host, port)}: cannot listen there: {exc.strerror or exc}",
+                f"--http {address_text(host, port)}: cannot listen there: "
+                f"{os.strerror(exc.errno) if exc.errno else exc}",
                 field="http",
             ) from None
         bound = self._server.sockets[0].getsockname()

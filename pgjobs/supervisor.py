@@ -13,6 +13,10 @@ A worker process and its supervisor share a socket pair (the hidden ``--supervis
   was ready means that the configuration is wrong: the supervisor exits with that code;
 - the supervisor's end closes when the supervisor exits, even by kill -9: the worker process then
   stops itself as on SIGTERM, so that no worker runs on unsupervised.
+
+Each worker process also learns its slot, 0..N-1 (``PGJOBS_SUPERVISOR_SLOT``; a replacement
+takes the slot of the process it replaces): with `--http HOST:PORT`, worker process i listens on
+PORT+i.
 """
 
 from __future__ import annotations
@@ -47,6 +51,9 @@ START_ERROR_CODES = frozenset({1, 2})
 #: The environment variable that hands the resolved DSN to worker processes, as JSON
 #: ``[url, source]``; on their command line a password would show in `ps` to every local user.
 DSN_ENV = "PGJOBS_SUPERVISOR_DSN"
+#: The environment variable that tells a worker process its slot: 0..N-1, the same for the
+#: process that replaces it (`--http` adds it to the port).
+SLOT_ENV = "PGJOBS_SUPERVISOR_SLOT"
 _READY = b"ready\n"
 _FORWARDED = (signal.SIGTERM, signal.SIGINT)
 
@@ -203,7 +210,11 @@ class Supervisor:
 
     def _start(self, slot: _Slot, now: float) -> None:
         ours, theirs = socket.socketpair()
-        env = {**os.environ, DSN_ENV: json.dumps([self.dsn.url, self.dsn.source])}
+        env = {
+            **os.environ,
+            DSN_ENV: json.dumps([self.dsn.url, self.dsn.source]),
+            SLOT_ENV: str(self._slots.index(slot)),
+        }
         try:
             slot.proc = subprocess.Popen(
                 [*self.command, f"--supervisor-fd={theirs.fileno()}"],
@@ -308,10 +319,13 @@ class SupervisorLink:
 
     def __init__(self, fd: int) -> None:
         raw = os.environ.pop(DSN_ENV, None)  # not passed on to processes that handlers start
+        slot = os.environ.pop(SLOT_ENV, "0")
         try:
             url, source = json.loads(raw) if raw is not None else (None, None)
             if not isinstance(url, str) or not isinstance(source, str):
                 raise ValueError(raw)
+            #: This worker process's slot, 0..N-1.
+            self.slot = int(slot)
             channel = socket.socket(fileno=fd)
         except (OSError, TypeError, ValueError):
             raise ConfigurationError(

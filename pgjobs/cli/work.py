@@ -11,6 +11,8 @@ import typer
 from pgjobs import supervisor
 from pgjobs.cli.options import DsnOption, database, load_app
 from pgjobs.errors import ConfigurationError
+from pgjobs.probe import address_text, parse_address
+from pgjobs.tasks import ExternalTarget, check_headers, check_seconds, check_url
 from pgjobs.worker import Worker, WorkerConfig
 
 #: The worker's defaults, shown by --help (WorkerConfig holds them).
@@ -62,6 +64,44 @@ def work_command(
             min=1,
         ),
     ] = 1,
+    http: Annotated[
+        str | None,
+        typer.Option(
+            "--http",
+            metavar="HOST:PORT",
+            help="Serve /metrics, /healthz and /readyz on HOST:PORT (e.g. 127.0.0.1:9090; port 0: "
+            "any free port). With --processes N, worker process i listens on PORT+i.",
+            show_default=False,
+        ),
+    ] = None,
+    external_url: Annotated[
+        str | None,
+        typer.Option(
+            "--external-url",
+            help="URL that external tasks declared without one are delivered to.",
+            show_default=False,
+        ),
+    ] = None,
+    external_timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--external-timeout",
+            help="Seconds a delivery to an external task's downstream may take, for tasks that "
+            "set no timeout. Default: 10.",
+            show_default=False,
+        ),
+    ] = None,
+    external_headers: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--external-header",
+            metavar="'NAME: VALUE'",
+            help="Header sent with every delivery to a downstream (repeatable); a task's own "
+            "headers win. For a bearer token, prefer $PGJOBS_EXTERNAL_TOKEN (a command line "
+            "shows in ps).",
+            show_default=False,
+        ),
+    ] = None,
     supervisor_fd: Annotated[
         int | None, typer.Option("--supervisor-fd", hidden=True, help="Set by --processes.")
     ] = None,
@@ -76,6 +116,9 @@ def work_command(
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
+    # A worker process started by --processes: the supervisor resolved the database.
+    link = supervisor.SupervisorLink(supervisor_fd) if supervisor_fd is not None else None
+    address = _http_address(http, processes, link)
     config = WorkerConfig(
         concurrency=concurrency,
         queues=queues or None,
@@ -85,9 +128,9 @@ def work_command(
         maintenance=maintenance,
         rescue_interval=rescue_interval,
         expire_interval=expire_interval,
+        http=address,
+        external=_external(external_url, external_timeout, external_headers),
     )
-    # A worker process started by --processes: the supervisor resolved the database.
-    link = supervisor.SupervisorLink(supervisor_fd) if supervisor_fd is not None else None
     app = load_app(app_ref)
     if link is not None:
         app.bind(link.dsn)
@@ -121,4 +164,51 @@ def work_argv(app_ref: str, config: WorkerConfig, log_level: str) -> list[str]:
     argv += [f"--queue={queue}" for queue in config.queues or ()]
     if config.burst:
         argv.append("--burst")
+    if config.http is not None:
+        # Every worker process gets the base address; process i adds i to the port.
+        argv.append(f"--http={address_text(*config.http)}")
+    target = config.external
+    if target.url is not None:
+        argv.append(f"--external-url={target.url}")
+    if target.timeout is not None:
+        argv.append(f"--external-timeout={target.timeout!r}")
+    argv += [f"--external-header={name}: {value}" for name, value in target.headers]
     return argv
+
+
+def _http_address(
+    text: str | None, processes: int, link: supervisor.SupervisorLink | None
+) -> tuple[str, int] | None:
+    """--http's (host, port); in worker process i of --processes, port + i (port 0 stays 0)."""
+    if text is None:
+        return None
+    host, port = parse_address(text)
+    if port and port + processes - 1 > 65535:
+        raise ConfigurationError(
+            f"--http {text}: with --processes {processes} the ports {port}..{port + processes - 1} "
+            "are needed; choose a lower port"
+        )
+    if link is not None and port:
+        port += link.slot
+    return host, port
+
+
+def _external(url: str | None, timeout: float | None, headers: list[str] | None) -> ExternalTarget:
+    """The worker's defaults for external tasks, each value checked under its option's name."""
+    if url is not None:
+        check_url("--external-url", url)
+    if timeout is not None:
+        check_seconds("--external-timeout", timeout, positive=True)
+    pairs = check_headers("--external-header", [_header(text) for text in headers or ()])
+    return ExternalTarget(url=url, timeout=timeout, headers=pairs)
+
+
+def _header(text: str) -> tuple[str, str]:
+    """``--external-header 'Name: value'`` as (name, value). Nothing of the text is shown in
+    an error: it may hold a secret."""
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip():
+        raise ConfigurationError(
+            "--external-header: expected 'Name: value' (a header name, a colon, the value)"
+        )
+    return name.strip(), value.strip()

@@ -12,6 +12,7 @@ import typer.main
 
 from pgjobs import App, ConfigurationError, WorkerConfig, cli, supervisor
 from pgjobs.dsn import Dsn
+from pgjobs.tasks import ExternalTarget
 from tests.helpers import assert_one_line_error, run
 
 APP = "tests.integration.cli_app:app"
@@ -100,6 +101,10 @@ OPTIONS = [
     "--rescue-interval=2.5",
     "--expire-interval=4.5",
     "--log-level=warning",
+    "--http=127.0.0.1:9090",
+    "--external-url=http://127.0.0.1:8000/jobs",
+    "--external-timeout=2.5",
+    "--external-header=X-Tenant: acme",
 ]
 
 
@@ -130,6 +135,8 @@ def test_worker_processes_run_the_same_options(capsys, fakes):
         maintenance=False,
         rescue_interval=2.5,
         expire_interval=4.5,
+        http=("127.0.0.1", 9090),
+        external=ExternalTarget("http://127.0.0.1:8000/jobs", 2.5, (("X-Tenant", "acme"),)),
     )
 
 
