@@ -25,7 +25,7 @@ cli = typer.Typer(
     name="pgjobs",
     help="A durable background-job queue backed by PostgreSQL alone.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 DEBUG_ENV = "PGJOBS_DEBUG"
@@ -70,6 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except typer.Exit as exc:
         return exc.exit_code
+    except SystemExit as exc:  # shell completion (--show-completion, $_PGJOBS_COMPLETE) exits
+        return exc.code if isinstance(exc.code, int) else 0
     except typer.TyperException as exc:  # usage errors: bad option values, unknown commands
         error(exc.format_message())
         return exc.exit_code
