@@ -1,9 +1,11 @@
-# The image docker-compose.yml runs pgjobs (migrate, worker, producer) from.
+# The image docker-compose.yml runs pgjobs (migrate, worker, producer, api) from; the web extra
+# is for `pgjobs serve` (the api service).
 FROM python:3.12-slim
 WORKDIR /app
 COPY pyproject.toml README.md alembic.ini ./
 COPY pgjobs ./pgjobs
 COPY examples ./examples
-RUN pip install --no-cache-dir . && useradd --create-home pgjobs
+RUN pip install --no-cache-dir ".[web]" && useradd --create-home pgjobs
 USER pgjobs
+EXPOSE 8080
 ENTRYPOINT ["pgjobs"]
