@@ -49,5 +49,8 @@ def test_every_cookbook_query_runs_and_the_fingerprints_match_dead_group(make_ap
         (g.task, g.fingerprint, g.count) for g in admin.dead_groups(dsn)
     )
     assert len(by_fingerprint) == 3
+    (timing,) = [rows for title, rows in results.items() if "Run time" in title]
+    ((task, jobs, run_p50, run_p99, pickup_p99),) = timing
+    assert (task, jobs) == ("t.ok", 1) and 0 <= run_p50 <= run_p99 < 60 and 0 <= pickup_p99 < 60
     (top,) = [rows for title, rows in results.items() if "Top failing" in title]
     assert top[0] == ("sync", 40, 0)
