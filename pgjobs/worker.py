@@ -305,15 +305,32 @@ class Worker:
             os._exit(0)
         return 0
 
+    def stop(self) -> None:
+        """Stop as on SIGTERM: claim nothing more, let running jobs finish within the grace
+        period, then return from ``run()``. Callable from any thread; does nothing before
+        ``run()`` started its loop or after it ended.
+
+        Example: ``threading.Timer(60, worker.stop).start(); worker.run()``
+        """
+        loop = getattr(self, "_loop", None)
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the worker has ended
+                loop.call_soon_threadsafe(self._begin_stop, "stop()")
+
     def _on_signal(self, signum: int) -> None:
         self._signals += 1
         if self._signals > 1:
             log.warning("second signal: exiting now; leases will recover running jobs")
             logging.shutdown()
             os._exit(128 + signum)
+        self._begin_stop(signal.Signals(signum).name)
+
+    def _begin_stop(self, why: str) -> None:
+        if self._stop.is_set():
+            return
         log.info(
             "%s: finishing %d running job(s) within %.0fs, then exiting",
-            signal.Signals(signum).name,
+            why,
             len(self._running),
             self.config.grace,
         )
