@@ -1,0 +1,232 @@
+"""The worker's probe without a database: --http addresses, the metrics' text format (parsed by
+prometheus_client's own parser), and the HTTP server's answers to good, bad and hostile clients."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from pgjobs import ConfigurationError
+from pgjobs.models import Job
+from pgjobs.probe import (
+    MAX_REQUEST_HEAD,
+    ProbeServer,
+    ProbeState,
+    WorkerMetrics,
+    parse_address,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "address"),
+    [
+        ("127.0.0.1:9090", ("127.0.0.1", 9090)),
+        ("localhost:0", ("localhost", 0)),
+        ("[::1]:9090", ("::1", 9090)),
+        ("0.0.0.0:65535", ("0.0.0.0", 65535)),
+    ],
+)
+def test_http_addresses(text, address):
+    assert parse_address(text) == address
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "9090",
+        ":9090",
+        "127.0.0.1:",
+        "127.0.0.1:65536",
+        "::1:9090",
+        "h:\uff19\uff10",
+        "h:-1",
+        "a b:1",
+    ],
+)
+def test_bad_http_addresses_are_refused_in_one_line(text):
+    with pytest.raises(ConfigurationError, match="--http") as refused:
+        parse_address(text)
+    assert "\n" not in str(refused.value)
+
+
+def _job(job_id: int, queue: str, task: str, *, late: float = 0.0, attempts: int = 1) -> Job:
+    now = datetime.now(UTC)
+    return Job(
+        job_id, queue, task, {}, 0, now - timedelta(seconds=late), attempts, 3, "w", now, None,
+        now, None, None,
+    )  # fmt: skip
+
+
+WEIRD = 'q"uo\\te\nd'
+
+
+def _families(text: str) -> dict[str, list[tuple[str, dict[str, str], float]]]:
+    found: dict[str, list[tuple[str, dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        found[family.name] = [(s.name, s.labels, s.value) for s in family.samples]
+    return found
+
+
+def test_metrics_parse_as_prometheus_text_with_escaped_labels():
+    metrics = WorkerMetrics('host:1:"x"\\', slots=4, tasks={"send", WEIRD})
+    metrics.claimed(_job(1, WEIRD, WEIRD, late=2.0), datetime.now(UTC).timestamp())
+    metrics.finished(_job(1, WEIRD, WEIRD), "succeeded")
+    metrics.claimed(_job(2, "mail", "send"), datetime.now(UTC).timestamp())
+    metrics.finished(_job(2, "mail", "send"), "retried")
+    metrics.not_run(_job(3, "mail", "no.such.task"))
+    metrics.trip()
+    metrics.heartbeat()
+    text = metrics.render(busy=3, connected=True)
+    families = _families(text)
+    me = {"worker": 'host:1:"x"\\'}
+    assert families["pgjobs_worker_slots"] == [("pgjobs_worker_slots", me, 4)]
+    assert families["pgjobs_worker_slots_busy"] == [("pgjobs_worker_slots_busy", me, 3)]
+    assert families["pgjobs_worker_connected"] == [("pgjobs_worker_connected", me, 1)]
+    assert families["pgjobs_worker_trips"] == [("pgjobs_worker_trips_total", me, 1)]
+    [(_, _, beat)] = families["pgjobs_worker_last_heartbeat_timestamp_seconds"]
+    assert abs(beat - datetime.now(UTC).timestamp()) < 60
+    finished = {
+        (s[1]["queue"], s[1]["task"], s[1]["outcome"]): s[2]
+        for s in families["pgjobs_worker_jobs_finished"]
+    }
+    assert finished == {
+        (WEIRD, WEIRD, "succeeded"): 1,
+        ("mail", "send", "retried"): 1,
+        ("mail", "(unknown)", "dead"): 1,
+    }
+    pickup = {
+        (s[1]["task"], s[1].get("le")): s[2]
+        for s in families["pgjobs_worker_pickup_latency_seconds"]
+        if s[0].endswith("_bucket")
+    }
+    assert pickup[(WEIRD, "1.0")] == 0 and pickup[(WEIRD, "2.5")] == 1
+    assert pickup[("send", "+Inf")] == 1
+    runs = [s for s in families["pgjobs_worker_run_duration_seconds"] if s[0].endswith("_count")]
+    assert sorted(s[2] for s in runs) == [1, 1], "a job that never ran has no run duration"
+
+
+def test_without_jobs_the_families_are_still_described():
+    text = WorkerMetrics("w", slots=1, tasks=()).render(busy=0, connected=False)
+    families = _families(text)
+    assert families["pgjobs_worker_connected"] == [("pgjobs_worker_connected", {"worker": "w"}, 0)]
+    assert families["pgjobs_worker_jobs_finished"] == []
+    assert families["pgjobs_worker_last_heartbeat_timestamp_seconds"] == []
+    assert "# TYPE pgjobs_worker_run_duration_seconds histogram" in text
+
+
+# --- the server ------------------------------------------------------------------------------------
+
+
+async def _exchange(port: int, raw: bytes, *, read: bool = True) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(raw)
+    await writer.drain()
+    answer = await asyncio.wait_for(reader.read(), 15) if read else b""
+    writer.close()
+    return answer
+
+
+def _serve(state: ProbeState, *requests: bytes) -> list[bytes]:
+    async def go() -> list[bytes]:
+        server = ProbeServer(WorkerMetrics("w", 2, ()), lambda: state)
+        _, port = await server.start("127.0.0.1", 0)
+        try:
+            return [await _exchange(port, raw) for raw in requests]
+        finally:
+            await server.close()
+
+    return asyncio.run(go())
+
+
+OK = ProbeState(busy=1, connected=True, not_ready=None, unhealthy=None)
+
+
+def _status(answer: bytes) -> int:
+    return int(answer.split(b" ", 2)[1])
+
+
+def test_the_three_paths_answer():
+    metrics, health, ready, head = _serve(
+        OK,
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /healthz HTTP/1.0\r\n\r\n",
+        b"GET /readyz?verbose=1 HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"HEAD /metrics HTTP/1.1\r\n\r\n",
+    )
+    assert _status(metrics) == 200
+    assert b"Content-Type: text/plain; version=0.0.4; charset=utf-8" in metrics
+    assert b'pgjobs_worker_slots_busy{worker="w"} 1' in metrics
+    assert (_status(health), _status(ready)) == (200, 200)
+    assert health.endswith(b'{"status": "ok", "worker": "w"}')
+    assert _status(head) == 200 and head.endswith(b"\r\n\r\n"), "HEAD has no body"
+
+
+def test_not_ready_and_stuck_answer_503():
+    state = ProbeState(busy=0, connected=False, not_ready="database unreachable", unhealthy=None)
+    health, ready = _serve(state, b"GET /healthz HTTP/1.1\r\n\r\n", b"GET /readyz HTTP/1.1\r\n\r\n")
+    assert _status(health) == 200
+    assert _status(ready) == 503 and b'"reason": "database unreachable"' in ready
+    stuck = ProbeState(busy=0, connected=True, not_ready=None, unhealthy="stuck for 99s")
+    health, ready = _serve(stuck, b"GET /healthz HTTP/1.1\r\n\r\n", b"GET /readyz HTTP/1.1\r\n\r\n")
+    assert (_status(health), _status(ready)) == (503, 503)
+
+
+@pytest.mark.parametrize(
+    ("raw", "status"),
+    [
+        (b"GET /nope HTTP/1.1\r\n\r\n", 404),
+        (b"POST /metrics HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}", 405),
+        (b"DELETE /healthz HTTP/1.1\r\n\r\n", 405),
+        (b"GET /metrics\r\n\r\n", 400),
+        (b"get /metrics HTTP/1.1\r\n\r\n", 400),
+        (b"GET metrics HTTP/1.1\r\n\r\n", 400),
+        (b"GET /metrics HTTP/2.0\r\n\r\n", 505),
+        (b"GET /metrics HTTP/1.1\r\nno colon here\r\n\r\n", 400),
+        (b"GET /metrics HTTP/1.1\r\nX: \xff\r\n\r\n", 400),
+        (b"GET /" + b"a" * MAX_REQUEST_HEAD + b" HTTP/1.1\r\n\r\n", 431),
+        (b"GET /metrics HTTP/1.1\r\n" + b"X: y\r\n" * 2000 + b"\r\n", 431),
+    ],
+)
+def test_bad_requests_get_a_4xx_in_the_error_shape(raw, status):
+    [answer] = _serve(OK, raw)
+    assert _status(answer) == status, answer[:200]
+    body = answer.split(b"\r\n\r\n", 1)[1]
+    assert body.startswith(b'{"error": {"code": ')
+    if status == 405:
+        assert b"Allow: GET, HEAD" in answer
+
+
+def test_a_silent_client_does_not_stop_others():
+    async def go() -> tuple[bytes, bytes]:
+        server = ProbeServer(WorkerMetrics("w", 2, ()), lambda: OK)
+        _, port = await server.start("127.0.0.1", 0)
+        try:
+            # Half a request, then nothing: the server goes on serving others meanwhile.
+            _, silent = await asyncio.open_connection("127.0.0.1", port)
+            silent.write(b"GET /metr")
+            others = await asyncio.gather(
+                *(_exchange(port, b"GET /healthz HTTP/1.1\r\n\r\n") for _ in range(5))
+            )
+            silent.close()
+            return others[0], others[-1]
+        finally:
+            await server.close()
+
+    first, last = asyncio.run(go())
+    assert _status(first) == _status(last) == 200
+
+
+def test_an_address_in_use_is_a_configuration_error():
+    async def go() -> None:
+        first = ProbeServer(WorkerMetrics("w", 2, ()), lambda: OK)
+        host, port = await first.start("127.0.0.1", 0)
+        try:
+            with pytest.raises(ConfigurationError, match=f"--http 127.0.0.1:{port}: cannot listen"):
+                await ProbeServer(WorkerMetrics("w", 2, ()), lambda: OK).start(host, port)
+        finally:
+            await first.close()
+
+    asyncio.run(go())
