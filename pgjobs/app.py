@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
@@ -56,6 +57,9 @@ class App:
         self._pool_size = pool_size
         self._pool: psycopg_pool.ConnectionPool[Any] | None = None
         self._lock = threading.Lock()
+        # enqueue_async's pool and the event loop it belongs to.
+        self._async_pool: tuple[psycopg_pool.AsyncConnectionPool[Any], Any] | None = None
+        self._async_pool_lock: tuple[asyncio.Lock, Any] | None = None
 
     @property
     def tasks(self) -> Mapping[str, Task]:
@@ -228,20 +232,65 @@ class App:
 
         Example: ``app.enqueue("send_welcome", {"user_id": 42}, connection=conn)``
         """
-        spec = JobSpec(
-            task.name if isinstance(task, Task) else task,
-            payload,
-            queue=queue,
-            priority=priority,
-            run_at=run_at,
-            run_in=run_in,
-            max_attempts=max_attempts,
-            expires_at=expires_at,
-            expires_in=expires_in,
-            idempotency_key=idempotency_key,
+        row = self._prepare(
+            JobSpec(
+                task.name if isinstance(task, Task) else task,
+                payload,
+                queue,
+                priority,
+                run_at,
+                run_in,
+                max_attempts,
+                expires_at,
+                expires_in,
+                idempotency_key,
+            )
         )
-        tasks = self._tasks if self._check_task_names else None
-        return self._insert([producer.prepare(spec, tasks)], connection)[0]
+        return self._insert([row], connection)[0]
+
+    async def enqueue_async(
+        self,
+        task: str | Task,
+        payload: dict[str, Any] | None = None,
+        *,
+        connection: Any = None,
+        queue: str | None = None,
+        priority: int = 0,
+        run_at: datetime | None = None,
+        run_in: float | timedelta | None = None,
+        max_attempts: int | None = None,
+        expires_at: datetime | None = None,
+        expires_in: float | timedelta | None = None,
+        idempotency_key: str | None = None,
+    ) -> int:
+        """``enqueue`` for asyncio applications: the same options and validation, without
+        blocking the event loop.
+
+        With ``connection`` (a psycopg ``AsyncConnection`` or a SQLAlchemy ``AsyncConnection``)
+        the job is written in the caller's transaction. Without one, the app's async pool is
+        used: it belongs to the event loop that opened it; close it with ``await app.aclose()``
+        (or ``async with app:``) before that loop ends.
+
+        Example: ``job_id = await app.enqueue_async("send_welcome", {"user_id": 42})``
+        """
+        row = self._prepare(
+            JobSpec(
+                task.name if isinstance(task, Task) else task,
+                payload,
+                queue,
+                priority,
+                run_at,
+                run_in,
+                max_attempts,
+                expires_at,
+                expires_in,
+                idempotency_key,
+            )
+        )
+        return (await self._insert_async([row], connection))[0]
+
+    def _prepare(self, spec: JobSpec) -> producer.PreparedJob:
+        return producer.prepare(spec, self._tasks if self._check_task_names else None)
 
     def enqueue_many(self, jobs: Iterable[JobSpec], *, connection: Any = None) -> list[int]:
         """Enqueue many jobs in one statement; returns their ids in order. All or nothing.
@@ -250,6 +299,60 @@ class App:
         """
         rows = producer.prepare_many(jobs, self._tasks if self._check_task_names else None)
         return self._insert(rows, connection)
+
+    async def enqueue_many_async(
+        self, jobs: Iterable[JobSpec], *, connection: Any = None
+    ) -> list[int]:
+        """``enqueue_many`` for asyncio applications (see ``enqueue_async``).
+
+        Example: ``await app.enqueue_many_async(JobSpec("resize", {"image": n}) for n in ids)``
+        """
+        rows = producer.prepare_many(jobs, self._tasks if self._check_task_names else None)
+        return await self._insert_async(rows, connection)
+
+    async def _insert_async(self, rows: list[producer.PreparedJob], connection: Any) -> list[int]:
+        if connection is not None:
+            return await producer.insert_async(connection, rows)
+        pool, dsn = await self._get_async_pool()
+        conn = await db.checkout_async(pool, dsn)
+        try:
+            return await producer.insert_async(conn, rows, dsn)
+        finally:
+            await pool.putconn(conn)
+
+    async def _get_async_pool(self) -> tuple[psycopg_pool.AsyncConnectionPool[Any], Dsn]:
+        """The async pool of the running event loop, opened on first use. A pool opened by an
+        earlier loop that has ended is dropped (its connections went with that loop)."""
+        loop = asyncio.get_running_loop()
+        if self._async_pool is not None and self._async_pool[1] is loop and self._dsn:
+            return self._async_pool[0], self._dsn
+        dsn = self._dsn if self._dsn is not None else await asyncio.to_thread(lambda: self.dsn)
+        async with self._async_lock(loop):
+            if self._async_pool is None or self._async_pool[1] is not loop:
+                self._async_pool = (await db.open_async_pool(dsn, self._pool_size), loop)
+            return self._async_pool[0], dsn
+
+    def _async_lock(self, loop: asyncio.AbstractEventLoop) -> asyncio.Lock:
+        with self._lock:
+            if self._async_pool_lock is None or self._async_pool_lock[1] is not loop:
+                self._async_pool_lock = (asyncio.Lock(), loop)
+            return self._async_pool_lock[0]
+
+    async def aclose(self) -> None:
+        """Close the app's async pool (opened by ``enqueue_async``) and its sync pool.
+
+        Example: ``await app.aclose()`` in a FastAPI lifespan's shutdown.
+        """
+        held, self._async_pool = self._async_pool, None
+        if held is not None and held[1] is asyncio.get_running_loop():
+            await held[0].close()
+        await asyncio.to_thread(self.close)
+
+    async def __aenter__(self) -> App:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     def _insert(self, rows: list[producer.PreparedJob], connection: Any) -> list[int]:
         if connection is not None:

@@ -309,7 +309,55 @@ def _getconn(pool: psycopg_pool.ConnectionPool[Any], dsn: Dsn) -> psycopg.Connec
     return conn
 
 
-def _ended_by_server(conn: psycopg.Connection[Any]) -> bool:
+async def open_async_pool(dsn: Dsn, max_size: int) -> psycopg_pool.AsyncConnectionPool[Any]:
+    """``open_pool`` for asyncio: a pool of autocommit async connections, bound to the running
+    event loop; fails fast with ``DatabaseUnavailable`` when the database cannot be reached."""
+    await (await connect_async(dsn)).close()
+    pool: psycopg_pool.AsyncConnectionPool[Any] = psycopg_pool.AsyncConnectionPool(
+        dsn.url,
+        kwargs=_connect_kwargs(dsn),
+        min_size=1,
+        max_size=max_size,
+        timeout=CONNECT_TIMEOUT * 2,
+        open=False,
+        name="pgjobs-async",
+    )
+    try:
+        await pool.open(wait=True, timeout=CONNECT_TIMEOUT * 2)
+    except psycopg_pool.PoolTimeout as exc:
+        await pool.close()
+        raise DatabaseUnavailable(
+            f"cannot reach the database {dsn.redacted} ({dsn.source}); "
+            "check the DSN and that PostgreSQL is up"
+        ) from exc
+    return pool
+
+
+async def checkout_async(
+    pool: psycopg_pool.AsyncConnectionPool[Any], dsn: Dsn
+) -> psycopg.AsyncConnection[Any]:
+    """``checkout`` for an async pool: a live connection, to give back with ``pool.putconn``."""
+    for _ in range(pool.max_size + 1):
+        try:
+            conn: psycopg.AsyncConnection[Any] = await pool.getconn()
+        except psycopg_pool.PoolTimeout as exc:
+            raise DatabaseUnavailable(
+                f"no database connection available from the pool for {dsn.redacted}: {exc}"
+            ) from exc
+        except psycopg_pool.PoolClosed as exc:
+            raise DatabaseUnavailable(f"the connection pool for {dsn.redacted} is closed") from exc
+        if not _ended_by_server(conn):
+            return conn
+        with contextlib.suppress(psycopg.Error):
+            await conn.close()
+        await pool.putconn(conn)
+    raise DatabaseUnavailable(
+        f"the connection was closed by the server: every pooled connection to {dsn.redacted} "
+        "was ended by the server; check that PostgreSQL is up"
+    )
+
+
+def _ended_by_server(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
     """Whether the server ended, or is ending, the session of this idle connection. A server
     that ends a session sends a last message (FATAL) and closes the socket; nothing else arrives
     unasked on an idle pooled connection (it LISTENs to nothing). So a socket with something to

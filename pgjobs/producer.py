@@ -7,9 +7,11 @@ transaction. Nothing is written unless every job of a call is valid.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+import sys
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
@@ -208,6 +210,18 @@ def _depth(value: object) -> int:
     return deepest
 
 
+class Statement(NamedTuple):
+    """One statement an insert needs run, and its parameters."""
+
+    sql: str
+    params: dict[str, Any]
+
+
+#: An insert as the statements it runs: it yields each ``Statement``, is sent back its rows, and
+#: returns the job ids. Sync and async connections run the same plan; only the I/O differs.
+InsertPlan = Generator[Statement, list[tuple[Any, ...]], list[int]]
+
+
 def insert(conn: Any, rows: Sequence[PreparedJob], dsn: Dsn | None = None) -> list[int]:
     """Insert validated rows on ``conn`` (psycopg or SQLAlchemy) in one statement, or by COPY
     for a large batch without idempotency keys on a psycopg connection.
@@ -217,26 +231,59 @@ def insert(conn: Any, rows: Sequence[PreparedJob], dsn: Dsn | None = None) -> li
     if not rows:
         return []
     with translate_errors(dsn):
-        if len(rows) == 1 and rows[0].idempotency_key is None:
-            return [_insert_one(conn, rows[0])]
-        if _in_callers_transaction(conn) and any(row.idempotency_key for row in rows):
-            _check_isolation(conn)
-        if (
-            len(rows) >= COPY_MIN_ROWS
-            and isinstance(conn, psycopg.Connection)
-            and all(row.idempotency_key is None for row in rows)
-        ):
+        if isinstance(conn, psycopg.Connection) and _by_copy(rows):
             return _copy_many(conn, rows)
-        return _insert_many(conn, rows)
+        plan = _plan(rows, in_callers_transaction=_in_callers_transaction(conn))
+        try:
+            statement = next(plan)
+            while True:
+                statement = plan.send(_execute(conn, statement))
+        except StopIteration as done:
+            ids: list[int] = done.value
+            return ids
+
+
+async def insert_async(conn: Any, rows: Sequence[PreparedJob], dsn: Dsn | None = None) -> list[int]:
+    """``insert`` on an async connection: a psycopg ``AsyncConnection`` or a SQLAlchemy
+    ``AsyncConnection``; the same statements, sent without blocking the event loop."""
+    if not rows:
+        return []
+    with translate_errors(dsn):
+        if isinstance(conn, psycopg.AsyncConnection) and _by_copy(rows):
+            return await _copy_many_async(conn, rows)
+        plan = _plan(rows, in_callers_transaction=_in_callers_transaction(conn))
+        try:
+            statement = next(plan)
+            while True:
+                statement = plan.send(await _execute_async(conn, statement))
+        except StopIteration as done:
+            ids: list[int] = done.value
+            return ids
+
+
+def _plan(rows: Sequence[PreparedJob], *, in_callers_transaction: bool) -> InsertPlan:
+    """The statements that insert ``rows`` (at least one), whatever the connection."""
+    if len(rows) == 1 and rows[0].idempotency_key is None:
+        ((job_id,),) = yield _insert_one(rows[0])
+        return [int(job_id)]
+    if in_callers_transaction and any(row.idempotency_key for row in rows):
+        ((level,),) = yield Statement(queries.JOB_INSERT_ISOLATION, {})
+        _check_isolation(level)
+    return (yield from _insert_many(rows))
+
+
+def _by_copy(rows: Sequence[PreparedJob]) -> bool:
+    """Whether ``rows`` go in by COPY (on a psycopg connection): a large batch without keys."""
+    return len(rows) >= COPY_MIN_ROWS and all(row.idempotency_key is None for row in rows)
 
 
 def _in_callers_transaction(conn: Any) -> bool:
     """Whether statements on ``conn`` run in a transaction the caller holds open (every
     SQLAlchemy connection; a psycopg one unless it is in autocommit mode, as pgjobs' own are)."""
-    return not (isinstance(conn, psycopg.Connection) and conn.autocommit)
+    return not (isinstance(conn, psycopg.Connection | psycopg.AsyncConnection) and conn.autocommit)
 
 
-def _check_isolation(conn: Any) -> None:
+def _check_isolation(level: str) -> None:
     """Refuse idempotency keys in a REPEATABLE READ or SERIALIZABLE transaction.
 
     Such a transaction sees the database as of its first statement: a job with the same key
@@ -244,7 +291,6 @@ def _check_isolation(conn: Any) -> None:
     it can see, and its key no longer in queued_jobs' unique index, so a second job would be
     created. Only READ COMMITTED, where each statement sees every commit, keeps the promise.
     """
-    ((level,),) = _execute(conn, queries.JOB_INSERT_ISOLATION, {})
     if level not in (
         "read committed",
         "read uncommitted",
@@ -253,12 +299,13 @@ def _check_isolation(conn: Any) -> None:
             f"idempotency keys need a READ COMMITTED transaction, and this one is {level.upper()}: "
             "its snapshot cannot see a job with the same key committed since it began, so a "
             "second job could be created; enqueue keyed jobs at READ COMMITTED or without "
-            "connection="
+            "connection=",
+            field="idempotency_key",
         )
 
 
-def _insert_one(conn: Any, row: PreparedJob) -> int:
-    """Insert ``row`` (without an idempotency key); the usual job, ready now and never
+def _insert_one(row: PreparedJob) -> Statement:
+    """The insert of ``row`` (without an idempotency key); the usual job, ready now and never
     expiring, binds only the columns it sets."""
     if _ready_now(row):
         params = {
@@ -268,10 +315,8 @@ def _insert_one(conn: Any, row: PreparedJob) -> int:
             "priority": row.priority,
             "max_attempts": row.max_attempts,
         }
-        ((job_id,),) = _execute(conn, queries.JOB_INSERT_READY, params)
-    else:
-        ((job_id,),) = _execute(conn, queries.JOB_INSERT, row._asdict())
-    return int(job_id)
+        return Statement(queries.JOB_INSERT_READY, params)
+    return Statement(queries.JOB_INSERT, row._asdict())
 
 
 def _ready_now(row: PreparedJob) -> bool:
@@ -282,70 +327,91 @@ def _ready_now(row: PreparedJob) -> bool:
 
 def _copy_many(conn: psycopg.Connection[Any], rows: Sequence[PreparedJob]) -> list[int]:
     """Insert ``rows`` (none with an idempotency key) by COPY, all or nothing."""
-    queues = sorted({row.queue for row in rows})
+    reserve = _reserve_ids(rows)
     # On pgjobs' autocommit connection the block is one transaction: the id reservation inside it
     # shares its single commit. On the caller's connection the block is a savepoint, and the
     # reservation runs first so that it opens the caller's transaction if none is open yet: a block
     # entered outside any transaction would commit the jobs itself, not with the caller's work.
-    if conn.autocommit:
-        with conn.transaction():
-            return _copy_in(conn, rows, _reserve_ids_and_notify(conn, len(rows), queues))
-    reserved = _reserve_ids_and_notify(conn, len(rows), queues)
-    with conn.transaction():
-        return _copy_in(conn, rows, reserved)
+    own = conn.autocommit
+    with contextlib.ExitStack() as stack:
+        if own:
+            stack.enter_context(conn.transaction())
+        ((now, ids, _),) = conn.execute(reserve.sql, reserve.params, prepare=True).fetchall()
+        if not own:
+            stack.enter_context(conn.transaction())
+        statement, lines = _copy_rows(rows, now, ids)
+        with conn.cursor() as cursor, cursor.copy(statement) as copy:
+            for line in lines:
+                copy.write_row(line)
+    return list(ids)
 
 
-def _reserve_ids_and_notify(
-    conn: psycopg.Connection[Any], count: int, queues: list[str]
-) -> tuple[datetime, list[int]]:
-    params = {"count": count, "queues": queues}
-    now, ids, _ = conn.execute(queries.JOB_RESERVE_IDS, params, prepare=True).fetchall()[0]
-    return now, ids
-
-
-def _copy_in(
-    conn: psycopg.Connection[Any],
-    rows: Sequence[PreparedJob],
-    reserved: tuple[datetime, list[int]],
+async def _copy_many_async(
+    conn: psycopg.AsyncConnection[Any], rows: Sequence[PreparedJob]
 ) -> list[int]:
-    now, ids = reserved
-    with conn.cursor() as cursor:
-        if all(map(_ready_now, rows)):
-            # The usual batch: neither timestamp travels (run_at defaults to the transaction's
-            # now(), as JOB_INSERT_MANY would set it).
-            with cursor.copy(queries.JOB_COPY_MANY_READY) as copy:
-                for job_id, row in zip(ids, rows, strict=True):
-                    copy.write_row(
-                        (job_id, row.queue, row.task, row.payload, row.priority, row.max_attempts)
-                    )
-            return ids
-        # Timestamps go in as ISO text: dumping a datetime costs more than the rest of a row, and
-        # most jobs share one run_at, the transaction's now() (which is also their created_at).
-        ready = now.isoformat()
-        with cursor.copy(queries.JOB_COPY_MANY) as copy:
-            for job_id, row in zip(ids, rows, strict=True):
-                if row.run_at is not None:
-                    run_at = row.run_at.isoformat()
-                elif row.run_in:
-                    run_at = (now + timedelta(seconds=row.run_in)).isoformat()
-                else:
-                    run_at = ready
-                copy.write_row(
-                    (
-                        job_id,
-                        row.queue,
-                        row.task,
-                        row.payload,
-                        row.priority,
-                        run_at,
-                        row.max_attempts,
-                        row.expires_at,
-                    )
-                )
-    return ids
+    """``_copy_many`` on an async psycopg connection."""
+    reserve = _reserve_ids(rows)
+    own = conn.autocommit
+    async with contextlib.AsyncExitStack() as stack:
+        if own:
+            await stack.enter_async_context(conn.transaction())
+        cursor = await conn.execute(reserve.sql, reserve.params, prepare=True)
+        ((now, ids, _),) = await cursor.fetchall()
+        if not own:
+            await stack.enter_async_context(conn.transaction())
+        statement, lines = _copy_rows(rows, now, ids)
+        async with conn.cursor() as copier, copier.copy(statement) as copy:
+            for line in lines:
+                await copy.write_row(line)
+    return list(ids)
 
 
-def _insert_many(conn: Any, rows: Sequence[PreparedJob]) -> list[int]:
+def _reserve_ids(rows: Sequence[PreparedJob]) -> Statement:
+    """Reserve ids for ``rows`` and wake each of their queues' idle workers once."""
+    queues = sorted({row.queue for row in rows})
+    return Statement(queries.JOB_RESERVE_IDS, {"count": len(rows), "queues": queues})
+
+
+def _copy_rows(
+    rows: Sequence[PreparedJob], now: datetime, ids: list[int]
+) -> tuple[str, Iterator[tuple[Any, ...]]]:
+    """The COPY statement for ``rows`` and the rows it writes, with the reserved ``ids``."""
+    if all(map(_ready_now, rows)):
+        # The usual batch: neither timestamp travels (run_at defaults to the transaction's
+        # now(), as JOB_INSERT_MANY would set it).
+        return queries.JOB_COPY_MANY_READY, (
+            (job_id, row.queue, row.task, row.payload, row.priority, row.max_attempts)
+            for job_id, row in zip(ids, rows, strict=True)
+        )
+    return queries.JOB_COPY_MANY, _copy_rows_timed(rows, now, ids)
+
+
+def _copy_rows_timed(
+    rows: Sequence[PreparedJob], now: datetime, ids: list[int]
+) -> Iterator[tuple[Any, ...]]:
+    # Timestamps go in as ISO text: dumping a datetime costs more than the rest of a row, and
+    # most jobs share one run_at, the transaction's now() (which is also their created_at).
+    ready = now.isoformat()
+    for job_id, row in zip(ids, rows, strict=True):
+        if row.run_at is not None:
+            run_at = row.run_at.isoformat()
+        elif row.run_in:
+            run_at = (now + timedelta(seconds=row.run_in)).isoformat()
+        else:
+            run_at = ready
+        yield (
+            job_id,
+            row.queue,
+            row.task,
+            row.payload,
+            row.priority,
+            run_at,
+            row.max_attempts,
+            row.expires_at,
+        )
+
+
+def _insert_many(rows: Sequence[PreparedJob]) -> InsertPlan:
     results: list[int | None] = [None] * len(rows)
     pending = list(range(len(rows)))
     # A NULL id means a concurrent enqueue took the key while this statement ran; its commit is
@@ -354,7 +420,7 @@ def _insert_many(conn: Any, rows: Sequence[PreparedJob]) -> list[int]:
         batch = [rows[i] for i in pending]
         params = {key: [row[n] for row in batch] for n, key in enumerate(_MANY_KEYS)}
         still: list[int] = []
-        for position, job_id in _execute(conn, queries.JOB_INSERT_MANY, params):
+        for position, job_id in (yield Statement(queries.JOB_INSERT_MANY, params)):
             index = pending[position - 1]
             if job_id is None:
                 still.append(index)
@@ -368,16 +434,40 @@ def _insert_many(conn: Any, rows: Sequence[PreparedJob]) -> list[int]:
     )
 
 
-def _execute(conn: Any, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+def _execute(conn: Any, statement: Statement) -> list[tuple[Any, ...]]:
+    sql, params = statement
     if isinstance(conn, psycopg.Connection):
         return conn.execute(sql, params, prepare=True).fetchall()
     exec_driver_sql = getattr(conn, "exec_driver_sql", None)
-    if exec_driver_sql is None:
+    if exec_driver_sql is None or _is_async(conn):
         raise ConfigurationError(
-            "connection must be a psycopg.Connection or a SQLAlchemy Connection, "
-            f"got {type(conn).__name__}"
+            "connection must be a psycopg.Connection or a SQLAlchemy Connection "
+            f"(use enqueue_async for an async one), got {type(conn).__name__}",
+            field="connection",
         )
     return [tuple(row) for row in exec_driver_sql(sql, params).fetchall()]
+
+
+async def _execute_async(conn: Any, statement: Statement) -> list[tuple[Any, ...]]:
+    sql, params = statement
+    if isinstance(conn, psycopg.AsyncConnection):
+        cursor = await conn.execute(sql, params, prepare=True)
+        return await cursor.fetchall()
+    if not _is_async(conn):
+        raise ConfigurationError(
+            "connection must be a psycopg.AsyncConnection or a SQLAlchemy AsyncConnection "
+            f"(use enqueue for a sync one), got {type(conn).__name__}",
+            field="connection",
+        )
+    result = await conn.exec_driver_sql(sql, params)
+    return [tuple(row) for row in result.fetchall()]
+
+
+def _is_async(conn: Any) -> bool:
+    """Whether ``conn`` is a SQLAlchemy ``AsyncConnection`` (SQLAlchemy is imported only by
+    applications that use it: when it is not loaded, ``conn`` is not one)."""
+    module = sys.modules.get("sqlalchemy.ext.asyncio")
+    return module is not None and isinstance(conn, module.AsyncConnection)
 
 
 def prepare_many(specs: Iterable[JobSpec], tasks: Mapping[str, Task] | None) -> list[PreparedJob]:

@@ -1023,3 +1023,154 @@ METRICS_ARCHIVED_NEXT, METRICS_ARCHIVED_WINDOW_COUNT, METRICS_ARCHIVED_WINDOW = 
 METRICS_DEAD_NEXT, METRICS_DEAD_WINDOW_COUNT, METRICS_DEAD_WINDOW = _metrics_reading(
     "dead_letter", "failed_at", _DEAD_METRIC_COLUMNS
 )
+
+
+# -- Browsing jobs (pgjobs.browse) --------------------------------------------------------------
+
+# A job of each table in the columns of models.JobHistory (by name; ``replays`` aside), plus
+# ``at``, the moment it entered its table as far as the table records it: created_at (or
+# redriven_at, for a redriven job) in queued_jobs, finished_at in archived_jobs, failed_at in
+# dead_letter. Listings page by (at, id), newest first.
+_BROWSE_QUEUED = f"""
+SELECT id, 'queued_jobs' AS "table",
+       CASE WHEN lease_expires_at IS NOT NULL THEN '{JobStatus.RUNNING}'
+            WHEN run_at > now() THEN '{JobStatus.SCHEDULED}'
+            ELSE '{JobStatus.READY}' END AS status,
+       queue, task, payload, priority, run_at, attempts, max_attempts, created_at, expires_at,
+       idempotency_key, last_error, lease_owner, lease_expires_at, NULL::jsonb AS result,
+       NULL::text AS worker, NULL::timestamptz AS finished_at, NULL::text AS reason,
+       NULL::text AS error_type, {{traceback}} AS traceback, redrive_count, redriven_at,
+       replay_of, started_at, coalesce(redriven_at, created_at) AS at
+FROM queued_jobs
+"""
+
+_BROWSE_ARCHIVED = """
+SELECT id, 'archived_jobs' AS "table", status,
+       queue, task, payload, priority, run_at, attempts, max_attempts, created_at, expires_at,
+       idempotency_key, last_error, NULL::text AS lease_owner,
+       NULL::timestamptz AS lease_expires_at, {result} AS result, worker, finished_at,
+       NULL::text AS reason, NULL::text AS error_type, {traceback} AS traceback, redrive_count,
+       redriven_at, replay_of, started_at, finished_at AS at
+FROM archived_jobs
+"""
+
+_BROWSE_DEAD = f"""
+SELECT id, 'dead_letter' AS "table", '{JobStatus.DEAD}' AS status,
+       queue, task, payload, priority, run_at, attempts, max_attempts, created_at, expires_at,
+       idempotency_key, last_error, NULL::text AS lease_owner,
+       NULL::timestamptz AS lease_expires_at, NULL::jsonb AS result, worker,
+       failed_at AS finished_at, reason, error_type, {{traceback}} AS traceback, redrive_count,
+       redriven_at, replay_of, started_at, failed_at AS at
+FROM dead_letter
+"""
+
+# The filters of a listing, on one table whose entry moment is {at}; a NULL parameter does not
+# filter. (%(before_at)s, %(before_id)s) is the cursor: the last row of the previous page.
+_BROWSE_WHERE = """
+(%(queue)s::text IS NULL OR queue = %(queue)s::text)
+AND (%(task)s::text IS NULL OR task = %(task)s::text)
+AND (%(since)s::timestamptz IS NULL OR {at} >= %(since)s::timestamptz)
+AND (%(until)s::timestamptz IS NULL OR {at} < %(until)s::timestamptz)
+AND (%(before_at)s::timestamptz IS NULL
+     OR ({at}, id) < (%(before_at)s::timestamptz, %(before_id)s::bigint))
+"""
+
+#: Jobs of the states ``states`` (JobStatus values) matching the filters, across the three
+#: tables, newest first by (at, id), at most ``limit``; without results and tracebacks. Each
+#: table gives its own newest ``limit`` rows by its time index (archived_jobs by finished_at,
+#: pruned to the partitions of the time window; dead_letter by failed_at, or (task, failed_at));
+#: queued_jobs is the small hot table. A table no state asks for is not read.
+BROWSE_JOBS = f"""
+SELECT * FROM (
+    (SELECT * FROM ({_BROWSE_QUEUED.format(traceback="NULL::text")}) q
+     WHERE %(states)s::text[] && ARRAY['{JobStatus.READY}', '{JobStatus.SCHEDULED}',
+                                       '{JobStatus.RUNNING}']
+       AND status = ANY(%(states)s::text[])
+       AND {_BROWSE_WHERE.format(at="at")}
+     ORDER BY at DESC, id DESC
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT * FROM ({_BROWSE_ARCHIVED.format(result="NULL::jsonb", traceback="NULL::text")}
+                    WHERE status = ANY(%(states)s::text[])
+                      AND {_BROWSE_WHERE.format(at="finished_at")}
+                    ORDER BY finished_at DESC, id DESC
+                    LIMIT %(limit)s) a
+     WHERE %(states)s::text[] && ARRAY['{JobStatus.SUCCEEDED}', '{JobStatus.CANCELLED}',
+                                       '{JobStatus.EXPIRED}'])
+    UNION ALL
+    (SELECT * FROM ({_BROWSE_DEAD.format(traceback="NULL::text")}
+                    WHERE {_BROWSE_WHERE.format(at="failed_at")}
+                    ORDER BY failed_at DESC, id DESC
+                    LIMIT %(limit)s) d
+     WHERE '{JobStatus.DEAD}' = ANY(%(states)s::text[]))
+) jobs
+ORDER BY at DESC, id DESC
+LIMIT %(limit)s
+"""
+
+#: The jobs with these ids wherever they are, in the columns of models.JobHistory (``replays``
+#: included), in no particular order; an id in no table gives no row.
+BROWSE_JOBS_BY_ID = f"""
+SELECT found.*, ARRAY(
+    SELECT r.id FROM queued_jobs r WHERE r.replay_of = found.id
+    UNION ALL SELECT r.id FROM archived_jobs r WHERE r.replay_of = found.id
+    UNION ALL SELECT r.id FROM dead_letter r WHERE r.replay_of = found.id
+    ORDER BY 1
+) AS replays
+FROM (
+    {_BROWSE_QUEUED.format(traceback="NULL::text")} WHERE id = ANY(%(ids)s::bigint[])
+    UNION ALL
+    {_BROWSE_ARCHIVED.format(result="result", traceback="NULL::text")}
+    WHERE id = ANY(%(ids)s::bigint[])
+    UNION ALL
+    {_BROWSE_DEAD.format(traceback="traceback")} WHERE id = ANY(%(ids)s::bigint[])
+) found
+"""
+
+#: Whether the queued job ``id`` was inserted by the current transaction (an idempotent enqueue
+#: that created the job, rather than finding the one holding its key).
+BROWSE_JOB_IS_NEW = """
+SELECT EXISTS (
+    SELECT 1 FROM queued_jobs WHERE id = %(id)s AND xmin = pg_current_xact_id()::xid
+)
+"""
+
+
+# -- Test helpers (pgjobs.testing) ---------------------------------------------------------------
+
+#: Create an empty throwaway database {database} (compose with psycopg.sql).
+TESTING_CREATE_DATABASE = "CREATE DATABASE {database}"
+
+#: Drop the throwaway database {database}, ending the sessions still connected to it.
+TESTING_DROP_DATABASE = "DROP DATABASE IF EXISTS {database} WITH (FORCE)"
+
+#: Empty every pgjobs table between two tests.
+TESTING_EMPTY_TABLES = (
+    "TRUNCATE queued_jobs, archived_jobs, dead_letter, pgjobs_workers RESTART IDENTITY"
+)
+
+#: Every job in queued_jobs (ready, scheduled or running), oldest first, as models.Job.
+TESTING_QUEUED_JOBS = f"SELECT {JOB_COLUMNS} FROM queued_jobs ORDER BY id"
+
+#: Advance the clock of the scheduled jobs of ``queues``: each one due by ``until`` (NULL: the
+#: next due, with those due at the same moment) becomes ready now, as if now were its run_at;
+#: its expires_at moves back by as much. Jobs being run are not touched. Returns the ids moved.
+TESTING_ADVANCE_CLOCK = """
+WITH next AS (
+    SELECT min(run_at) AS run_at FROM queued_jobs
+    WHERE queue = ANY(%(queues)s::text[]) AND lease_expires_at IS NULL AND run_at > now()
+),
+due AS (
+    SELECT q.id FROM queued_jobs q, next
+    WHERE q.queue = ANY(%(queues)s::text[]) AND q.lease_expires_at IS NULL
+      AND q.run_at > now()
+      AND q.run_at <= coalesce(%(until)s::timestamptz, next.run_at)
+    FOR UPDATE OF q SKIP LOCKED
+)
+UPDATE queued_jobs q
+SET expires_at = q.expires_at - (q.run_at - now()),
+    run_at = now()
+FROM due
+WHERE q.id = due.id
+RETURNING q.id
+"""
