@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from pgjobs.cli import dead, doctor, enqueue, job, migrate, prune, stats, work
+from pgjobs.cli import dead, doctor, enqueue, job, migrate, prune, serve, stats, work
 from pgjobs.cli.render import error
 from pgjobs.dsn import scrub
 from pgjobs.errors import ConfigurationError, PgjobsError
@@ -52,6 +52,7 @@ cli.command("work")(work.work_command)
 cli.command("stats")(stats.stats_command)
 cli.command("prune")(prune.prune_command)
 cli.command("doctor")(doctor.doctor_command)
+cli.command("serve")(serve.serve_command)
 cli.command("replay")(job.replay_command)
 cli.command("cancel")(job.cancel_command)
 cli.add_typer(dead.dead_cli, name="dead")

@@ -1,0 +1,86 @@
+"""`pgjobs serve`: the HTTP API (``pgjobs.web``) on uvicorn.
+
+The web framework is imported inside the command only, so that every other command, and above
+all `pgjobs work`, never loads it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import sys
+from typing import Annotated
+
+import typer
+
+from pgjobs.cli.options import DsnOption, database, load_app
+from pgjobs.errors import ConfigurationError
+
+#: What `pgjobs serve` needs beyond pgjobs itself: the ``web`` extra.
+_WEB_MODULES = ("fastapi", "uvicorn")
+_LEVELS = ("debug", "info", "warning", "error")
+
+
+def serve_command(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.", min=0, max=65535)] = 8080,
+    app_ref: Annotated[
+        str | None,
+        typer.Option(
+            "--app",
+            help="package.module:app holding your tasks: only their names may then be enqueued.",
+        ),
+    ] = None,
+    insecure_no_auth: Annotated[
+        bool,
+        typer.Option(
+            "--insecure-no-auth",
+            help="Serve without tokens (local use only). Otherwise set $PGJOBS_API_TOKENS "
+            "or $PGJOBS_API_TOKENS_FILE.",
+        ),
+    ] = False,
+    max_body_bytes: Annotated[
+        int, typer.Option(help="Largest request body accepted, in bytes (413 above).", min=1)
+    ] = 1_048_576,
+    pool_size: Annotated[
+        int, typer.Option(help="Database connections the server holds at most.", min=1, max=1000)
+    ] = 10,
+    log_level: Annotated[
+        str, typer.Option(help="debug, info, warning or error.", case_sensitive=False)
+    ] = "info",
+    dsn: DsnOption = None,
+) -> None:
+    """Serve the HTTP API (/api/v1, token required), /healthz, /readyz and /metrics.
+
+    Tokens: $PGJOBS_API_TOKENS (comma-separated) or $PGJOBS_API_TOKENS_FILE (one per line).
+
+    Read-only tokens (GET routes only): $PGJOBS_API_READ_TOKENS or $PGJOBS_API_READ_TOKENS_FILE.
+    """
+    level = log_level.lower()
+    if level not in _LEVELS:
+        raise ConfigurationError(f"--log-level {log_level!r}: use debug, info, warning or error")
+    missing = [name for name in _WEB_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigurationError(
+            f"pgjobs serve needs the web extra ({', '.join(missing)} missing): "
+            "pip install 'pgjobs[web]'"
+        )
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    import uvicorn
+
+    from pgjobs.web import create_app
+
+    app = load_app(app_ref) if app_ref else None
+    web = create_app(
+        app,
+        dsn=database(dsn) if dsn or app is None else None,
+        insecure_no_auth=insecure_no_auth,
+        max_body_bytes=max_body_bytes,
+        pool_size=pool_size,
+    )
+    # uvicorn's access log shows the method, path and status of each request, never a header.
+    uvicorn.run(web, host=host, port=port, log_level=level, server_header=False)

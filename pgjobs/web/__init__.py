@@ -1,0 +1,11 @@
+"""The HTTP API of pgjobs (``pip install 'pgjobs[web]'``): ``create_app`` builds it as a FastAPI
+application, which `pgjobs serve` runs on uvicorn and which you may mount in your own.
+
+Example: ``uvicorn.run(pgjobs.web.create_app(app), port=8080)``
+"""
+
+from __future__ import annotations
+
+from pgjobs.web.app import create_app
+
+__all__ = ["create_app"]

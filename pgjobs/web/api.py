@@ -1,0 +1,493 @@
+"""The routes: ``/api/v1/...`` (token required), ``/healthz`` and ``/readyz`` (no token), and
+``/metrics`` (a token when tokens are configured, unless $PGJOBS_METRICS_PUBLIC=1).
+
+Each route is thin: it turns the request into a call of ``pgjobs.admin``, ``pgjobs.browse``,
+``pgjobs.stats`` or the App's enqueue on one pooled connection, and the result into a response
+model. Validation beyond types and bounds is pgjobs' own; its errors become the one error shape
+(``pgjobs.web.errors``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
+from fastapi.encoders import jsonable_encoder
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from pgjobs import admin, browse, db, migrate, queries
+from pgjobs import stats as read_model
+from pgjobs.errors import ConfigurationError, SchemaMissing
+from pgjobs.maintenance.registry import STALE_AFTER
+from pgjobs.models import JobHistory, JobStatus
+from pgjobs.tasks import MAX_KEY_BYTES, JobSpec
+from pgjobs.web import models
+from pgjobs.web.app import API_PREFIX, Backend, backend, check_token
+from pgjobs.web.auth import READ_METHODS
+from pgjobs.web.errors import ApiError, responses
+
+ENV_METRICS_PUBLIC = "PGJOBS_METRICS_PUBLIC"
+
+_bearer = HTTPBearer(
+    auto_error=False,
+    description="A token of $PGJOBS_API_TOKENS (or a read-only one, for GET routes).",
+)
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+Server = Annotated[Backend, Depends(backend)]
+
+
+async def authorize(request: Request, credentials: Credentials) -> None:
+    """Every /api/v1 route: a token, and a full one unless the method only reads."""
+    check_token(request, credentials, write=request.method not in READ_METHODS)
+
+
+router = APIRouter(
+    prefix=API_PREFIX,
+    dependencies=[Depends(authorize)],
+    responses=responses(401, 403, 422, 500, 503),
+)
+health_router = APIRouter()
+
+JobIdPath = Annotated[int, Path(ge=1, le=models.MAX_JOB_ID, description="The job id.")]
+QueueQuery = Annotated[models.Name | None, Query(description="Only this queue.")]
+TaskQuery = Annotated[models.Name | None, Query(description="Only this task.")]
+_WRITES = responses(400, 413, 415)
+
+
+def _job(history: JobHistory) -> models.Job:
+    return models.Job.model_validate(history)
+
+
+# -- jobs -----------------------------------------------------------------------------------------
+
+
+@router.post(
+    "/jobs",
+    status_code=201,
+    response_model=models.Job,
+    responses={**_WRITES, **responses(404)},
+    summary="Enqueue a job",
+)
+def enqueue_job(body: models.JobCreate, server: Server) -> models.Job:
+    """Enqueue one job; answers it (``id`` included). With an ``idempotency_key`` already taken,
+    the job holding it is answered instead, and nothing is enqueued."""
+    with server.connection() as conn:
+        job_id = server.app.enqueue(
+            body.task,
+            body.payload,
+            connection=conn,
+            idempotency_key=body.idempotency_key,
+            **body.enqueue_options(),
+        )
+        return _job(admin.job(conn, job_id))
+
+
+@router.post(
+    "/jobs/batch",
+    status_code=201,
+    response_model=models.JobList,
+    responses=_WRITES,
+    summary="Enqueue many jobs, all or nothing",
+)
+def enqueue_jobs(body: models.JobBatchCreate, server: Server) -> models.JobList:
+    """Enqueue every job in one transaction, or none when one is invalid (the error names it:
+    ``jobs[3].priority``). Answers the jobs in the order given."""
+    specs = [
+        JobSpec(
+            job.task,
+            job.payload,
+            queue=job.queue,
+            priority=job.priority,
+            run_at=job.run_at,
+            run_in=job.delay,
+            max_attempts=job.max_attempts,
+            expires_at=job.expires_at,
+            expires_in=job.expires_in,
+            idempotency_key=job.idempotency_key,
+        )
+        for job in body.jobs
+    ]
+    with server.connection() as conn:
+        ids = server.app.enqueue_many(specs, connection=conn)
+        found = browse.jobs_by_id(conn, ids)
+    return models.JobList(jobs=[_job(job) for job in found])
+
+
+@router.put(
+    "/jobs/{key}",
+    status_code=201,
+    response_model=models.Job,
+    responses={
+        200: {"model": models.Job, "description": "The job enqueued earlier under this key"},
+        **_WRITES,
+    },
+    summary="Enqueue a job under a key of your choosing, idempotently",
+)
+def put_job(
+    key: Annotated[
+        models.Text,
+        Path(min_length=1, max_length=MAX_KEY_BYTES, description="The idempotency key."),
+    ],
+    body: models.JobOptions,
+    server: Server,
+    response: Response,
+) -> models.Job:
+    """Enqueue the job under idempotency key ``key``: 201 the first time, then 200 with the same
+    job on every retry of the request, wherever the job is by then (the body of a retry is not
+    compared with the first one)."""
+    with server.connection() as conn:
+        with conn.transaction():
+            job_id = server.app.enqueue(
+                body.task,
+                body.payload,
+                connection=conn,
+                idempotency_key=key,
+                **body.enqueue_options(),
+            )
+            created = browse.job_is_new(conn, job_id)
+        response.status_code = 201 if created else 200
+        return _job(admin.job(conn, job_id))
+
+
+@router.get(
+    "/jobs",
+    response_model=models.JobPage,
+    responses=responses(400),
+    summary="List jobs by state, queue, task and time, newest first",
+)
+def list_jobs(
+    server: Server,
+    state: Annotated[
+        list[JobStatus] | None,
+        Query(description="Only jobs in these states (repeat the parameter for several)."),
+    ] = None,
+    queue: QueueQuery = None,
+    task: TaskQuery = None,
+    since: Annotated[
+        datetime | None,
+        Query(description="Entered its table at or after (ISO 8601 with a timezone)."),
+    ] = None,
+    until: Annotated[datetime | None, Query(description="Entered its table before.")] = None,
+    limit: Annotated[int, Query(ge=1, le=browse.MAX_PAGE_SIZE)] = browse.DEFAULT_PAGE_SIZE,
+    cursor: Annotated[
+        str | None, Query(max_length=200, description="next_cursor of the previous page.")
+    ] = None,
+) -> models.JobPage:
+    """Jobs wherever they are, newest first by the moment each entered its table (created or
+    redriven for queued jobs, finished for archived ones, failed for dead ones). Page with
+    ``cursor``: ``next_cursor`` is null on the last page."""
+    with server.connection() as conn:
+        page = browse.jobs(
+            conn,
+            states=state,
+            queue=queue,
+            task=task,
+            since=since,
+            until=until,
+            limit=limit,
+            cursor=cursor,
+        )
+    return models.JobPage(
+        jobs=[models.JobSummary.model_validate(job) for job in page.jobs],
+        next_cursor=page.next_cursor,
+    )
+
+
+@router.get(
+    "/jobs/{job_id}",
+    response_model=models.Job,
+    responses=responses(404),
+    summary="A job, wherever it is",
+)
+def get_job(job_id: JobIdPath, server: Server) -> models.Job:
+    """A job queued, running, archived or dead, with its whole record, as `pgjobs job show`."""
+    with server.connection() as conn:
+        return _job(admin.job(conn, job_id))
+
+
+@router.post(
+    "/jobs/{job_id}/cancel",
+    response_model=models.Job,
+    responses={**_WRITES, **responses(404, 409)},
+    summary="Cancel a queued job",
+)
+def cancel_job(
+    job_id: JobIdPath,
+    server: Server,
+    force: Annotated[bool, Query(description="As the body's force.")] = False,
+    body: Annotated[models.CancelRequest | None, Body()] = None,
+) -> models.Job:
+    """Archive a queued job as cancelled, unrun. A running job: 409, unless ``force`` (query or
+    body): its handler runs on, but its outcome is discarded. A finished job: 409."""
+    with server.connection() as conn:
+        return _job(admin.cancel(conn, job_id, force=force or (body is not None and body.force)))
+
+
+@router.post(
+    "/jobs/{job_id}/replay",
+    status_code=201,
+    response_model=models.Job,
+    responses={**_WRITES, **responses(404, 409)},
+    summary="Enqueue a finished or dead job again",
+)
+def replay_job(job_id: JobIdPath, server: Server) -> models.Job:
+    """Enqueue a finished or dead job again as a new job (``replay_of`` = this id), answered
+    with 201. A job still queued: 409."""
+    with server.connection() as conn:
+        return _job(admin.job(conn, admin.replay(conn, job_id)))
+
+
+@router.post(
+    "/jobs/{job_id}/outcome",
+    response_model=models.Job,
+    responses={**_WRITES, **responses(404, 409)},
+    summary="Report the outcome of an external job's attempt",
+)
+def report_outcome(job_id: JobIdPath, body: models.OutcomeReport, server: Server) -> models.Job:
+    """Settle the running attempt ``attempt`` of an external job: archived on success; on
+    failure retried with backoff (when ``retryable`` and attempts remain) or dead-lettered.
+    A report for an attempt that is not the current one, or whose lease is over, changes
+    nothing: 409 ``stale_outcome``."""
+    with server.connection() as conn:
+        retry = None
+        if server.app_given and server.app.tasks:
+            task = server.app.tasks.get(admin.job(conn, job_id).task)
+            retry = task.retry if task is not None else None
+        settled = admin.report_outcome(
+            conn,
+            job_id,
+            attempt=body.attempt,
+            status=body.status,
+            retryable=body.retryable,
+            error=body.error,
+            result=body.result,
+            retry=retry,
+        )
+    return _job(settled)
+
+
+# -- dead letters ---------------------------------------------------------------------------------
+
+
+def _dead_filter(
+    ids: list[int] | None,
+    queue: str | None,
+    task: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    error: str | None,
+    fingerprint: str | None,
+) -> admin.DeadFilter:
+    for name, moment in (("since", since), ("until", until)):
+        if moment is not None and (moment.tzinfo is None or moment.utcoffset() is None):
+            raise ConfigurationError(f"{name} must carry a timezone, got {moment}", field=name)
+    return admin.DeadFilter(
+        ids=tuple(ids) if ids else None,
+        queue=queue,
+        task=task,
+        since=since,
+        until=until,
+        error=error,
+        fingerprint=fingerprint,
+    )
+
+
+ErrorQuery = Annotated[
+    models.Text | None,
+    Query(min_length=1, max_length=1000, description="The error message contains this."),
+]
+FingerprintQuery = Annotated[
+    models.Text | None,
+    Query(min_length=1, max_length=1000, description="An error fingerprint, or its 8-digit id."),
+]
+SinceQuery = Annotated[datetime | None, Query(description="Failed at or after (ISO 8601).")]
+UntilQuery = Annotated[datetime | None, Query(description="Failed before (ISO 8601).")]
+
+
+@router.get(
+    "/dead-letters",
+    response_model=models.DeadJobList,
+    summary="Dead jobs, newest first",
+)
+def list_dead_letters(
+    server: Server,
+    queue: QueueQuery = None,
+    task: TaskQuery = None,
+    since: SinceQuery = None,
+    until: UntilQuery = None,
+    error: ErrorQuery = None,
+    fingerprint: FingerprintQuery = None,
+    limit: Annotated[int, Query(ge=1, le=browse.MAX_PAGE_SIZE)] = admin.DEFAULT_LIST_LIMIT,
+    tracebacks: Annotated[bool, Query(description="Include each job's traceback.")] = False,
+) -> models.DeadJobList:
+    """Dead jobs matching the filters of `pgjobs dead list`, newest first, at most ``limit``."""
+    where = _dead_filter(None, queue, task, since, until, error, fingerprint)
+    with server.connection() as conn:
+        found = admin.dead_jobs(conn, where, limit=limit, tracebacks=tracebacks)
+    return models.DeadJobList(dead_letters=[models.DeadJob.model_validate(job) for job in found])
+
+
+@router.get(
+    "/dead-letters/groups",
+    response_model=models.DeadGroupList,
+    summary="Dead jobs counted by task and error fingerprint",
+)
+def dead_letter_groups(
+    server: Server,
+    queue: QueueQuery = None,
+    task: TaskQuery = None,
+    since: SinceQuery = None,
+    until: UntilQuery = None,
+    error: ErrorQuery = None,
+    fingerprint: FingerprintQuery = None,
+) -> models.DeadGroupList:
+    """Dead jobs matching the filters, counted by task and error fingerprint, largest first."""
+    where = _dead_filter(None, queue, task, since, until, error, fingerprint)
+    with server.connection() as conn:
+        groups = admin.dead_groups(conn, where)
+    return models.DeadGroupList(groups=[models.DeadGroup.model_validate(g) for g in groups])
+
+
+@router.get(
+    "/dead-letters/{job_id}",
+    response_model=models.DeadJob,
+    responses=responses(404),
+    summary="One dead job, with its traceback",
+)
+def get_dead_letter(job_id: JobIdPath, server: Server) -> models.DeadJob:
+    with server.connection() as conn:
+        return models.DeadJob.model_validate(admin.dead_job(conn, job_id))
+
+
+@router.post(
+    "/dead-letters/redrive",
+    response_model=models.SelectionResult,
+    responses={**_WRITES, **responses(404)},
+    summary="Move dead jobs back to the queue",
+)
+def redrive_dead_letters(
+    body: models.DeadSelectionRequest, server: Server
+) -> models.SelectionResult:
+    """Move the dead jobs named (``ids``: all must be dead, else 404 and nothing moves) or
+    matching the filters back to the queue, ready now with fresh attempts, in batches of
+    ``batch_size`` (each one transaction). ``dry_run``: the count and ids that would move."""
+    return _move(body, server, "redrive", admin.redrive_batches)
+
+
+@router.post(
+    "/dead-letters/purge",
+    response_model=models.SelectionResult,
+    responses={**_WRITES, **responses(404)},
+    summary="Delete dead jobs for good",
+)
+def purge_dead_letters(body: models.PurgeRequest, server: Server) -> models.SelectionResult:
+    """Delete dead jobs for good, selected as for a redrive. Needs ``"confirm": "purge"``
+    unless ``dry_run``."""
+    if not body.dry_run and body.confirm != "purge":
+        raise ApiError(
+            422,
+            "confirmation_required",
+            'a purge deletes dead jobs for good: add "confirm": "purge" to the request '
+            '(or "dry_run": true to see what it would delete)',
+            field="confirm",
+        )
+    return _move(body, server, "purge", admin.purge_batches)
+
+
+def _move(
+    body: models.DeadSelectionRequest, server: Server, verb: str, batches: Any
+) -> models.SelectionResult:
+    where = _dead_filter(
+        body.ids, body.queue, body.task, body.since, body.until, body.error, body.fingerprint
+    )
+    if where.matches_all and not body.all:
+        raise ConfigurationError(
+            f"name the dead jobs to {verb}: ids, or filters (queue, task, since, until, error, "
+            'fingerprint), or "all": true for every dead job',
+            field="ids",
+        )
+    with server.connection() as conn:
+        selection = admin.select_dead(conn, where)
+        if body.dry_run:
+            return models.SelectionResult(
+                dry_run=True, count=selection.count, ids=list(selection.ids)
+            )
+        moved = [
+            job_id
+            for batch in batches(conn, selection, batch_size=body.batch_size)
+            for job_id in batch
+        ]
+    return models.SelectionResult(dry_run=False, count=len(moved), ids=moved)
+
+
+# -- stats and workers ----------------------------------------------------------------------------
+
+
+@router.get(
+    "/stats",
+    response_model=None,
+    responses={
+        200: {
+            "model": list[models.QueueStats] | models.StatsVerbose,
+            "description": "The document of `pgjobs stats --json` (with verbose: --verbose)",
+        }
+    },
+    summary="Queue statistics, as `pgjobs stats --json`",
+)
+def get_stats(
+    server: Server,
+    verbose: Annotated[
+        bool, Query(description="Also workers, orphaned leases, tables and partitions.")
+    ] = False,
+) -> JSONResponse:
+    """Per queue: ready, scheduled, running, dead, finished and failed in the last hour,
+    throughput and retry rate over the last minute, the oldest ready job's age."""
+    with server.connection() as conn:
+        snap = read_model.snapshot(conn, verbose=verbose)
+    return JSONResponse(jsonable_encoder(read_model.as_json(snap, verbose=verbose)))
+
+
+@router.get("/workers", response_model=models.WorkerList, summary="Live workers")
+def list_workers(server: Server) -> models.WorkerList:
+    """Workers that sent a heartbeat recently, with the jobs each one runs."""
+    with server.connection() as conn:
+        rows = db.fetch_all(conn, queries.WORKERS_LIVE, {"stale_after": STALE_AFTER})
+    workers = [dataclasses.asdict(db.worker_info_from_row(row)) for row in rows]
+    return models.WorkerList(workers=[models.Worker.model_validate(w) for w in workers])
+
+
+# -- health ---------------------------------------------------------------------------------------
+
+
+@health_router.get(
+    "/healthz", response_model=models.Health, summary="The process is up (no database)"
+)
+async def healthz() -> models.Health:
+    return models.Health(status="ok")
+
+
+@health_router.get(
+    "/readyz",
+    response_model=models.Health,
+    responses=responses(500, 503),
+    summary="The database is reachable and its pgjobs schema is at this release's head",
+)
+def readyz(server: Server) -> models.Health:
+    with server.connection() as conn:
+        revision = db.schema_revision(conn)
+    if revision != migrate.head():
+        where = "missing" if revision is None else f"at revision {revision}"
+        raise SchemaMissing(
+            f"the pgjobs schema is {where}, this server needs {migrate.head()}: "
+            "run `pgjobs migrate`"
+        )
+    return models.Health(status="ready")
+
+
+def metrics_public_from_env() -> bool:
+    """Whether $PGJOBS_METRICS_PUBLIC lets /metrics answer without a token."""
+    return os.environ.get(ENV_METRICS_PUBLIC, "").strip().lower() in ("1", "true", "yes")

@@ -1,0 +1,321 @@
+"""The HTTP API's request and response bodies, as pydantic models.
+
+They carry the types and the simple bounds, so that the OpenAPI document tells clients what is
+accepted; every value then goes through pgjobs' own validation (``JobSpec`` and the producer for
+jobs, ``DeadFilter`` for dead-letter filters), which has the last word.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, Strict
+
+from pgjobs import admin, browse
+from pgjobs.models import DeadReason, JobStatus
+from pgjobs.tasks import (
+    MAX_ATTEMPTS_LIMIT,
+    MAX_KEY_BYTES,
+    MAX_NAME_LENGTH,
+    MAX_SECONDS,
+    PRIORITY_RANGE,
+)
+
+#: The largest job id PostgreSQL's bigint holds.
+MAX_JOB_ID = 2**63 - 1
+#: Jobs one batch enqueue may carry; the body limit usually binds first.
+MAX_BATCH_JOBS = 10_000
+#: Characters of an error message an outcome report may carry (the rest is cut by the client).
+MAX_ERROR_LENGTH = 100_000
+
+
+def _text(value: str) -> str:
+    """Refuse text PostgreSQL cannot store: a NUL character, or a lone surrogate (JSON's
+    ``"\\ud800"``), which is not valid UTF-8."""
+    if "\x00" in value:
+        raise ValueError("holds a NUL character, which PostgreSQL refuses")
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise ValueError("holds a lone surrogate, which is not valid UTF-8") from None
+    return value
+
+
+#: Text PostgreSQL can store.
+Text = Annotated[str, AfterValidator(_text)]
+Name = Annotated[Text, Field(min_length=1, max_length=MAX_NAME_LENGTH)]
+JobId = Annotated[int, Strict(), Field(ge=1, le=MAX_JOB_ID)]
+Seconds = Annotated[float, Strict(), Field(ge=0, le=MAX_SECONDS)]
+Whole = Annotated[int, Strict()]
+Flag = Annotated[bool, Strict()]
+
+
+class _Request(BaseModel):
+    # An unknown field is a typing error of the client (run_in for delay): refuse it.
+    model_config = ConfigDict(extra="forbid")
+
+
+class JobOptions(_Request):
+    """A job to enqueue, without its idempotency key (``PUT /jobs/{key}`` takes it from the
+    path). Options left out take the task's defaults (with ``--app``), else pgjobs'."""
+
+    task: Name = Field(description="The task's registered name.")
+    payload: dict[str, Any] = Field(
+        default_factory=dict, description="The handler's keyword arguments, a JSON object."
+    )
+    queue: Name | None = Field(None, description="Default: the task's queue, else `default`.")
+    priority: Whole = Field(
+        0, ge=PRIORITY_RANGE[0], le=PRIORITY_RANGE[1], description="Higher runs first."
+    )
+    run_at: AwareDatetime | None = Field(
+        None, description="When to run it (ISO 8601 with a timezone). Or `delay`."
+    )
+    delay: Seconds | None = Field(None, description="Seconds from now to run it. Or `run_at`.")
+    max_attempts: Whole | None = Field(None, ge=1, le=MAX_ATTEMPTS_LIMIT)
+    expires_at: AwareDatetime | None = Field(
+        None, description="Archive it as expired, unrun, if not started by then. Or `expires_in`."
+    )
+    expires_in: Seconds | None = Field(None, description="Seconds from now until it expires.")
+
+    def enqueue_options(self) -> dict[str, Any]:
+        """The keyword arguments of ``App.enqueue`` (``delay`` is its ``run_in``)."""
+        return {
+            "queue": self.queue,
+            "priority": self.priority,
+            "run_at": self.run_at,
+            "run_in": self.delay,
+            "max_attempts": self.max_attempts,
+            "expires_at": self.expires_at,
+            "expires_in": self.expires_in,
+        }
+
+
+class JobCreate(JobOptions):
+    """A job to enqueue."""
+
+    idempotency_key: Text | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_KEY_BYTES,
+        description="A second enqueue with the same key returns the existing job.",
+    )
+
+
+class JobBatchCreate(_Request):
+    """Jobs to enqueue in one transaction: all of them, or none when one is invalid."""
+
+    jobs: list[JobCreate] = Field(min_length=1, max_length=MAX_BATCH_JOBS)
+
+
+class CancelRequest(_Request):
+    force: Flag = Field(
+        False,
+        description="Cancel even a running job: its handler runs on, its outcome is discarded.",
+    )
+
+
+class OutcomeReport(_Request):
+    """What an external worker reports about the attempt it was given."""
+
+    attempt: Whole = Field(ge=1, le=MAX_ATTEMPTS_LIMIT, description="The attempt delivered.")
+    status: Literal["succeeded", "failed"]
+    retryable: Flag = Field(True, description="A failure may be retried (attempts permitting).")
+    error: Annotated[Text, Field(max_length=MAX_ERROR_LENGTH)] | None = None
+    result: Any = Field(None, description="Any JSON value, kept with the archived job.")
+
+
+class DeadSelectionRequest(_Request):
+    """Which dead jobs to redrive or purge: ids, or filters (the CLI's), or ``all``."""
+
+    ids: list[JobId] | None = Field(None, min_length=1, max_length=browse.MAX_IDS)
+    queue: Name | None = None
+    task: Name | None = None
+    since: AwareDatetime | None = Field(None, description="Failed at or after.")
+    until: AwareDatetime | None = Field(None, description="Failed before.")
+    error: Annotated[Text, Field(min_length=1, max_length=1000)] | None = Field(
+        None, description="The error message contains this (any case)."
+    )
+    fingerprint: Annotated[Text, Field(min_length=1, max_length=1000)] | None = Field(
+        None, description="An error fingerprint, or its 8-digit id (see /dead-letters/groups)."
+    )
+    all: Flag = Field(False, description="Without ids or filters: every dead job.")
+    dry_run: Flag = Field(False, description="Answer what would change; change nothing.")
+    batch_size: Whole = Field(admin.DEFAULT_BATCH_SIZE, ge=1, le=100_000)
+
+
+class PurgeRequest(DeadSelectionRequest):
+    confirm: Literal["purge"] | None = Field(
+        None, description='Required, as "purge", unless dry_run: a purge deletes for good.'
+    )
+
+
+# -- responses ----------------------------------------------------------------------------------
+
+
+class _Response(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+
+class JobSummary(_Response):
+    """A job wherever it is. Columns its table does not have are null (``lease_*`` outside
+    queued_jobs, ``worker``/``finished_at`` in queued_jobs, ``reason``/``error_type`` outside
+    dead_letter)."""
+
+    id: int
+    table: Literal["queued_jobs", "archived_jobs", "dead_letter"]
+    status: JobStatus
+    queue: str
+    task: str
+    payload: dict[str, Any]
+    priority: int
+    run_at: datetime
+    attempts: int
+    max_attempts: int
+    created_at: datetime
+    expires_at: datetime | None
+    idempotency_key: str | None
+    last_error: str | None
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    worker: str | None
+    finished_at: datetime | None
+    reason: DeadReason | None
+    error_type: str | None
+    redrive_count: int
+    redriven_at: datetime | None
+    replay_of: int | None
+    started_at: datetime | None = None
+
+
+class Job(JobSummary):
+    """A job with its whole record, as `pgjobs job show` has it."""
+
+    result: Any = None
+    traceback: str | None = None
+    replays: list[int] = Field(default_factory=list)
+
+
+class JobPage(BaseModel):
+    jobs: list[JobSummary]
+    next_cursor: str | None = Field(
+        description="Pass as `cursor` (with the same filters) for the next page; null: last page."
+    )
+
+
+class JobList(BaseModel):
+    jobs: list[Job]
+
+
+class DeadJob(_Response):
+    id: int
+    queue: str
+    task: str
+    payload: dict[str, Any]
+    priority: int
+    run_at: datetime
+    attempts: int
+    max_attempts: int
+    reason: DeadReason
+    error_type: str | None
+    last_error: str | None
+    traceback: str | None
+    worker: str | None
+    created_at: datetime
+    failed_at: datetime
+    expires_at: datetime | None
+    idempotency_key: str | None
+    redrive_count: int
+    redriven_at: datetime | None
+    replay_of: int | None
+    fingerprint: str
+    fingerprint_id: str
+    started_at: datetime | None = None
+
+
+class DeadJobList(BaseModel):
+    dead_letters: list[DeadJob]
+
+
+class DeadGroup(_Response):
+    task: str
+    fingerprint: str
+    fingerprint_id: str
+    count: int
+    first_failed_at: datetime
+    last_failed_at: datetime
+    queues: list[str]
+    latest_id: int
+
+
+class DeadGroupList(BaseModel):
+    groups: list[DeadGroup]
+
+
+class SelectionResult(BaseModel):
+    dry_run: bool
+    count: int = Field(description="Jobs moved (or deleted); with dry_run, that would be.")
+    ids: list[int]
+
+
+class Worker(_Response):
+    id: str
+    host: str
+    pid: int
+    queues: list[str]
+    concurrency: int
+    started_at: datetime
+    last_seen_at: datetime
+    running: int
+    uptime: float
+    last_seen_age: float
+
+
+class WorkerList(BaseModel):
+    workers: list[Worker]
+
+
+class QueueStats(BaseModel):
+    """One queue of `pgjobs stats --json`."""
+
+    queue: str
+    ready: int
+    scheduled: int
+    running: int
+    dead: int
+    finished_last_hour: int
+    failed_last_hour: int
+    oldest_ready_age: float | None
+    finished_last_minute: int
+    failed_last_minute: int
+    retried_last_minute: int
+    ran_last_minute: int
+    throughput_per_second: float
+    retry_rate: float | None
+
+
+class StatsVerbose(BaseModel):
+    """`pgjobs stats --json --verbose`."""
+
+    queues: list[QueueStats]
+    workers: list[Worker]
+    orphaned_leases: dict[str, Any]
+    tables: list[dict[str, Any]]
+    archive_partitions: list[dict[str, Any]]
+    archive_default_rows: int | None
+
+
+class Health(BaseModel):
+    status: Literal["ok", "ready"]
+
+
+class ErrorDetail(BaseModel):
+    code: str = Field(description="Stable, for programs: e.g. job_not_found, stale_outcome.")
+    message: str = Field(description="For people: the problem and, where there is one, the fix.")
+    field: str | None = Field(description="The input at fault (e.g. priority, jobs[3].run_at).")
+
+
+class ErrorResponse(BaseModel):
+    """The one shape of every error the API answers."""
+
+    error: ErrorDetail
