@@ -121,9 +121,10 @@ class _Seen:
             self.at.insert(i, at)
             self.ids.insert(i, job_id)
 
-    def after(self, at: int) -> int:
-        """How many rows are later than ``at``."""
-        return len(self.at) - bisect.bisect_right(self.at, at)
+    def after(self, at: int) -> tuple[int, int]:
+        """How many rows are later than ``at``, and the sum of their ids."""
+        i = bisect.bisect_right(self.at, at)
+        return len(self.at) - i, sum(self.ids[i:])
 
     def forget_until(self, at: int) -> None:
         """Forget the rows at ``at`` or earlier."""
@@ -172,14 +173,16 @@ class _Reader:
         lower = max(cursor[0] - timedelta(seconds=overlap), self.floor)
         window = {"lower": lower, "upper": cursor[0], "upper_id": cursor[1]}
         lower_us = _micros(lower)
-        expected = self.seen.after(lower_us) + sum(1 for r in page if r.at > lower)
-        ((present,),) = db.fetch_all(conn, self.window_count, window)
+        count, ids = self.seen.after(lower_us)
+        in_window = [r.id for r in page if r.at > lower]
+        expected = (count + len(in_window), ids + sum(in_window))
+        ((present, present_ids),) = db.fetch_all(conn, self.window_count, window)
         late: list[_Finished] = []
-        if present != expected:
+        if (present, int(present_ids)) != expected:
             # Rows that committed after the cursor passed their time (or rows since deleted:
             # a redrive empties dead_letter). Read the window and keep the ids never counted.
             known = self.seen.id_set() | {r.id for r in page}
-            rows = db.fetch_all(conn, self.window, {**window, "limit": expected + batch})
+            rows = db.fetch_all(conn, self.window, {**window, "limit": expected[0] + batch})
             late = [f for f in (_Finished(*row) for row in rows) if f.id not in known]
         return _Advance(page + late, cursor, lower_us, behind=len(page) == batch)
 

@@ -272,6 +272,29 @@ def test_a_row_that_commits_late_is_counted_once(conn, pool, dsn) -> None:
     assert finished(scrape(metrics, pool), "succeeded") == 6
 
 
+def test_a_late_row_is_found_when_another_row_left_the_window(conn, pool, dsn) -> None:
+    """A dead job purged and a late one committed between two refreshes leave the window's row
+    count as it was; the sum of its ids tells them apart."""
+    metrics = QueueMetrics(ttl=0, hold=0, overlap=60)
+    scrape(metrics, pool)
+    first, late, last = (
+        int(r[0])
+        for r in conn.execute(
+            "INSERT INTO queued_jobs (task) SELECT 't' FROM generate_series(1, 3) RETURNING id"
+        ).fetchall()
+    )
+    conn.execute(_BURY, {"ids": [first]})
+    assert finished(scrape(metrics, pool), "dead") == 1
+    with psycopg.connect(dsn.url) as slow:
+        slow.execute(_BURY, {"ids": [late]})
+        conn.execute(_BURY, {"ids": [last]})
+        assert finished(scrape(metrics, pool), "dead") == 2
+        conn.execute("DELETE FROM dead_letter WHERE id = %s", [first])
+        slow.commit()
+    assert finished(scrape(metrics, pool), "dead") == 3
+    assert finished(scrape(metrics, pool), "dead") == 3
+
+
 def test_a_row_later_than_the_overlap_is_missed(conn, pool, dsn) -> None:
     """What the overlap buys: without it the same late rows are never counted."""
     metrics = QueueMetrics(ttl=0, hold=0, overlap=0)
