@@ -932,6 +932,7 @@ ORDER BY last_seen_at
 LIMIT %(limit)s
 """
 
+
 # -- Queue metrics for pgjobs serve (pgjobs.web.metrics) -----------------------------------------
 #
 # Read every few seconds by `pgjobs serve`'s /metrics, so each one is cheap at any size:
