@@ -1,0 +1,310 @@
+"""``pgjobs.testing``, the pytest plugin users get with pgjobs: the example app's complete test file
+runs in a pytest of its own (the plugin loaded by its entry point, or by ``-p``), a failing
+assertion shows what was enqueued, and each helper holds against the real PostgreSQL: ``drain``
+settles outcomes as a worker does (retries, dead-lettering, unknown tasks, payloads that do not
+fit), ``include_scheduled`` and ``now`` advance the clock, ``eager`` needs no database."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import pgjobs
+from pgjobs import App, JobSpec, testing
+from pgjobs.dsn import Dsn
+from pgjobs.testing import assert_enqueued, assert_not_enqueued, drain, eager, enqueued_jobs
+from tests.helpers import REPO, assert_one_home, count, scalar
+
+EXAMPLE = "examples/testing_example/test_shop.py"
+MakeApp = Callable[..., App]
+
+
+def pytest_run(
+    server_url: str, *args: str, cwd: Path = REPO, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """``pytest ARGS`` in a process of its own, on the test server, without this repo's
+    conftest (the plugin alone provides the fixtures)."""
+    environ = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL",)}
+    environ.update(PGJOBS_TEST_DSN=server_url, **env)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        cwd=cwd,
+        env=environ,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=240,  # a bound on a hang, not a measurement
+    )
+
+
+# -- the plugin, as users run it -----------------------------------------------------------------
+
+
+def test_the_example_test_file_passes_with_the_plugin_from_its_entry_point(server_url):
+    done = pytest_run(server_url, "-q", EXAMPLE)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "8 passed" in done.stdout, done.stdout
+
+
+def test_the_plugin_loads_with_dash_p_when_autoload_is_off(server_url):
+    done = pytest_run(
+        server_url,
+        "-q",
+        "-p",
+        "pgjobs.testing",
+        "-p",
+        "pytest_timeout",
+        EXAMPLE,
+        "-k",
+        "sign_up or eager",
+        PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "3 passed" in done.stdout, done.stdout
+
+
+FAILING = """
+from pgjobs.testing import assert_enqueued, assert_not_enqueued
+
+def test_wrong_task(pgjobs_app):
+    app = pgjobs_app()
+    app.enqueue("emails.welcome", {"to": "ada@example.com", "lang": "en"}, queue="emails")
+    assert_enqueued(app, "emails.goodbye", {"to": "ada@example.com"})
+
+def test_unexpected_job(pgjobs_database):
+    from pgjobs import App
+    with App(pgjobs_database.url) as app:
+        app.enqueue("reports.build", {"id": 7}, run_in=3600)
+        assert_not_enqueued(app, "reports.build")
+"""
+
+
+def test_a_failing_assertion_shows_what_was_enqueued(server_url, tmp_path):
+    (tmp_path / "test_failing.py").write_text(textwrap.dedent(FAILING))
+    done = pytest_run(server_url, "-q", "--rootdir", str(tmp_path), str(tmp_path), cwd=tmp_path)
+    out = done.stdout
+    assert done.returncode == 1, out + done.stderr
+    assert "2 failed" in out, out
+    assert (
+        "AssertionError: expected at least 1 job(s) of task 'emails.goodbye' with payload holding "
+        '{"to": "ada@example.com"}, found 0; enqueued (1):' in out
+    ), out
+    assert (
+        "#1 emails.welcome (queue 'emails', ready, attempt 0/5) "
+        '{"lang": "en", "to": "ada@example.com"}' in out
+    ), out
+    assert "AssertionError: expected no job of task 'reports.build', found 1 (#1)" in out, out
+    assert "#1 reports.build (queue 'default', scheduled, attempt 0/5)" in out, out
+
+
+# -- the helpers, in process ---------------------------------------------------------------------
+
+
+def test_pgjobs_database_is_migrated_and_empty(pgjobs_database, conn):
+    assert isinstance(pgjobs_database, Dsn)
+    assert pgjobs_database.url != conn.info.dsn  # a database of its own
+    with App(pgjobs_database.url) as app:
+        assert enqueued_jobs(app) == []
+        app.enqueue("t", {})
+        assert len(enqueued_jobs(pgjobs_database)) == 1
+
+
+def test_pgjobs_app_binds_an_app_and_gives_it_back(pgjobs_app, pgjobs_database):
+    app = App("postgresql://nobody@127.0.0.1:1/elsewhere")
+
+    @app.task(name="t")
+    def t() -> None: ...
+
+    assert pgjobs_app(app) is app
+    assert app.dsn == pgjobs_database
+    app.enqueue("t")
+    assert_enqueued(app, "t", count=1)
+    fresh = pgjobs_app(check_task_names=False)
+    assert fresh.dsn.url == pgjobs_database.url
+    with pytest.raises(pgjobs.ConfigurationError):
+        pgjobs_app(app, pool_size=3)
+
+
+def test_enqueued_jobs_filters_by_task_queue_and_payload(make_app: MakeApp, dsn):
+    app = make_app()
+
+    @app.task(name="mail", queue="emails")
+    def mail(to: str, meta: dict[str, Any]) -> None: ...
+
+    app.enqueue(mail, {"to": "a", "meta": {"lang": "en", "tags": ["x"]}})
+    app.enqueue(mail, {"to": "b", "meta": {"lang": "fr"}}, queue="slow")
+    assert [j.payload["to"] for j in enqueued_jobs(app, mail)] == ["a", "b"]
+    assert [j.payload["to"] for j in enqueued_jobs(app, queue="slow")] == ["b"]
+    assert [
+        j.payload["to"] for j in enqueued_jobs(dsn.url, "mail", None, {"meta": {"lang": "en"}})
+    ] == ["a"]
+    assert enqueued_jobs(app, payload_subset={"meta": {"tags": ("x",)}})[0].payload["to"] == "a"
+    assert enqueued_jobs(app, "other") == []
+    assert_enqueued(app, mail, count=2)
+    assert_enqueued(app, "mail", {"to": "b"}, queue="slow", count=1)
+    with pytest.raises(AssertionError, match=r"expected 3 job\(s\) of task 'mail', found 2"):
+        assert_enqueued(app, "mail", count=3)
+    assert_not_enqueued(app, "mail", {"to": "c"})
+    with pytest.raises(pgjobs.ConfigurationError):
+        enqueued_jobs(42)  # type: ignore[arg-type]
+    with pytest.raises(pgjobs.ConfigurationError):
+        enqueued_jobs(app, payload_subset=["to"])  # type: ignore[arg-type]
+
+
+def test_drain_runs_sync_and_async_handlers_as_a_worker(make_app: MakeApp, conn):
+    app = make_app()
+    seen: list[tuple[str, int, int]] = []
+
+    @app.task(name="sync")
+    def sync_task(n: int) -> int:
+        seen.append(("sync", n, pgjobs.current_job().job.attempts))
+        return n * 2
+
+    @app.task(name="async", queue="other")
+    async def async_task(n: int) -> dict[str, int]:
+        await asyncio.sleep(0)
+        seen.append(("async", n, pgjobs.current_job().job.attempts))
+        return {"n": n}
+
+    ids = app.enqueue_many([JobSpec("sync", {"n": 1}), JobSpec("async", {"n": 2})])
+    result = drain(app)
+    assert sorted(result.succeeded) == sorted(ids)
+    assert result.results == {ids[0]: 2, ids[1]: {"n": 2}}
+    assert sorted(seen) == [("async", 2, 1), ("sync", 1, 1)]
+    assert result.runs == 2 and not result.retried and not result.dead
+    assert assert_one_home(conn, ids) == {ids[0]: "archived_jobs", ids[1]: "archived_jobs"}
+    assert scalar(conn, "SELECT result FROM archived_jobs WHERE id = %s", [ids[1]]) == {"n": 2}
+
+
+def test_drain_retries_with_backoff_then_dead_letters(make_app: MakeApp, conn):
+    app = make_app()
+
+    @app.task(name="flaky", max_attempts=3, retry_base=30, retry_cap=60)
+    def flaky() -> None:
+        raise ValueError("still broken")
+
+    job_id = app.enqueue("flaky")
+    first = drain(app)
+    assert [r.attempt for r in first.retried] == [1]
+    assert 15 <= first.retried[0].delay <= 30  # the task's backoff: half to all of retry_base
+    assert first.retried[0].error == "ValueError: still broken"
+    assert not first.dead
+    assert scalar(conn, "SELECT run_at > now() + interval '10 seconds' FROM queued_jobs")
+    assert drain(app).runs == 0  # the retry waits for its time
+
+    rest = drain(app, include_scheduled=True)
+    assert [r.attempt for r in rest.retried] == [2]
+    (dead,) = rest.dead
+    assert (dead.id, dead.attempt, dead.reason) == (job_id, 3, pgjobs.models.DeadReason.EXHAUSTED)
+    assert assert_one_home(conn, [job_id]) == {job_id: "dead_letter"}
+    assert scalar(conn, "SELECT traceback FROM dead_letter").startswith("Traceback")
+
+
+def test_drain_dead_letters_unknown_tasks_and_payloads_that_do_not_fit(make_app: MakeApp, conn):
+    app = make_app(check_task_names=False)
+
+    @app.task(name="known")
+    def known(n: int) -> None: ...
+
+    unknown = app.enqueue("nobody.knows")
+    misfit = app.enqueue("known", {"m": 1})
+    result = drain(app)
+    reasons = {d.id: d.reason for d in result.dead}
+    assert reasons == {unknown: "unknown_task", misfit: "invalid_payload"}
+    assert count(conn, "dead_letter") == 2
+
+
+def test_drain_stops_at_max_jobs(make_app: MakeApp):
+    app = make_app()
+
+    @app.task(name="forever")
+    def forever(n: int) -> None:
+        app.enqueue("forever", {"n": n + 1})
+
+    app.enqueue("forever", {"n": 0})
+    result = drain(app, max_jobs=5)
+    assert result.runs == 5 and len(result.succeeded) == 5
+    assert result.stopped_at_max_jobs
+    assert_enqueued(app, "forever", {"n": 5}, count=1)
+    with pytest.raises(pgjobs.ConfigurationError):
+        drain(app, max_jobs=0)
+
+
+def test_drain_now_runs_what_is_due_by_then(make_app: MakeApp, conn):
+    app = make_app()
+
+    @app.task(name="later")
+    def later() -> None: ...
+
+    soon = app.enqueue("later", run_in=600)
+    tomorrow = app.enqueue("later", run_in=86400)
+    assert drain(app, now=datetime.now(UTC) + timedelta(hours=1)).succeeded == [soon]
+    assert [j.id for j in enqueued_jobs(app)] == [tomorrow]
+    assert drain(app, include_scheduled=True).succeeded == [tomorrow]
+    with pytest.raises(pgjobs.ConfigurationError):
+        drain(app, now=datetime(2030, 1, 1))
+
+
+def test_drain_inside_a_running_event_loop(make_app: MakeApp):
+    app = make_app()
+
+    @app.task(name="a")
+    async def a() -> str:
+        return "done"
+
+    job_id = app.enqueue("a")
+
+    async def an_async_test() -> testing.DrainResult:
+        return drain(app)
+
+    assert asyncio.run(an_async_test()).results == {job_id: "done"}
+
+
+def test_eager_runs_handlers_at_enqueue_and_is_undone_after(make_app: MakeApp, conn):
+    app = make_app()
+    calls: list[Any] = []
+
+    @app.task(name="s")
+    def s(items: list[int]) -> int:
+        calls.append((items, pgjobs.current_job().job.attempts))
+        return sum(items)
+
+    @app.task(name="a")
+    async def a(x: int) -> int:
+        return x + 1
+
+    with eager(app) as ran:
+        first = app.enqueue("s", {"items": (1, 2)})
+        many = app.enqueue_many([JobSpec("a", {"x": 1}), JobSpec("s", {"items": [3]})])
+        with pytest.raises(pgjobs.ConfigurationError, match="priority"):
+            app.enqueue("s", {"items": []}, priority=10**6)
+        with pytest.raises(pgjobs.InvalidPayload):
+            app.enqueue_many([JobSpec("a", {"x": 1}), JobSpec("a", {"x": object()})])
+    assert first < 0 and all(i < 0 for i in many)
+    assert calls == [([1, 2], 1), ([3], 1)]  # the JSON round trip: a tuple arrives as a list
+    assert [(r.task, r.result) for r in ran.runs] == [("s", 3), ("a", 2), ("s", 3)]
+    assert count(conn, "queued_jobs") == 0
+    assert "enqueue" not in app.__dict__
+    assert app.enqueue("s", {"items": [1]}) > 0  # the real enqueue again
+    assert count(conn, "queued_jobs") == 1
+
+
+def test_eager_needs_no_database():
+    app = App("postgresql://nobody@127.0.0.1:1/nowhere")
+
+    @app.task(name="t")
+    def t() -> str:
+        return "ok"
+
+    with eager(app) as ran:
+        app.enqueue(t)
+    assert ran.of(t)[0].result == "ok"
