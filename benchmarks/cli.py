@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 from rich.console import Console
 
-from benchmarks import enqueue, growth, harness, latency, memory, pgcpu, processing, prune
+from benchmarks import api, enqueue, growth, harness, latency, memory, pgcpu, processing, prune
 from benchmarks.harness import BenchDatabase, BenchmarkError, Context, say
 from benchmarks.report import Row, render
 from pgjobs.dsn import Dsn, normalize_dsn, resolve_dsn
@@ -33,6 +33,7 @@ GROUPS: dict[str, tuple[str, Callable[[Context], list[Row]]]] = {
     "growth": ("e", growth.run),
     "pgcpu": ("f", pgcpu.run),
     "prune": ("g", prune.run),  # issue 5: retention of a 1M-row archive
+    "api": ("h", api.run),  # issue 12: enqueue through `pgjobs serve`
 }
 #: Environment variable naming the server to benchmark on (before pgjobs' own variables).
 ENV_DSN = "PGJOBS_BENCH_DSN"
@@ -55,7 +56,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         action="append",
         metavar="NAME",
         help=f"run only this group (repeatable, or comma-separated): {', '.join(GROUPS)} "
-        "(or their letters a-f)",
+        "(or their letters a-h)",
     )
     parser.add_argument(
         "--repeats",

@@ -79,6 +79,9 @@ class Row:
     target: Target | None = None
     note: str = ""
     details: dict[str, Any] = field(default_factory=dict)
+    #: What the reference column holds for this row: raw SQL, or (the api group) pgjobs' own
+    #: Python API measured in the same run.
+    reference: str = "raw"
 
     @property
     def ratio(self) -> float | None:
@@ -94,6 +97,7 @@ class Row:
             "pgjobs": self.pgjobs.to_json() if self.pgjobs else None,
             "raw": self.raw.to_json() if self.raw else None,
             "raw_name": self.raw_name,
+            "reference": self.reference,
             "ratio": self.ratio,
             "target": self.target.to_json() if self.target else None,
             "note": self.note,
@@ -183,7 +187,7 @@ def render(rows: list[Row], machine: list[str], console: Console) -> None:
     for row in rows:
         name = Text(row.name)
         if row.raw_name:
-            name.append(f"\nraw: {row.raw_name}", style="dim")
+            name.append(f"\n{row.reference}: {row.raw_name}", style="dim")
         table.add_row(
             row.group,
             name,
