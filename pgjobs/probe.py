@@ -312,9 +312,10 @@ class ProbeServer:
                 self._serve, host, port, limit=MAX_REQUEST_HEAD
             )
         except OSError as exc:
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
             raise ConfigurationError(
                 f"--http {address_text(host, port)}: cannot listen there: "
-                f"{os.strerror(exc.errno) if exc.errno else exc}",
+                f"{reason[:1].lower()}{reason[1:]}",
                 field="http",
             ) from None
         bound = self._server.sockets[0].getsockname()
