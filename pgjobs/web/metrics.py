@@ -25,6 +25,7 @@ the scrape still answers 200 with the last values read, ``pgjobs_metrics_up 0`` 
 from __future__ import annotations
 
 import bisect
+import logging
 import threading
 import time
 from array import array
@@ -75,6 +76,8 @@ DURATION_BUCKETS = (
 OUTCOMES = (*ArchivedStatus, JobStatus.DEAD)
 #: The states of pgjobs_jobs.
 STATES = (JobStatus.READY, JobStatus.SCHEDULED, JobStatus.RUNNING)
+
+log = logging.getLogger(__name__)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
@@ -345,10 +348,16 @@ class QueueMetrics:
                 # One snapshot: the jobs of each state and the rows read add up.
                 conn.execute(queries.STATS_SNAPSHOT)
                 reading, advances = self._read(conn)
-        except PgjobsError:
+        except PgjobsError as exc:
+            if self._up or not self._errors:  # once per outage, not at every refresh
+                log.warning(
+                    "queue metrics: cannot read the database, serving the last values: %s", exc
+                )
             self._up = False
             self._errors += 1
         else:
+            if not self._up and self._errors:
+                log.warning("queue metrics: the database can be read again")
             assert self._readers is not None
             for reader, advance in zip(self._readers, advances, strict=True):
                 reader.apply(advance)
