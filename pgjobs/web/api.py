@@ -488,6 +488,30 @@ def readyz(server: Server) -> models.Health:
     return models.Health(status="ready")
 
 
+@health_router.get(
+    "/metrics",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "Prometheus' text exposition format (see the README's metric names)",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        },
+        **responses(401, 500, 503),
+    },
+    summary="Queue-level metrics for Prometheus",
+)
+def prometheus_metrics(request: Request, credentials: Credentials, server: Server) -> Response:
+    """Jobs by queue, task and state, dead letters, the oldest ready job's age, workers,
+    finished jobs by outcome, run time and pickup latency; read from the tables at most every
+    few seconds. A token (read-only will do) when tokens are configured, unless the server
+    makes it public ($PGJOBS_METRICS_PUBLIC=1). 503 only until the database was reached once;
+    after that a database outage shows as ``pgjobs_metrics_up 0``."""
+    if not server.metrics_public:
+        check_token(request, credentials, write=False)
+    body, content_type = server.metrics.render(server.pool(), server.dsn)
+    return Response(content=body, media_type=content_type)
+
+
 def metrics_public_from_env() -> bool:
     """Whether $PGJOBS_METRICS_PUBLIC lets /metrics answer without a token."""
     return os.environ.get(ENV_METRICS_PUBLIC, "").strip().lower() in ("1", "true", "yes")

@@ -31,6 +31,7 @@ from pgjobs.errors import ConfigurationError
 from pgjobs.web import errors
 from pgjobs.web.auth import Access, Tokens, load_tokens
 from pgjobs.web.errors import ApiError
+from pgjobs.web.metrics import QueueMetrics
 
 logger = logging.getLogger("pgjobs.web")
 
@@ -67,6 +68,8 @@ class Backend:
         self.app_given = app_given
         self.pool_size = pool_size
         self.metrics_public = metrics_public
+        #: The queue metrics /metrics serves (their counters live as long as the app).
+        self.metrics = QueueMetrics()
         self._pool: psycopg_pool.ConnectionPool[Any] | None = None
         self._lock = threading.Lock()
 

@@ -1,0 +1,90 @@
+"""POST /api/v1/jobs/{id}/outcome: an external worker settles the attempt it was given; the
+attempt number fences the report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from tests.helpers import assert_one_home
+from tests.integration.admin_factories import claim_one
+from tests.web.conftest import TestClient, assert_error
+
+
+def _running(client: TestClient, conn: psycopg.Connection[Any], **options: Any) -> int:
+    job_id = int(client.post("/api/v1/jobs", json={"task": "ext", **options}).json()["id"])
+    claim_one(conn, job_id, owner="external-worker", queue=options.get("queue", "default"))
+    return job_id
+
+
+def test_success_archives_the_job_with_its_result(
+    client: TestClient, conn: psycopg.Connection[Any]
+) -> None:
+    job_id = _running(client, conn)
+    report = {"attempt": 1, "status": "succeeded", "result": {"rows": 12}}
+    response = client.post(f"/api/v1/jobs/{job_id}/outcome", json=report)
+    assert response.status_code == 200, response.text
+    job = response.json()
+    assert (job["status"], job["table"], job["result"]) == (
+        "succeeded",
+        "archived_jobs",
+        {"rows": 12},
+    )
+    # A second report of the same attempt changes nothing.
+    again = client.post(f"/api/v1/jobs/{job_id}/outcome", json=report)
+    assert_error(again, 409, "stale_outcome")
+    assert_one_home(conn, [job_id])
+
+
+def test_failures_retry_or_bury(client: TestClient, conn: psycopg.Connection[Any]) -> None:
+    retried = _running(client, conn)
+    failed = {"attempt": 1, "status": "failed", "error": "downstream said 500"}
+    job = client.post(f"/api/v1/jobs/{retried}/outcome", json=failed).json()
+    assert (job["table"], job["status"], job["last_error"]) == (
+        "queued_jobs",
+        "scheduled",
+        "downstream said 500",
+    )
+
+    buried = _running(client, conn, queue="other")
+    report = {"attempt": 1, "status": "failed", "retryable": False, "error": "bad input"}
+    job = client.post(f"/api/v1/jobs/{buried}/outcome", json=report).json()
+    assert (job["status"], job["reason"]) == ("dead", "non_retryable")
+    assert_one_home(conn, [retried, buried])
+
+
+def test_stale_unknown_and_invalid_reports(
+    client: TestClient, conn: psycopg.Connection[Any]
+) -> None:
+    job_id = _running(client, conn)
+    wrong_attempt = client.post(
+        f"/api/v1/jobs/{job_id}/outcome", json={"attempt": 2, "status": "succeeded"}
+    )
+    assert_error(wrong_attempt, 409, "stale_outcome")
+    conn.execute(
+        "UPDATE queued_jobs SET lease_expires_at = now() - interval '1 second' WHERE id = %s",
+        [job_id],
+    )
+    expired = client.post(
+        f"/api/v1/jobs/{job_id}/outcome", json={"attempt": 1, "status": "succeeded"}
+    )
+    assert_error(expired, 409, "stale_outcome")
+    assert client.get(f"/api/v1/jobs/{job_id}").json()["table"] == "queued_jobs"
+
+    assert_error(
+        client.post("/api/v1/jobs/9999999/outcome", json={"attempt": 1, "status": "succeeded"}),
+        404,
+        "job_not_found",
+    )
+    for body, field in (
+        ({"attempt": 1, "status": "done"}, "status"),
+        ({"attempt": 0, "status": "failed"}, "attempt"),
+        ({"attempt": "1", "status": "failed"}, "attempt"),
+        ({"status": "failed"}, "attempt"),
+        ({"attempt": 1, "status": "failed", "retryable": "no"}, "retryable"),
+        ({"attempt": 1, "status": "failed", "error": "a\x00b"}, "error"),
+    ):
+        assert_error(
+            client.post(f"/api/v1/jobs/{job_id}/outcome", json=body), 422, "validation_error", field
+        )
