@@ -11,6 +11,8 @@ from typing import Any
 import psycopg
 import psycopg_pool
 import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -20,6 +22,7 @@ from pgjobs.errors import ConfigurationError
 from pgjobs.web.metrics import DURATION_BUCKETS, QueueMetrics
 from tests.helpers import assert_one_home, scalar
 from tests.integration.factories import claim, work
+from tests.web.conftest import READ_AUTH
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -362,7 +365,9 @@ def test_concurrent_scrapes_refresh_once(pool, monkeypatch: pytest.MonkeyPatch) 
     assert len(bodies) == 8 and len(set(bodies)) == 1
 
 
-def test_a_failed_refresh_serves_the_last_values(conn, dsn) -> None:
+def test_a_failed_refresh_serves_the_last_values(
+    conn, dsn, caplog: pytest.LogCaptureFixture
+) -> None:
     metrics = QueueMetrics(ttl=0, hold=0)
     pool = db.open_pool(dsn, 1)
     try:
@@ -380,6 +385,8 @@ def test_a_failed_refresh_serves_the_last_values(conn, dsn) -> None:
     assert value(samples, "pgjobs_jobs", queue="later", task="t", state="ready") == 2
     assert finished(samples, "succeeded") == 3
     assert value(scrape(metrics, pool), "pgjobs_metrics_scrape_errors_total") == 2
+    outage = [r.getMessage() for r in caplog.records if r.name == "pgjobs.web.metrics"]
+    assert len(outage) == 1 and "cannot read the database" in outage[0], outage  # once
 
     with db.open_pool(dsn, 1) as again:
         samples = scrape(metrics, again)
@@ -405,3 +412,16 @@ def test_each_instance_has_its_own_registry(conn, pool) -> None:
     assert finished(scrape(two, pool), "succeeded") == 0  # started after those jobs finished
     global_names = {name for family in REGISTRY.collect() for name in [family.name]}
     assert not any(name.startswith("pgjobs_") for name in global_names)
+
+
+def test_get_metrics_through_the_app(make_web: Callable[..., FastAPI], conn) -> None:
+    conn.execute("INSERT INTO queued_jobs (queue, task) VALUES ('mail', 'send')")
+    web = make_web()
+    with TestClient(web) as anonymous, TestClient(web, headers=READ_AUTH) as reader:
+        assert anonymous.get("/metrics").status_code == 401
+        response = reader.get("/metrics")
+        assert response.status_code == 200, response.text
+        assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+        samples = parse(response.content)
+        assert value(samples, "pgjobs_jobs", queue="mail", task="send", state="ready") == 1
+        assert value(samples, "pgjobs_metrics_up") == 1
