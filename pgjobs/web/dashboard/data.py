@@ -1,0 +1,186 @@
+"""What each dashboard page reads, on a connection it is given. Listings are LIMITed and
+index-backed; totals of the big tables are the planner's estimates (``TableEstimates``) and say
+so; the groups of a large dead letter are those of its newest jobs unless asked for all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from pgjobs import admin, db, stats
+from pgjobs.admin import DeadFilter
+from pgjobs.models import DeadGroup, DeadJob, DeadReason
+from pgjobs.web.dashboard import sql
+
+#: Dead jobs a page lists at once.
+DEAD_PAGE_SIZE = 50
+#: The groups of the dead letter are computed over its newest this many jobs matching the
+#: filters (all but the fingerprint, which then narrows them) unless every group is asked for: grouping computes each job's error fingerprint, about 30 µs a job
+#: (3 s for 100,000), so a page over a big dead letter would wait on it.
+GROUP_SAMPLE = 2000
+#: The matching dead jobs a listing counts, at most (it says "more than" beyond).
+COUNT_CAP = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class ChartPoint:
+    """One minute of the overview's chart."""
+
+    minute: datetime
+    finished: int
+    succeeded: int
+    failed: int
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    snapshot: stats.Snapshot
+    chart: list[ChartPoint]
+    #: Planner's row estimates by table (None: never analysed).
+    estimates: dict[str, int | None]
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class DeadView:
+    """The dead-letter page: groups, one page of jobs, and how many match."""
+
+    groups: list[DeadGroup]
+    #: Whether ``groups`` covers every matching job, or only the newest GROUP_SAMPLE.
+    groups_complete: bool
+    jobs: list[DeadJob]
+    #: The cursor of the next page: (failed_at, id) of the last job shown.
+    next_cursor: tuple[datetime, int] | None
+    #: Matching jobs, counted up to COUNT_CAP (None when not counted: a fingerprint filter
+    #: would compute every job's fingerprint; the confirmation counts them exactly).
+    matching: int | None
+    #: Planner's estimate of every dead job.
+    estimated_total: int | None
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class TaskLine:
+    """One task of a queue's page."""
+
+    task: str
+    ready: int
+    scheduled: int
+    running: int
+    dead: int
+    finished_last_hour: int
+    failed_last_hour: int
+    oldest_ready_age: float | None
+
+
+def _now(conn: psycopg.Connection[Any]) -> datetime:
+    row = db.fetch_all(conn, "SELECT now()")[0]
+    moment: datetime = row[0]
+    return moment
+
+
+def estimates(conn: psycopg.Connection[Any]) -> dict[str, int | None]:
+    """The planner's row estimate of each pgjobs table."""
+    return {name: rows for name, rows in db.fetch_all(conn, sql.TABLE_ESTIMATES)}
+
+
+def overview(conn: psycopg.Connection[Any]) -> Overview:
+    """Everything the overview shows: `pgjobs stats`' snapshot, the last hour by minute, and the
+    tables' estimated sizes."""
+    snap = stats.snapshot(conn)
+    chart = [ChartPoint(*row) for row in db.fetch_all(conn, sql.CHART_LAST_HOUR)]
+    return Overview(snap, chart, estimates(conn), _now(conn))
+
+
+def _dead_params(where: DeadFilter, reason: DeadReason | None) -> dict[str, Any]:
+    return {**where.params(), "reason": None if reason is None else reason.value}
+
+
+def dead_ids(
+    conn: psycopg.Connection[Any],
+    where: DeadFilter,
+    reason: DeadReason | None,
+    limit: int | None = None,
+) -> list[int]:
+    """Ids of the newest ``limit`` (all when None) dead jobs matching, newest first."""
+    params = {**_dead_params(where, reason), "limit": limit}
+    return [row[0] for row in db.fetch_all(conn, sql.DEAD_NEWEST_IDS, params)]
+
+
+def dead_view(
+    conn: psycopg.Connection[Any],
+    where: DeadFilter,
+    reason: DeadReason | None,
+    *,
+    before: tuple[datetime, int] | None = None,
+    all_groups: bool = False,
+    limit: int = DEAD_PAGE_SIZE,
+) -> DeadView:
+    """The dead-letter page for the filters ``where`` and ``reason``."""
+    params = _dead_params(where, reason)
+    rows = db.fetch_all(
+        conn,
+        sql.DEAD_LIST,
+        {
+            **params,
+            "before_at": before[0] if before else None,
+            "before_id": before[1] if before else None,
+            "limit": limit + 1,
+        },
+    )
+    jobs = [db.dead_job_from_row(row) for row in rows[:limit]]
+    next_cursor = (jobs[-1].failed_at, jobs[-1].id) if len(rows) > limit else None
+    groups, complete = dead_groups(conn, where, reason, all_groups=all_groups)
+    matching = None
+    if where.fingerprint is None:
+        (count,) = db.fetch_all(conn, sql.DEAD_COUNT_CAPPED, {**params, "cap": COUNT_CAP + 1})[0]
+        matching = int(count)
+    return DeadView(
+        groups,
+        complete,
+        jobs,
+        next_cursor,
+        matching,
+        estimates(conn).get("dead_letter"),
+        _now(conn),
+    )
+
+
+def dead_groups(
+    conn: psycopg.Connection[Any],
+    where: DeadFilter,
+    reason: DeadReason | None,
+    *,
+    all_groups: bool = False,
+) -> tuple[list[DeadGroup], bool]:
+    """The groups of the matching dead jobs, and whether they cover all of them (else only the
+    newest GROUP_SAMPLE)."""
+    if all_groups:
+        if reason is None:
+            return admin.dead_groups(conn, where), True
+        ids = dead_ids(conn, where, reason)
+        complete = True
+    else:
+        # The newest jobs by the filters that an index serves; the fingerprint (computed per
+        # job, and which the planner cannot estimate) then narrows only those.
+        ids = dead_ids(conn, replace(where, fingerprint=None), reason, GROUP_SAMPLE + 1)
+        complete = len(ids) <= GROUP_SAMPLE
+        ids = ids[:GROUP_SAMPLE]
+    if not ids:
+        return [], True
+    sample = DeadFilter(ids=tuple(ids), fingerprint=where.fingerprint)
+    return admin.dead_groups(conn, sample), complete
+
+
+def jobs_by_key(conn: psycopg.Connection[Any], key: str, limit: int = 50) -> list[int]:
+    """Ids of the jobs holding the idempotency key ``key``, newest first."""
+    return [row[0] for row in db.fetch_all(conn, sql.JOBS_BY_KEY, {"key": key, "limit": limit})]
+
+
+def queue_tasks(conn: psycopg.Connection[Any], queue: str) -> list[TaskLine]:
+    """One queue's jobs by task."""
+    return [TaskLine(*row) for row in db.fetch_all(conn, sql.QUEUE_TASKS, {"queue": queue})]

@@ -1,0 +1,113 @@
+"""How job data and numbers read on the dashboard's pages.
+
+Job data (task and queue names, errors, tracebacks, payloads) is whatever producers and handlers
+wrote: it may hold HTML, which jinja2's autoescaping turns into text, and control characters,
+which ``printable`` writes as visible escapes (as `pgjobs` does on a terminal) so that a newline
+cannot fake a second line and a bidirectional override cannot reverse what follows it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+# C0 controls, DEL, C1 controls, line and paragraph separators, bidirectional overrides and
+# isolates, and lone surrogates: characters that act rather than show.
+_OTHERS = r"\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff"
+_CONTROL = re.compile(rf"[\x00-\x1f{_OTHERS}]")
+_CONTROL_EXCEPT_NEWLINE = re.compile(rf"[\x00-\x09\x0b-\x1f{_OTHERS}]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group(0))
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: object, *, multiline: bool = False) -> str:
+    """``text`` with every control character written as an escape (``\\x1b`` for ESC); newlines
+    kept when ``multiline``. None becomes "". HTML is left to the template's autoescaping.
+
+    Example: ``printable("a\\x1b[31mb") == "a\\\\x1b[31mb"``
+    """
+    if text is None:
+        return ""
+    value = text if isinstance(text, str) else str(text)
+    return (_CONTROL_EXCEPT_NEWLINE if multiline else _CONTROL).sub(_escaped, value)
+
+
+def pretty_json(value: Any) -> str:
+    """``value`` as indented JSON, non-ASCII kept, control characters escaped by JSON itself
+    (``ensure_ascii`` off keeps the separators and overrides, which ``printable`` then escapes).
+
+    Example: ``pretty_json({"a": 1}) == '{\\n  "a": 1\\n}'``
+    """
+    text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+    return printable(text, multiline=True)
+
+
+def when(value: datetime | None) -> str:
+    """A moment in UTC to the second: ``"2026-11-21 15:34:54Z"``; "-" for None."""
+    if value is None:
+        return "-"
+    return f"{value.astimezone(UTC):%Y-%m-%d %H:%M:%S}Z"
+
+
+def iso(value: datetime | None) -> str:
+    """A moment as ISO 8601 (for ``<time datetime>`` and form fields); "" for None."""
+    return "" if value is None else value.astimezone(UTC).isoformat()
+
+
+def age(seconds: float | None) -> str:
+    """A duration in a human unit: ``age(75) == "1m 15s"``, ``age(0.4) == "0.4s"``; "-" for None."""
+    if seconds is None or math.isnan(seconds):
+        return "-"
+    sign = "-" if seconds < 0 else ""
+    seconds = abs(seconds)
+    if seconds < 10:
+        return f"{sign}{seconds:.1f}s"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{sign}{whole}s"
+    if whole < 3600:
+        return f"{sign}{whole // 60}m {whole % 60:02d}s"
+    if whole < 86400:
+        return f"{sign}{whole // 3600}h {whole % 3600 // 60:02d}m"
+    return f"{sign}{whole // 86400}d {whole % 86400 // 3600:02d}h"
+
+
+def since(value: datetime | None, now: datetime) -> str:
+    """How long before ``now`` a moment was: ``"3m 02s ago"``; "-" for None."""
+    if value is None:
+        return "-"
+    seconds = (now - value).total_seconds()
+    if seconds < 0:
+        return f"in {age(-seconds)}"
+    return f"{age(seconds)} ago"
+
+
+def number(value: int | float | None) -> str:
+    """``number(12345) == "12,345"``; "-" for None."""
+    if value is None:
+        return "-"
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:,.2f}"
+    return f"{int(value):,}"
+
+
+def rate(value: float | None) -> str:
+    """A share 0..1 as a percentage: ``rate(0.125) == "12.5%"``; "-" for None."""
+    return "-" if value is None else f"{value * 100:.1f}%"
+
+
+def estimate(value: int | None) -> str:
+    """A planner's row estimate, rounded to what it is worth: ``estimate(1043211) == "≈1.0M"``."""
+    if value is None or value < 0:
+        return "unknown (never analysed)"
+    if value >= 1_000_000:
+        return f"≈{value / 1_000_000:.1f}M"
+    if value >= 10_000:
+        return f"≈{value / 1000:.0f}k"
+    return f"≈{value:,}"
