@@ -222,3 +222,47 @@ pgjobs_workers = Table(
     Column("started_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     Column("last_seen_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
 )
+
+# Settings of a queue, one row per queue that has any (a queue without a row is active).
+# `pgjobs queue pause` sets paused_at: the claim reads it by primary key, in the same statement,
+# and skips the queue's jobs, which stay ready. Migration 0006.
+pgjobs_queues = Table(
+    "pgjobs_queues",
+    metadata,
+    Column("name", Text, primary_key=True),
+    # NULL: not paused.
+    Column("paused_at", DateTime(timezone=True)),
+    # Who paused it (the database role, or user@host from the CLI) and why (free text).
+    Column("paused_by", Text),
+    Column("pause_reason", Text),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+)
+
+# Periodic schedules (`@app.periodic`), one row per schedule name, written by the scheduler of
+# every worker that declares it. A due row is locked (FOR UPDATE SKIP LOCKED) while its
+# occurrences are enqueued and next_run_at advanced, so each occurrence is enqueued once.
+# Migration 0006.
+pgjobs_schedules = Table(
+    "pgjobs_schedules",
+    metadata,
+    Column("name", Text, primary_key=True),
+    # What the declaring worker enqueues, as it last declared it (for listings).
+    Column("task", Text, nullable=False),
+    Column("queue", Text, nullable=False),
+    # The cron expression, or "every <seconds>s".
+    Column("schedule", Text, nullable=False),
+    # The IANA timezone the cron expression is read in.
+    Column("timezone", Text, nullable=False),
+    # "last", "skip" or a number of missed occurrences to run.
+    Column("catch_up", Text, nullable=False),
+    # The first occurrence not enqueued yet.
+    Column("next_run_at", DateTime(timezone=True), nullable=False),
+    # The scheduled instant of the last occurrence enqueued, when it was enqueued, and its job.
+    Column("last_run_at", DateTime(timezone=True)),
+    Column("last_enqueued_at", DateTime(timezone=True)),
+    Column("last_job_id", BigInteger),
+    # When a worker last declared the schedule (refreshed every few seconds by each worker that
+    # declares it); an old value means no running worker declares it any more.
+    Column("declared_at", DateTime(timezone=True), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+)
