@@ -204,7 +204,12 @@ class _Guards:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
-        if body and scope["method"] in _METHODS_WITH_BODY and not _is_json(headers):
+        if (
+            body
+            and scope["method"] in _METHODS_WITH_BODY
+            and not _is_json(headers)
+            and not _is_dashboard_form(scope, headers)
+        ):
             return (
                 415,
                 "unsupported_media_type",
@@ -233,6 +238,15 @@ def _is_json(headers: Headers) -> bool:
     return kind == "application/json" or (
         kind.startswith("application/") and kind.endswith("+json")
     )
+
+
+def _is_dashboard_form(scope: Scope, headers: Headers) -> bool:
+    """An HTML form posted to the dashboard (outside /api/v1), which reads it itself."""
+    path, root = scope["path"], scope.get("root_path", "")
+    if root and path.startswith(root):
+        path = path[len(root) :]
+    kind = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    return kind == "application/x-www-form-urlencoded" and not path.startswith(API_PREFIX)
 
 
 def _replay(messages: list[Message], receive: Receive) -> Receive:
@@ -279,6 +293,7 @@ def create_app(
         site.mount("/jobs", pgjobs.web.create_app(pgjobs_app))  # /jobs/api/v1/...
     """
     from pgjobs.web import api
+    from pgjobs.web.dashboard import dashboard_router
 
     if (
         isinstance(max_body_bytes, bool)
@@ -344,6 +359,9 @@ def create_app(
     errors.install(web)
     web.include_router(api.health_router)
     web.include_router(api.router)
+    web.include_router(
+        dashboard_router(state.connection, tokens=loaded, insecure_no_auth=insecure_no_auth)
+    )
     web.add_middleware(_Guards, max_body_bytes=max_body_bytes)
     return web
 
