@@ -13,7 +13,7 @@ import psycopg
 from fastapi import FastAPI
 
 from pgjobs.dsn import Dsn
-from tests.helpers import run
+from tests.helpers import run, wait_until
 from tests.integration.admin_factories import bury, claim_one
 from tests.web.conftest import AUTH, TestClient, assert_error
 
@@ -155,3 +155,30 @@ def test_times_are_iso_8601_with_a_timezone(client: TestClient) -> None:
     created = datetime.fromisoformat(job["created_at"])
     assert created.tzinfo is not None
     assert abs((datetime.now(UTC) - created).total_seconds()) < 3600
+
+
+def test_database_lost_after_start_is_503_then_recovers(
+    client: TestClient, conn: psycopg.Connection[Any], server_url: str
+) -> None:
+    job_id = client.post("/api/v1/jobs", json={"task": "t"}).json()["id"]
+    name = conn.info.dbname
+    server = psycopg.connect(server_url, autocommit=True)  # a database may not lock itself out
+    server.execute(f'ALTER DATABASE "{name}" WITH ALLOW_CONNECTIONS false')
+    try:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND application_name = 'pgjobs'"
+        )
+        # The pool cannot reconnect: the request gives up after the pool's wait, never hangs.
+        response = client.get(f"/api/v1/jobs/{job_id}")
+        assert_error(response, 503, "database_unavailable")
+        assert response.headers["retry-after"] == "5"
+        assert_error(client.get("/readyz"), 503, "database_unavailable")
+    finally:
+        server.execute(f'ALTER DATABASE "{name}" WITH ALLOW_CONNECTIONS true')
+        server.close()
+    wait_until(
+        lambda: client.get(f"/api/v1/jobs/{job_id}").status_code == 200,
+        timeout=60,
+        what="the API answering again once the database takes connections",
+    )
