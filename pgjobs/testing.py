@@ -422,9 +422,12 @@ class DrainResult:
     #: Handler runs (attempts), including jobs dead-lettered without running (unknown task,
     #: payload that does not fit).
     runs: int = 0
+    #: ``max_jobs`` runs were reached while a job was still ready (it was left queued).
     stopped_at_max_jobs: bool = False
     #: Results returned by the handlers, by job id (the last attempt's).
     results: dict[int, Any] = field(default_factory=dict)
+    #: Jobs of external tasks, left queued as they were: a worker delivers them over HTTP.
+    skipped: list[int] = field(default_factory=list)
 
     def _record(self, batch: SettleParams, tasks: Mapping[int, Job]) -> None:
         self.succeeded += batch.ok_ids
@@ -463,7 +466,8 @@ def drain(
     expires_at, by as much) back to the database's now(); the row is otherwise untouched.
 
     ``max_jobs`` bounds the handler runs (``stopped_at_max_jobs`` says it was reached);
-    ``queues`` defaults to those of the app's tasks.
+    ``queues`` defaults to those of the app's tasks. Jobs of external tasks are not delivered:
+    they stay queued as they were (``skipped``).
 
     Example::
 
@@ -514,6 +518,9 @@ class _Drain:
         self.completer = Completer(ClaimParams.for_tasks(owner, queues, tasks.values()))
         self.result = DrainResult()
         self.jobs: dict[int, Job] = {}
+        #: Jobs of external tasks claimed so far: held (so that the next claim passes them by)
+        #: until the end, then given back with their attempt refunded.
+        self.held: list[Job] = []
 
     async def run(self) -> DrainResult:
         conn = await db.connect_async(self.dsn)
@@ -528,10 +535,13 @@ class _Drain:
                 for job in claimed:
                     await self._run(job)
                 if self.result.runs >= self.max_jobs:
-                    await self._trip(conn, 0)
-                    self.result.stopped_at_max_jobs = await self._work_left(conn)
+                    self.result.stopped_at_max_jobs = await self._ready_left(conn)
                     break
                 claimed = await self._trip(conn, 1)
+            for job in self.held:
+                self.completer.outcomes.release(job, refund=True)
+            if len(self.completer.outcomes):
+                await self._trip(conn, 0)
         finally:
             await conn.close()
         return self.result
@@ -558,14 +568,28 @@ class _Drain:
         )
         return bool(rows)
 
-    async def _work_left(self, conn: psycopg.AsyncConnection[Any]) -> bool:
-        rows = await db.fetch_all_async(conn, queries.QUEUES_HAVE_JOBS, {"queues": self.queues})
-        return bool(rows[0][0])
+    async def _ready_left(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+        """Whether a job drain would run is still ready (``max_jobs`` was reached): claims one
+        and gives it back untouched (its attempt refunded)."""
+        while claimed := await self._trip(conn, 1):
+            (job,) = claimed
+            task = self.tasks.get(job.task)
+            if task is not None and task.external is not None:
+                self.held.append(job)
+                self.result.skipped.append(job.id)
+                continue
+            self.completer.outcomes.release(job, refund=True)
+            return True
+        return False
 
     async def _run(self, job: Job) -> None:
         """Run ``job``'s handler and hand its outcome to the completer, as the worker does."""
-        self.result.runs += 1
         task = self.tasks.get(job.task)
+        if task is not None and task.external is not None:
+            self.held.append(job)
+            self.result.skipped.append(job.id)
+            return
+        self.result.runs += 1
         if task is None:
             self.completer.unknown_task(job)
             return
@@ -618,18 +642,20 @@ def _call_sync(
 
 @dataclass(frozen=True, slots=True)
 class EagerRun:
-    """One job ``eager`` ran at enqueue: its fake id, task, payload (as the handler received
-    it), and what the handler returned."""
+    """One job ``eager`` took at enqueue: its fake id, task, payload (as the handler received
+    it), and what the handler returned. ``ran`` is False for an external task (a worker would
+    deliver it over HTTP: nothing runs in process)."""
 
     id: int
     task: str
     payload: dict[str, Any]
     result: Any
+    ran: bool = True
 
 
 @dataclass(slots=True)
 class EagerLog:
-    """The jobs run under one ``eager`` block, in order."""
+    """The jobs taken under one ``eager`` block, in order."""
 
     runs: list[EagerRun] = field(default_factory=list)
 
@@ -641,37 +667,26 @@ class EagerLog:
 
 _fake_ids = itertools.count(1)
 _fake_ids_lock = threading.Lock()
+_EAGER_METHODS = ("enqueue", "enqueue_many", "enqueue_async", "enqueue_many_async")
 
 
-@contextlib.contextmanager
-def eager(app: App) -> Iterator[EagerLog]:
-    """Within the block, ``app.enqueue`` and ``app.enqueue_many`` run each job's handler at once
-    instead of writing to the database (none is needed): the job is validated as enqueue
-    validates it (unknown task, payload not JSON, bad options raise the same errors), the
-    handler receives the payload as a worker would (JSON round trip: tuples become lists) and
-    ``pgjobs.current_job()`` works. A payload that does not fit the handler raises
-    ``InvalidPayload`` (a worker would dead-letter it); what the handler raises comes out of
-    ``enqueue`` (no retry). Ids are negative, so they never match a real job. ``connection=``
-    is ignored: the handler runs even if the caller's transaction rolls back later.
+class _Eager:
+    """What ``eager`` puts in place of an app's enqueue methods."""
 
-    Example::
+    def __init__(self, app: App) -> None:
+        self.tasks = dict(app.tasks)
+        self.log = EagerLog()
 
-        with eager(app) as ran:
-            app.enqueue("emails.welcome", {"to": "ada@example.com"})
-        assert ran.of("emails.welcome")[0].result == "sent"
-    """
-    log = EagerLog()
-    tasks = dict(app.tasks)
-
-    def run(spec: JobSpec) -> int:
-        prepared = producer.prepare(spec, tasks)
-        task = tasks.get(prepared.task)
+    def prepare(self, spec: JobSpec) -> tuple[JobContext, Task]:
+        """Validate ``spec`` as enqueue does, and build the job its handler would see."""
+        prepared = producer.prepare(spec, self.tasks)
+        task = self.tasks.get(prepared.task)
         if task is None:
             raise ConfigurationError(
                 f"eager mode runs handlers: no task named {prepared.task!r} is registered",
                 field="task",
             )
-        payload = json.loads(prepared.payload)
+        payload = json.loads(prepared.payload)  # what a worker reads back from jsonb
         problem = task.check_payload(payload)
         if problem is not None:
             raise InvalidPayload(problem, field="payload")
@@ -694,32 +709,96 @@ def eager(app: App) -> Iterator[EagerLog]:
             expires_at=prepared.expires_at,
             idempotency_key=prepared.idempotency_key,
         )
-        context = JobContext(job, _no_extension)
+        return JobContext(job, _no_extension), task
+
+    def done(self, context: JobContext, result: Any, *, ran: bool = True) -> int:
+        job = context.job
+        self.log.runs.append(EagerRun(job.id, job.task, job.payload, result, ran))
+        return job.id
+
+    def run(self, spec: JobSpec) -> int:
+        context, task = self.prepare(spec)
+        if task.external is not None:
+            return self.done(context, None, ran=False)
         if task.is_async:
-            result = _run_coroutine(lambda: call_async(context, task.fn, payload))
+            result = _run_coroutine(lambda: call_async(context, task.fn, context.job.payload))
         else:
-            result = call_sync(context, task.fn, payload)
-        log.runs.append(EagerRun(job_id, prepared.task, payload, result))
-        return job_id
+            result = call_sync(context, task.fn, context.job.payload)
+        return self.done(context, result)
 
-    def enqueue(task: str | Task, payload: dict[str, Any] | None = None, **options: Any) -> int:
-        options.pop("connection", None)
-        name = task.name if isinstance(task, Task) else task
-        return run(JobSpec(name, payload, **options))
+    async def run_async(self, spec: JobSpec) -> int:
+        context, task = self.prepare(spec)
+        if task.external is not None:
+            return self.done(context, None, ran=False)
+        if task.is_async:
+            result = await call_async(context, task.fn, context.job.payload)
+        else:
+            result = call_sync(context, task.fn, context.job.payload)
+        return self.done(context, result)
 
-    def enqueue_many(jobs: Iterable[JobSpec], *, connection: Any = None) -> list[int]:
+    def specs(self, jobs: Iterable[JobSpec]) -> list[JobSpec]:
         specs = list(jobs)
-        producer.prepare_many(specs, tasks)  # all valid before any handler runs, as enqueue_many
-        return [run(spec) for spec in specs]
+        producer.prepare_many(specs, self.tasks)  # all valid before any handler runs
+        return specs
 
-    saved = {name: app.__dict__.get(name) for name in ("enqueue", "enqueue_many")}
-    app.enqueue = enqueue  # type: ignore[method-assign]
-    app.enqueue_many = enqueue_many  # type: ignore[method-assign]
+    def methods(self) -> dict[str, Callable[..., Any]]:
+        def enqueue(task: str | Task, payload: dict[str, Any] | None = None, **kw: Any) -> int:
+            return self.run(_spec(task, payload, kw))
+
+        def enqueue_many(jobs: Iterable[JobSpec], *, connection: Any = None) -> list[int]:
+            return [self.run(spec) for spec in self.specs(jobs)]
+
+        async def enqueue_async(
+            task: str | Task, payload: dict[str, Any] | None = None, **kw: Any
+        ) -> int:
+            return await self.run_async(_spec(task, payload, kw))
+
+        async def enqueue_many_async(
+            jobs: Iterable[JobSpec], *, connection: Any = None
+        ) -> list[int]:
+            return [await self.run_async(spec) for spec in self.specs(jobs)]
+
+        return {
+            "enqueue": enqueue,
+            "enqueue_many": enqueue_many,
+            "enqueue_async": enqueue_async,
+            "enqueue_many_async": enqueue_many_async,
+        }
+
+
+def _spec(task: str | Task, payload: dict[str, Any] | None, options: dict[str, Any]) -> JobSpec:
+    """The ``JobSpec`` of ``app.enqueue(task, payload, **options)``; ``connection`` is dropped."""
+    options.pop("connection", None)
+    return JobSpec(task.name if isinstance(task, Task) else task, payload, **options)
+
+
+@contextlib.contextmanager
+def eager(app: App) -> Iterator[EagerLog]:
+    """Within the block, ``app.enqueue`` and ``app.enqueue_many`` (and their ``_async`` forms)
+    run each job's handler at once instead of writing to the database (none is needed): the job
+    is validated as enqueue validates it (unknown task, payload not JSON, bad options raise the
+    same errors), the handler receives the payload as a worker would (JSON round trip: tuples
+    become lists) and ``pgjobs.current_job()`` works. A payload that does not fit the handler
+    raises ``InvalidPayload`` (a worker would dead-letter it); what the handler raises comes out
+    of ``enqueue`` (no retry). Ids are negative, so they never match a real job. ``connection=``
+    is ignored: the handler runs even if the caller's transaction rolls back later. Jobs of
+    external tasks are validated and logged, not run (``EagerRun.ran`` is False).
+
+    Example::
+
+        with eager(app) as ran:
+            app.enqueue("emails.welcome", {"to": "ada@example.com"})
+        assert ran.of("emails.welcome")[0].result == "sent"
+    """
+    state = _Eager(app)
+    saved = {name: app.__dict__[name] for name in _EAGER_METHODS if name in app.__dict__}
+    for name, method in state.methods().items():
+        setattr(app, name, method)
     try:
-        yield log
+        yield state.log
     finally:
-        for name, value in saved.items():
-            if value is None:
-                del app.__dict__[name]
+        for name in _EAGER_METHODS:
+            if name in saved:
+                setattr(app, name, saved[name])
             else:
-                app.__dict__[name] = value
+                app.__dict__.pop(name, None)

@@ -349,3 +349,62 @@ def test_eager_needs_no_database():
     with eager(app) as ran:
         app.enqueue(t)
     assert ran.of(t)[0].result == "ok"
+
+
+def test_drain_leaves_external_tasks_to_workers(make_app: MakeApp, conn):
+    app = make_app()
+    app.external_task("billing.charge", url="http://127.0.0.1:9/jobs", lease=60)
+
+    @app.task(name="local")
+    def local() -> None: ...
+
+    external = app.enqueue("billing.charge", {"order": 1})
+    ran = app.enqueue("local")
+    result = drain(app, include_scheduled=True)
+    assert result.succeeded == [ran] and result.skipped == [external]
+    assert result.runs == 1 and not result.stopped_at_max_jobs
+    (job,) = enqueued_jobs(app, "billing.charge")
+    assert (job.attempts, job.lease_owner, job.lease_expires_at) == (0, None, None)
+    assert_one_home(conn, [external, ran])
+
+
+def test_drain_exactly_at_max_jobs_is_not_stopped_early(make_app: MakeApp):
+    app = make_app()
+
+    @app.task(name="t")
+    def t() -> None: ...
+
+    app.enqueue_many([JobSpec("t"), JobSpec("t")])
+    result = drain(app, max_jobs=2)
+    assert result.runs == 2 and not result.stopped_at_max_jobs
+    app.enqueue_many([JobSpec("t"), JobSpec("t")])
+    result = drain(app, max_jobs=1)
+    assert result.stopped_at_max_jobs
+    (left,) = enqueued_jobs(app, "t")
+    assert (left.attempts, left.lease_owner) == (0, None)  # given back untouched
+
+
+def test_eager_covers_async_enqueue_and_external_tasks():
+    app = App("postgresql://nobody@127.0.0.1:1/nowhere")
+    app.external_task("billing.charge", url="http://127.0.0.1:9/jobs", lease=60)
+
+    @app.task(name="double")
+    async def double(x: int) -> int:
+        return 2 * x
+
+    async def handler_code() -> list[int]:
+        return [
+            await app.enqueue_async("double", {"x": 2}),
+            *await app.enqueue_many_async([JobSpec("double", {"x": 5})]),
+            await app.enqueue_async("billing.charge", {"order": 1}),
+        ]
+
+    with eager(app) as ran:
+        ids = asyncio.run(handler_code())
+    assert all(i < 0 for i in ids)
+    assert [(r.task, r.result, r.ran) for r in ran.runs] == [
+        ("double", 4, True),
+        ("double", 10, True),
+        ("billing.charge", None, False),
+    ]
+    assert not {"enqueue", "enqueue_async"} & set(app.__dict__)
