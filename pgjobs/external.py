@@ -89,6 +89,12 @@ class Delivery:
         ):
             object.__setattr__(self, name, value)
 
+    def defaults(self, user_agent: str) -> list[str]:
+        """The User-Agent and Accept lines, unless this delivery's headers set their own."""
+        given = {name.lower() for name, _ in self.headers}
+        lines = [] if "user-agent" in given else [f"User-Agent: {user_agent}"]
+        return lines if "accept" in given else [*lines, "Accept: */*"]
+
     @property
     def where(self) -> str:
         """The URL without its query string (which may hold a secret), for messages."""
@@ -186,13 +192,12 @@ async def deliver(delivery: Delivery, job: Job, user_agent: str = "pgjobs") -> i
     head = [
         f"POST {delivery.target} HTTP/1.1",
         f"Host: {delivery.authority}",
-        f"User-Agent: {user_agent}",
         "Content-Type: application/json",
         f"Content-Length: {len(body)}",
-        "Accept: */*",
         "Connection: close",
         f"Pgjobs-Job-Id: {job.id}",
         f"Pgjobs-Attempt: {job.attempts}",
+        *delivery.defaults(user_agent),
         *(f"{name}: {value}" for name, value in delivery.headers),
     ]
     request = ("\r\n".join(head) + "\r\n\r\n").encode("ascii") + body

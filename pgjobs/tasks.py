@@ -84,9 +84,18 @@ MAX_URL_LENGTH = 2000
 # or LF: a header value must never be able to start another header).
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")
-#: Headers pgjobs writes itself on every delivery: a task may not set them.
+#: Headers pgjobs writes itself on every delivery: a task may not set them. (It writes
+#: User-Agent and Accept too, unless the task sets its own.)
 RESERVED_HEADERS = frozenset(
-    {"host", "content-length", "content-type", "connection", "transfer-encoding"}
+    {
+        "host",
+        "content-length",
+        "content-type",
+        "connection",
+        "transfer-encoding",
+        "pgjobs-job-id",
+        "pgjobs-attempt",
+    }
 )
 
 

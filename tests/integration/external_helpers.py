@@ -25,6 +25,8 @@ class Delivery:
     body: dict[str, Any]
     headers: dict[str, str]
     path: str
+    #: Every header line as sent, in order (``headers`` keeps the last of a repeated name).
+    lines: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -63,7 +65,8 @@ def downstream_service() -> Iterator[Downstream]:
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length", "0"))
             body = json.loads(self.rfile.read(length))
-            service.received.append(Delivery(body, dict(self.headers.items()), self.path))
+            lines = list(self.headers.items())
+            service.received.append(Delivery(body, dict(lines), self.path, lines))
             status, delay = service.answer(body)
             if delay:
                 time.sleep(delay)

@@ -337,7 +337,11 @@ def test_the_workers_url_and_headers_serve_tasks_that_set_none(make_app, dsn, co
     app: App = make_app()
     with downstream_service() as downstream:
         app.external_task("plain", lease=60)  # no URL: the worker's
-        app.external_task("own", lease=60, headers={"authorization": "Bearer task-token"})
+        app.external_task(
+            "own",
+            lease=60,
+            headers={"authorization": "Bearer task-token", "User-Agent": "billing-client/2"},
+        )
         job_ids = [app.enqueue("plain", {}), app.enqueue("own", {})]
         defaults = ExternalTarget(
             url=downstream.url,
@@ -353,6 +357,11 @@ def test_the_workers_url_and_headers_serve_tasks_that_set_none(make_app, dsn, co
     assert by_task["own"]["authorization"] == "Bearer task-token", "the task's beats the worker's"
     assert "Bearer worker-token" not in by_task["own"].values()
     assert by_task["plain"]["X-Region"] == by_task["own"]["X-Region"] == "eu"
+    user_agents = {
+        d.body["task"]: [v for k, v in d.lines if k.lower() == "user-agent"]
+        for d in downstream.received
+    }
+    assert user_agents == {"plain": ["pgjobs"], "own": ["billing-client/2"]}
     assert_one_home(conn, job_ids)
 
 
@@ -381,6 +390,7 @@ def test_a_worker_refuses_an_external_task_without_a_url(make_app):
         ({"url": "http://h/", "headers": {"X Bad": "v"}}, "not an HTTP header name"),
         ({"url": "http://h/", "headers": {"X-Ok": "a\r\nX-Evil: 1"}}, "no line breaks"),
         ({"url": "http://h/", "headers": {"Content-Length": "1"}}, "sets the Content-Length"),
+        ({"url": "http://h/", "headers": {"pgjobs-attempt": "9"}}, "sets the pgjobs-attempt"),
     ],
 )
 def test_bad_declarations_are_refused_in_one_line(options, words):
