@@ -1156,9 +1156,10 @@ TESTING_EMPTY_TABLES = (
 #: Every job in queued_jobs (ready, scheduled or running), oldest first, as models.Job.
 TESTING_QUEUED_JOBS = f"SELECT {JOB_COLUMNS} FROM queued_jobs ORDER BY id"
 
-#: Advance the clock of the scheduled jobs of ``queues``: each one due by ``until`` (NULL: the
-#: next due, with those due at the same moment) becomes ready now, as if now were its run_at;
-#: its expires_at moves back by as much. Jobs being run are not touched. Returns the ids moved.
+#: Advance the clock of the scheduled jobs of ``queues`` to the next moment one is due (not past
+#: ``until``, when given): the jobs due then become ready now, as if now were their run_at; their
+#: expires_at moves back by as much. Jobs being run are not touched. Returns the ids moved (none
+#: when no job is due by ``until``).
 TESTING_ADVANCE_CLOCK = """
 WITH next AS (
     SELECT min(run_at) AS run_at FROM queued_jobs
@@ -1168,7 +1169,8 @@ due AS (
     SELECT q.id FROM queued_jobs q, next
     WHERE q.queue = ANY(%(queues)s::text[]) AND q.lease_expires_at IS NULL
       AND q.run_at > now()
-      AND q.run_at <= coalesce(%(until)s::timestamptz, next.run_at)
+      AND q.run_at <= next.run_at
+      AND (%(until)s::timestamptz IS NULL OR q.run_at <= %(until)s::timestamptz)
     FOR UPDATE OF q SKIP LOCKED
 )
 UPDATE queued_jobs q
