@@ -317,9 +317,10 @@ class QueueMetrics:
         self._readers: tuple[_Reader, _Reader] | None = None
         self._totals = _Totals()
         self._last: _Reading | None = None
-        #: (queue, task) pairs ever seen in queued_jobs: their gauges read 0 once they empty,
-        #: instead of vanishing.
+        #: (queue, task) pairs ever seen in queued_jobs, and in dead_letter: their gauges read 0
+        #: once they empty, instead of vanishing from the graphs.
         self._known: set[tuple[str, str]] = set()
+        self._known_dead: set[tuple[str, str]] = set()
         self._up = False
         self._errors = 0
         self._scrape_seconds = 0.0
@@ -364,6 +365,7 @@ class QueueMetrics:
                 self._totals.count(advance.rows)
             self._last = reading
             self._known.update((q.queue, q.task) for q in reading.queued)
+            self._known_dead.update(reading.dead_letter)
             self._up = True
         self._scrape_seconds = time.perf_counter() - started
         # A failed refresh is kept for ttl too: a database that is down is not asked again by
@@ -451,8 +453,8 @@ class QueueMetrics:
             "Jobs in dead_letter, waiting for a human (redrive or purge).",
             labels=["queue", "task"],
         )
-        for (queue, task), n in sorted(reading.dead_letter.items()):
-            dead.add_metric([queue, task], n)
+        for queue, task in sorted(self._known_dead):
+            dead.add_metric([queue, task], reading.dead_letter.get((queue, task), 0))
         yield dead
         yield from _worker_families(reading.workers, reading.orphaned)
 

@@ -245,10 +245,10 @@ def test_every_outcome_is_counted(conn, pool, make_app: Callable[..., App]) -> N
         1 for name, _ in samples if name == "pgjobs_job_run_duration_seconds_bucket"
     )
 
-    # A redrive empties dead_letter: the gauge drops, the counter keeps what happened.
+    # A redrive empties dead_letter: the gauge drops to 0, the counter keeps what happened.
     app.redrive(task="bad")
     samples = scrape(metrics, pool)
-    assert value(samples, "pgjobs_dead_letter_jobs", queue="default", task="bad") is None
+    assert value(samples, "pgjobs_dead_letter_jobs", queue="default", task="bad") == 0
     assert finished(samples, "dead", task="bad") == 3
 
 
