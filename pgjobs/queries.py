@@ -1113,14 +1113,11 @@ LIMIT %(limit)s
 """
 
 #: The jobs with these ids wherever they are, in the columns of models.JobHistory (``replays``
-#: included), in no particular order; an id in no table gives no row.
+#: included), in no particular order; an id in no table gives no row. The replays come from one
+#: grouped read of the three replay_of indexes (a subquery per job would be costed so high that
+#: PostgreSQL compiles the statement with JIT, which takes longer than running it).
 BROWSE_JOBS_BY_ID = f"""
-SELECT found.*, ARRAY(
-    SELECT r.id FROM queued_jobs r WHERE r.replay_of = found.id
-    UNION ALL SELECT r.id FROM archived_jobs r WHERE r.replay_of = found.id
-    UNION ALL SELECT r.id FROM dead_letter r WHERE r.replay_of = found.id
-    ORDER BY 1
-) AS replays
+SELECT found.*, coalesce(r.replays, '{{}}') AS replays
 FROM (
     {_BROWSE_QUEUED.format(traceback="NULL::text")} WHERE id = ANY(%(ids)s::bigint[])
     UNION ALL
@@ -1129,6 +1126,17 @@ FROM (
     UNION ALL
     {_BROWSE_DEAD.format(traceback="traceback")} WHERE id = ANY(%(ids)s::bigint[])
 ) found
+LEFT JOIN (
+    SELECT replay_of, array_agg(id ORDER BY id) AS replays
+    FROM (
+        SELECT id, replay_of FROM queued_jobs WHERE replay_of = ANY(%(ids)s::bigint[])
+        UNION ALL
+        SELECT id, replay_of FROM archived_jobs WHERE replay_of = ANY(%(ids)s::bigint[])
+        UNION ALL
+        SELECT id, replay_of FROM dead_letter WHERE replay_of = ANY(%(ids)s::bigint[])
+    ) replay
+    GROUP BY replay_of
+) r ON r.replay_of = found.id
 """
 
 #: Whether the queued job ``id`` was inserted by the current transaction (an idempotent enqueue
