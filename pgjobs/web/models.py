@@ -26,8 +26,6 @@ from pgjobs.tasks import (
 MAX_JOB_ID = 2**63 - 1
 #: Jobs one batch enqueue may carry; the body limit usually binds first.
 MAX_BATCH_JOBS = 10_000
-#: Characters of an error message an outcome report may carry (the rest is cut by the client).
-MAX_ERROR_LENGTH = 100_000
 
 
 def _text(value: str) -> str:
@@ -121,7 +119,9 @@ class OutcomeReport(_Request):
     attempt: Whole = Field(ge=1, le=MAX_ATTEMPTS_LIMIT, description="The attempt delivered.")
     status: Literal["succeeded", "failed"]
     retryable: Flag = Field(True, description="A failure may be retried (attempts permitting).")
-    error: Annotated[Text, Field(max_length=MAX_ERROR_LENGTH)] | None = None
+    # Text and result are made storable by pgjobs (a NUL or a lone surrogate replaced, a long
+    # message cut), as a handler's are: the report is recorded rather than refused.
+    error: str | None = Field(None, description="Why the attempt failed (kept as last_error).")
     result: Any = Field(None, description="Any JSON value, kept with the archived job.")
 
 

@@ -83,8 +83,55 @@ def test_stale_unknown_and_invalid_reports(
         ({"attempt": "1", "status": "failed"}, "attempt"),
         ({"status": "failed"}, "attempt"),
         ({"attempt": 1, "status": "failed", "retryable": "no"}, "retryable"),
-        ({"attempt": 1, "status": "failed", "error": "a\x00b"}, "error"),
+        ({"attempt": 1, "status": "failed", "error": 42}, "error"),
     ):
         assert_error(
             client.post(f"/api/v1/jobs/{job_id}/outcome", json=body), 422, "validation_error", field
         )
+
+
+def test_results_and_errors_are_stored_as_pgjobs_stores_a_handlers(
+    client: TestClient, conn: psycopg.Connection[Any]
+) -> None:
+    """What JSON or PostgreSQL cannot hold is made storable, as for a handler's return value and
+    exception: the report is recorded, never a 500."""
+    reports = [
+        ('{"attempt": 1, "status": "succeeded", "result": {"x": NaN}}', "{'x': nan}"),
+        ('{"attempt": 1, "status": "succeeded", "result": "nul \\u0000"}', "nul \ufffd"),
+        ('{"attempt": 1, "status": "failed", "retryable": false, "error": "a\\u0000b"}', None),
+    ]
+    ids = []
+    for raw, stored in reports:
+        job_id = _running(client, conn)
+        ids.append(job_id)
+        response = client.post(
+            f"/api/v1/jobs/{job_id}/outcome",
+            content=raw,
+            headers={"content-type": "application/json"},
+        )
+        assert response.status_code == 200, (raw, response.text)
+        job = response.json()
+        if stored is not None:
+            assert job["result"] == stored
+        else:
+            assert job["status"] == "dead" and "\x00" not in job["last_error"]
+    assert_one_home(conn, ids)
+
+
+def test_the_apps_retry_policy_applies(make_web: Any, conn: psycopg.Connection[Any]) -> None:
+    from pgjobs import App
+    from tests.web.conftest import AUTH
+
+    app = App()
+
+    @app.task(name="ext", retry_base=1000, retry_cap=1000)
+    def ext() -> None: ...
+
+    with TestClient(make_web(app=app), headers=AUTH) as client:
+        job_id = _running(client, conn)
+        report = {"attempt": 1, "status": "failed", "error": "try later"}
+        assert client.post(f"/api/v1/jobs/{job_id}/outcome", json=report).status_code == 200
+    waits = conn.execute(
+        "SELECT extract(epoch FROM run_at - now()) FROM queued_jobs WHERE id = %s", [job_id]
+    ).fetchone()
+    assert waits is not None and waits[0] > 400  # equal jitter: at least half of 1000 s
