@@ -124,15 +124,18 @@ class _BadForm:
 
 
 async def _posted(request: Request) -> dict[str, str] | _BadForm:
-    """A posted form's fields, read up to ``forms.MAX_FORM_BYTES``."""
-    kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
-    if kind != "application/x-www-form-urlencoded":
-        return _BadForm(415, "the dashboard takes HTML forms (application/x-www-form-urlencoded)")
+    """A posted form's fields, read up to ``forms.MAX_FORM_BYTES``; an empty body is an empty
+    form (whose CSRF check then fails)."""
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
         if len(body) > forms.MAX_FORM_BYTES:
             return _BadForm(413, f"a form may hold {forms.MAX_FORM_BYTES:,} bytes at most")
+    if not body:
+        return {}
+    kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if kind != "application/x-www-form-urlencoded":
+        return _BadForm(415, "the dashboard takes HTML forms (application/x-www-form-urlencoded)")
     try:
         return forms.parse_form(bytes(body))
     except ConfigurationError as exc:
