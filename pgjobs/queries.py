@@ -982,9 +982,9 @@ SELECT queue, task, count(*) FROM dead_letter GROUP BY queue, task
 def _metrics_reading(table: str, at: str, columns: str) -> tuple[str, str, str]:
     """The three statements that read what entered ``table`` since the last reading, in
     (``at``, id) order: the next page after a cursor, the number of rows in the window behind
-    the cursor with the sum of their ids (a row that committed late and another deleted since
-    would leave the count alone, not the sum too), and that window's rows (to find rows that
-    committed after the cursor passed)."""
+    the cursor with the sums of their ids and of their times in microseconds (a row that
+    committed late and another deleted since leave the count alone, not the sums too), and that
+    window's rows (to find rows that committed after the cursor passed)."""
     select = f"SELECT id, {at}, {columns} FROM {table}"
     following = f"""
 {select}
@@ -994,7 +994,12 @@ ORDER BY {at}, id
 LIMIT %(limit)s
 """
     window = f"{at} > %(lower)s AND {at} <= %(upper)s AND ({at}, id) <= (%(upper)s, %(upper_id)s)"
-    count = f"SELECT count(*), coalesce(sum(id), 0) FROM {table} WHERE {window}"
+    count = f"""
+SELECT count(*), coalesce(sum(id), 0),
+       coalesce(sum((extract(epoch FROM {at}) * 1000000)::bigint), 0)
+FROM {table}
+WHERE {window}
+"""
     rows = f"""
 {select}
 WHERE {window}
@@ -1014,8 +1019,8 @@ _DEAD_METRIC_COLUMNS = f"queue, task, '{JobStatus.DEAD}', NULL::float8, NULL::fl
 #: METRICS_ARCHIVED_NEXT: up to ``limit`` archived jobs after the cursor (``after``,
 #: ``after_id``) in (finished_at, id) order that finished at least ``hold`` seconds ago.
 #: METRICS_ARCHIVED_WINDOW_COUNT: the number of archived jobs in the window (``lower``, cursor
-#: ``upper``, ``upper_id``] and the sum of their ids. METRICS_ARCHIVED_WINDOW: those jobs, at
-#: most ``limit``.
+#: ``upper``, ``upper_id``], the sum of their ids and the sum of their finished_at as Unix
+#: microseconds. METRICS_ARCHIVED_WINDOW: those jobs, at most ``limit``.
 #: Rows of both readers: (id, finished_at, queue, task, status, seconds from start to finish,
 #: seconds from run_at to start; NULL when the job never started).
 METRICS_ARCHIVED_NEXT, METRICS_ARCHIVED_WINDOW_COUNT, METRICS_ARCHIVED_WINDOW = _metrics_reading(

@@ -124,10 +124,10 @@ class _Seen:
             self.at.insert(i, at)
             self.ids.insert(i, job_id)
 
-    def after(self, at: int) -> tuple[int, int]:
-        """How many rows are later than ``at``, and the sum of their ids."""
+    def after(self, at: int) -> tuple[int, int, int]:
+        """How many rows are later than ``at``, the sum of their ids and of their times."""
         i = bisect.bisect_right(self.at, at)
-        return len(self.at) - i, sum(self.ids[i:])
+        return len(self.at) - i, sum(self.ids[i:]), sum(self.at[i:])
 
     def forget_until(self, at: int) -> None:
         """Forget the rows at ``at`` or earlier."""
@@ -135,8 +135,9 @@ class _Seen:
         del self.at[:i]
         del self.ids[:i]
 
-    def id_set(self) -> set[int]:
-        return set(self.ids)
+    def keys(self) -> set[tuple[int, int]]:
+        """(id, time) of every row: a dead job redriven and dead again is a new row, same id."""
+        return set(zip(self.ids, self.at, strict=True))
 
 
 @dataclass
@@ -176,17 +177,25 @@ class _Reader:
         lower = max(cursor[0] - timedelta(seconds=overlap), self.floor)
         window = {"lower": lower, "upper": cursor[0], "upper_id": cursor[1]}
         lower_us = _micros(lower)
-        count, ids = self.seen.after(lower_us)
-        in_window = [r.id for r in page if r.at > lower]
-        expected = (count + len(in_window), ids + sum(in_window))
-        ((present, present_ids),) = db.fetch_all(conn, self.window_count, window)
+        # The window as remembered (rows counted before, and this page's) against the table:
+        # the number of rows, the sum of their ids and of their times.
+        count, ids, times = self.seen.after(lower_us)
+        in_window = [(r.id, _micros(r.at)) for r in page if r.at > lower]
+        expected = (
+            count + len(in_window),
+            ids + sum(i for i, _ in in_window),
+            times + sum(t for _, t in in_window),
+        )
+        ((present, present_ids, present_times),) = db.fetch_all(conn, self.window_count, window)
         late: list[_Finished] = []
-        if (present, int(present_ids)) != expected:
+        if (present, int(present_ids), int(present_times)) != expected:
             # Rows that committed after the cursor passed their time (or rows since deleted:
-            # a redrive empties dead_letter). Read the window and keep the ids never counted.
-            known = self.seen.id_set() | {r.id for r in page}
+            # a redrive empties dead_letter). Read the window and keep the rows never counted.
+            known = self.seen.keys() | {(r.id, _micros(r.at)) for r in page}
             rows = db.fetch_all(conn, self.window, {**window, "limit": expected[0] + batch})
-            late = [f for f in (_Finished(*row) for row in rows) if f.id not in known]
+            late = [
+                f for f in (_Finished(*row) for row in rows) if (f.id, _micros(f.at)) not in known
+            ]
         return _Advance(page + late, cursor, lower_us, behind=len(page) == batch)
 
     def apply(self, advance: _Advance) -> None:

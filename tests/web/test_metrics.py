@@ -298,6 +298,30 @@ def test_a_late_row_is_found_when_another_row_left_the_window(conn, pool, dsn) -
     assert finished(scrape(metrics, pool), "dead") == 3
 
 
+def test_a_job_dead_again_after_a_redrive_counts_again(conn, pool, dsn) -> None:
+    """The same id in dead_letter twice (redriven, dead again, this time committed late) is two
+    deaths: rows are told apart by id and time."""
+    metrics = QueueMetrics(ttl=0, hold=0, overlap=60)
+    scrape(metrics, pool)
+    job, other = (
+        int(r[0])
+        for r in conn.execute(
+            "INSERT INTO queued_jobs (task) SELECT 't' FROM generate_series(1, 2) RETURNING id"
+        ).fetchall()
+    )
+    conn.execute(_BURY, {"ids": [job]})
+    assert finished(scrape(metrics, pool), "dead") == 1
+    conn.execute("DELETE FROM dead_letter WHERE id = %s", [job])  # a redrive, by hand
+    conn.execute("INSERT INTO queued_jobs (id, task) VALUES (%s, 't')", [job])
+    with psycopg.connect(dsn.url) as slow:
+        slow.execute(_BURY, {"ids": [job]})
+        conn.execute(_BURY, {"ids": [other]})
+        assert finished(scrape(metrics, pool), "dead") == 2
+        slow.commit()
+    assert finished(scrape(metrics, pool), "dead") == 3
+    assert finished(scrape(metrics, pool), "dead") == 3
+
+
 def test_a_row_later_than_the_overlap_is_missed(conn, pool, dsn) -> None:
     """What the overlap buys: without it the same late rows are never counted."""
     metrics = QueueMetrics(ttl=0, hold=0, overlap=0)
