@@ -8,6 +8,7 @@ from signal import SIGTERM
 
 import httpx
 
+from pgjobs.dsn import Dsn
 from tests.helpers import pgjobs_process, run_pgjobs, wait_until
 from tests.web.conftest import READ_TOKEN, TOKEN
 
@@ -78,6 +79,24 @@ def test_serve_insecure_says_so_on_start(subprocess_env: dict[str, str]) -> None
         assert created.status_code == 201
         assert server.stop() in STOPPED
         assert "WITHOUT AUTHENTICATION" in server.err()
+
+
+def test_serve_with_an_app_accepts_only_its_tasks(subprocess_env: dict[str, str], dsn: Dsn) -> None:
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    args = ("serve", "--port", str(port), "--insecure-no-auth", "--pool-size", "1")
+    app = ("--app", "tests.integration.cli_app:app", "--dsn", dsn.url)
+    with pgjobs_process({**subprocess_env, "PGJOBS_DATABASE_URL": ""}, *args, *app) as server:
+        wait_until(lambda: _get(f"{base}/healthz"), timeout=30, what="/healthz", procs=[server])
+        unknown = httpx.post(f"{base}/api/v1/jobs", json={"task": "cli.nope"})
+        assert unknown.status_code == 422
+        assert unknown.json()["error"]["code"] == "unknown_task"
+        known = httpx.post(
+            f"{base}/api/v1/jobs", json={"task": "cli.shout", "payload": {"text": "a"}}
+        )
+        assert known.status_code == 201, known.text
+        assert known.json()["queue"] == "loud"  # the task's default
+        server.stop()
 
 
 def test_serve_bad_options_are_one_line(subprocess_env: dict[str, str]) -> None:
