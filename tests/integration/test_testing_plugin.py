@@ -286,11 +286,11 @@ def test_drain_now_runs_what_is_due_by_then(make_app: MakeApp, conn):
     @app.task(name="later")
     def later() -> None: ...
 
-    later = app.enqueue("later", run_in=1200)
+    in_20_min = app.enqueue("later", run_in=1200)
     soon = app.enqueue("later", run_in=600)
     tomorrow = app.enqueue("later", run_in=86400)
     # The clock advances from one due moment to the next: the sooner job runs first.
-    assert drain(app, now=datetime.now(UTC) + timedelta(hours=1)).succeeded == [soon, later]
+    assert drain(app, now=datetime.now(UTC) + timedelta(hours=1)).succeeded == [soon, in_20_min]
     assert [j.id for j in enqueued_jobs(app)] == [tomorrow]
     assert drain(app, include_scheduled=True).succeeded == [tomorrow]
     with pytest.raises(pgjobs.ConfigurationError):
