@@ -128,7 +128,8 @@ class WorkerMetrics:
         self.trips = 0
         self.last_heartbeat: float | None = None  # seconds since the epoch
         self._series: dict[tuple[str, str], _Series] = {}
-        self._started: dict[int, float] = {}  # job id -> time.monotonic() when its run began
+        # job id -> its series and time.monotonic() when its run began
+        self._started: dict[int, tuple[_Series, float]] = {}
 
     def _of(self, job: Job) -> _Series:
         key = (job.queue, job.task if job.task in self._tasks else UNKNOWN_TASK)
@@ -147,16 +148,20 @@ class WorkerMetrics:
 
     def claimed(self, job: Job, now: float) -> None:
         """``job`` was claimed at ``now`` (seconds since the epoch) and starts running."""
-        self._of(job).pickup.observe(max(0.0, now - job.run_at.timestamp()))
-        self._started[job.id] = time.monotonic()
+        series = self._of(job)
+        latency = now - job.run_at.timestamp()
+        series.pickup.observe(latency if latency > 0.0 else 0.0)
+        self._started[job.id] = (series, time.monotonic())
 
     def finished(self, job: Job, outcome: str) -> None:
         """``job`` left its slot with ``outcome`` (one of ``OUTCOMES``)."""
-        series = self._of(job)
-        series.finished[outcome] += 1
         started = self._started.pop(job.id, None)
-        if started is not None:
-            series.run.observe(time.monotonic() - started)
+        if started is None:
+            series = self._of(job)
+        else:
+            series = started[0]
+            series.run.observe(time.monotonic() - started[1])
+        series.finished[outcome] += 1
 
     def not_run(self, job: Job) -> None:
         """``job`` was claimed but never run (unknown task, payload that does not fit): it is
