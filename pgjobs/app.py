@@ -98,6 +98,8 @@ class App:
         at_most_once: bool = False,
     ) -> Callable[[Callable[..., Any]], Task]: ...
 
+        version: int = 1,
+        upgrade: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
     def task(
         self,
         fn: Callable[..., Any] | None = None,
@@ -112,6 +114,8 @@ class App:
         at_most_once: bool = False,
     ) -> Task | Callable[[Callable[..., Any]], Task]:
         """Register a handler; it receives the job's JSON payload keys as keyword arguments.
+        version: int = 1,
+        upgrade: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
 
         ``name`` defaults to ``module.function``; set it explicitly so that renaming or moving the
         function does not orphan queued jobs. ``retry_base``/``retry_cap`` (seconds) shape the
@@ -123,7 +127,23 @@ class App:
 
         Example: ``@app.task(name="billing.charge", queue="billing", max_attempts=10)``
         """
+        Annotated parameters (``int``, ``float``, ``str``, ``bool``, ``None``, unions,
+        ``list[X]``, ``dict[str, X]``, ``Literal``) are checked at enqueue (``InvalidPayload``
+        naming ``payload.<name>``) and again when a worker starts the job (``dead_letter``,
+        ``invalid_payload``); a handler taking one pydantic model or dataclass receives it built
+        from the payload. ``version`` is the version of the payloads the handler takes, stored
+        with each job; ``upgrade`` maps each older version to a function returning the payload
+        of the next version, which a worker applies, in order, to the jobs enqueued before.
 
+
+
+        Example::
+
+            def to_cents(payload: dict[str, Any]) -> dict[str, Any]:
+                return {"cents": round(payload["amount"] * 100)}
+
+            @app.task(name="billing.charge", version=2, upgrade={1: to_cents})
+            def charge(cents: int) -> None: ...
         def register(fn: Callable[..., Any]) -> Task:
             task = make_task(
                 fn,
@@ -136,6 +156,8 @@ class App:
                 at_most_once=at_most_once,
             )
             return self._register(task)
+                version=version,
+                upgrade=upgrade,
 
         return register(fn) if fn is not None else register
 

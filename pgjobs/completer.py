@@ -138,6 +138,8 @@ class SettleParams:
     release_ids: list[int] = field(default_factory=list)
     release_attempts: list[int] = field(default_factory=list)
     release_refunds: list[bool] = field(default_factory=list)
+    #: Seconds before a released job may be claimed again (0: at once).
+    release_holds: list[float] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.ok_ids) + len(self.retry_ids) + len(self.dead_ids) + len(self.release_ids)
@@ -320,12 +322,14 @@ class Outcomes:
         batch.dead_errors.append(error)
         batch.dead_tracebacks.append(traceback)
 
-    def release(self, job: Attempt, *, refund: bool) -> None:
-        """Give ``job`` back to the queue now; ``refund`` when it never started running."""
+    def release(self, job: Attempt, *, refund: bool, hold: float = 0.0) -> None:
+        """Give ``job`` back to the queue; ``refund`` when it never started running. With
+        ``hold`` (seconds) > 0 no worker claims it again before then."""
         batch = self._batch
         batch.release_ids.append(job.id)
         batch.release_attempts.append(job.attempts)
         batch.release_refunds.append(refund)
+        batch.release_holds.append(hold)
 
     def drain(self) -> SettleParams:
         """Everything buffered, as the settle statement's parameters; empties the buffer."""

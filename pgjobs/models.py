@@ -68,6 +68,10 @@ class Job(NamedTuple):
     created_at: datetime
     expires_at: datetime | None
     idempotency_key: str | None
+    #: The version of the payload's shape it was enqueued with; None is version 1.
+    payload_version: int | None = None
+    #: The enqueuing span's W3C trace context (``traceparent``, ``tracestate``), or None.
+    trace_context: dict[str, str] | None = None
 
     @property
     def is_last_attempt(self) -> bool:

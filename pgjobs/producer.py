@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import psycopg
 
-from pgjobs import queries
+from pgjobs import queries, tracing
 from pgjobs.db import translate_errors
 from pgjobs.dsn import Dsn
 from pgjobs.errors import ConfigurationError, InvalidPayload, PgjobsError, UnknownTask
@@ -73,6 +73,8 @@ _MANY_KEYS = (
     "max_attempts",
     "expires_ats",
     "keys",
+    "payload_versions",
+    "trace_contexts",
 )
 
 
@@ -88,6 +90,10 @@ class PreparedJob(NamedTuple):
     max_attempts: int
     expires_at: datetime | None
     idempotency_key: str | None
+    #: The task's payload version when it declares one above 1 (None is version 1).
+    payload_version: int | None = None
+    #: The enqueuing span's W3C trace context as JSON text, when tracing (``pgjobs.tracing``).
+    trace_context: str | None = None
 
 
 def prepare(spec: JobSpec, tasks: Mapping[str, Task] | None) -> PreparedJob:
@@ -102,31 +108,7 @@ def prepare(spec: JobSpec, tasks: Mapping[str, Task] | None) -> PreparedJob:
             f"unknown task {spec.task!r}: the app registers {', '.join(sorted(tasks))}",
             field="task",
         )
-    payload = {} if spec.payload is None else spec.payload
-    if not isinstance(payload, dict):
-        raise InvalidPayload(
-            f"payload must be a JSON object (a dict), got {type(payload).__name__}", field="payload"
-        )
-    text = _encode(payload)
-    if len(text) > MAX_PAYLOAD_BYTES and len(text.encode()) > MAX_PAYLOAD_BYTES:
-        raise InvalidPayload(
-            f"payload is {len(text.encode()):,} bytes; the limit is {MAX_PAYLOAD_BYTES:,} "
-            "(store large data elsewhere and enqueue a reference)",
-            field="payload",
-        )
-    # The encoder escapes NUL as \u0000 (ASCII output), which jsonb refuses; an escape is real
-    # when an even number of backslashes precedes it. The substring test spares most payloads
-    # the regular expression.
-    if "\\u0000" in text and _NUL_ESCAPE.search(text):
-        raise InvalidPayload(
-            "payload contains a NUL character (\\u0000), which PostgreSQL refuses", field="payload"
-        )
-    if "\\ud" in text and _LONE_SURROGATE.search(text):
-        raise InvalidPayload(
-            "payload contains a lone surrogate (text that is not valid UTF-8), which PostgreSQL "
-            "refuses",
-            field="payload",
-        )
+    text = _payload_text(spec.payload, task)
     # Options left unset take the task's values, which were checked when it was registered.
     if spec.queue is None:
         queue = task.queue if task else DEFAULT_QUEUE
@@ -160,9 +142,60 @@ def prepare(spec: JobSpec, tasks: Mapping[str, Task] | None) -> PreparedJob:
             seconds=check_seconds("expires_in", spec.expires_in)
         )
     key = None if spec.idempotency_key is None else check_key(spec.idempotency_key)
+    version = task.version if task is not None and task.version != 1 else None
+    trace = tracing.publish(spec.task, queue) if tracing.enabled() else None
     return PreparedJob(
-        queue, spec.task, text, priority, run_at, run_in, max_attempts, expires_at, key
+        queue,
+        spec.task,
+        text,
+        priority,
+        run_at,
+        run_in,
+        max_attempts,
+        expires_at,
+        key,
+        version,
+        trace,
     )
+
+
+def _payload_text(given: Any, task: Task | None) -> str:
+    """The payload as the JSON text to store, checked: a JSON object (an instance of a typed
+    handler's model stands for its fields) that fits a typed handler, within the limits."""
+    payload = {} if given is None else given
+    if task is not None and task.model is not None and isinstance(payload, task.model.cls):
+        payload = task.model.dump(payload)  # an instance of the handler's model: its fields
+    if not isinstance(payload, dict):
+        raise InvalidPayload(
+            f"payload must be a JSON object (a dict), got {type(payload).__name__}", field="payload"
+        )
+    if task is not None and (task.types is not None or task.model is not None):
+        # A typed handler's values are checked before they are stored; which keys it takes is
+        # checked by the worker (an untyped handler's too), as it always was.
+        problem = task.payload_problem(payload, complete=False)
+        if problem is not None:
+            raise InvalidPayload(problem.message, field=problem.field)
+    text = _encode(payload)
+    if len(text) > MAX_PAYLOAD_BYTES and len(text.encode()) > MAX_PAYLOAD_BYTES:
+        raise InvalidPayload(
+            f"payload is {len(text.encode()):,} bytes; the limit is {MAX_PAYLOAD_BYTES:,} "
+            "(store large data elsewhere and enqueue a reference)",
+            field="payload",
+        )
+    # The encoder escapes NUL as \u0000 (ASCII output), which jsonb refuses; an escape is real
+    # when an even number of backslashes precedes it. The substring test spares most payloads
+    # the regular expression.
+    if "\\u0000" in text and _NUL_ESCAPE.search(text):
+        raise InvalidPayload(
+            "payload contains a NUL character (\\u0000), which PostgreSQL refuses", field="payload"
+        )
+    if "\\ud" in text and _LONE_SURROGATE.search(text):
+        raise InvalidPayload(
+            "payload contains a lone surrogate (text that is not valid UTF-8), which PostgreSQL "
+            "refuses",
+            field="payload",
+        )
+    return text
 
 
 def _encode(payload: dict[str, Any]) -> str:
@@ -316,13 +349,29 @@ def _insert_one(row: PreparedJob) -> Statement:
             "max_attempts": row.max_attempts,
         }
         return Statement(queries.JOB_INSERT_READY, params)
-    return Statement(queries.JOB_INSERT, row._asdict())
+    if _versioned((row,)):
+        return Statement(queries.JOB_INSERT_VERSIONED, row._asdict())
+    params = row._asdict()
+    del params["payload_version"], params["trace_context"]
+    return Statement(queries.JOB_INSERT, params)
+
+
+def _versioned(rows: Sequence[PreparedJob]) -> bool:
+    """Whether one of ``rows`` has a payload version or a trace context to store (the
+    statements that leave those columns out work on a schema older than migration 0007)."""
+    return any(row.payload_version is not None or row.trace_context is not None for row in rows)
 
 
 def _ready_now(row: PreparedJob) -> bool:
-    """Whether ``row`` runs as soon as it commits and never expires: its run_at and expires_at
-    columns can take their defaults (now(), NULL)."""
-    return row.run_at is None and not row.run_in and row.expires_at is None
+    """Whether ``row`` runs as soon as it commits, never expires, and has neither a payload
+    version nor a trace context: every column but the usual ones can take its default."""
+    return (
+        row.run_at is None
+        and not row.run_in
+        and row.expires_at is None
+        and row.payload_version is None
+        and row.trace_context is None
+    )
 
 
 def _copy_many(conn: psycopg.Connection[Any], rows: Sequence[PreparedJob]) -> list[int]:
@@ -383,11 +432,13 @@ def _copy_rows(
             (job_id, row.queue, row.task, row.payload, row.priority, row.max_attempts)
             for job_id, row in zip(ids, rows, strict=True)
         )
-    return queries.JOB_COPY_MANY, _copy_rows_timed(rows, now, ids)
+    if _versioned(rows):
+        return queries.JOB_COPY_MANY_VERSIONED, _copy_rows_timed(rows, now, ids, versioned=True)
+    return queries.JOB_COPY_MANY, _copy_rows_timed(rows, now, ids, versioned=False)
 
 
 def _copy_rows_timed(
-    rows: Sequence[PreparedJob], now: datetime, ids: list[int]
+    rows: Sequence[PreparedJob], now: datetime, ids: list[int], *, versioned: bool
 ) -> Iterator[tuple[Any, ...]]:
     # Timestamps go in as ISO text: dumping a datetime costs more than the rest of a row, and
     # most jobs share one run_at, the transaction's now() (which is also their created_at).
@@ -399,7 +450,7 @@ def _copy_rows_timed(
             run_at = (now + timedelta(seconds=row.run_in)).isoformat()
         else:
             run_at = ready
-        yield (
+        line = (
             job_id,
             row.queue,
             row.task,
@@ -409,18 +460,22 @@ def _copy_rows_timed(
             row.max_attempts,
             row.expires_at,
         )
+        yield (*line, row.payload_version, row.trace_context) if versioned else line
 
 
 def _insert_many(rows: Sequence[PreparedJob]) -> InsertPlan:
     results: list[int | None] = [None] * len(rows)
     pending = list(range(len(rows)))
+    versioned = _versioned(rows)
+    statement = queries.JOB_INSERT_MANY_VERSIONED if versioned else queries.JOB_INSERT_MANY
+    keys: tuple[str, ...] = _MANY_KEYS if versioned else _MANY_KEYS[:-2]
     # A NULL id means a concurrent enqueue took the key while this statement ran; its commit is
     # visible to the next statement, so one more round resolves it.
     for _ in range(3):
         batch = [rows[i] for i in pending]
-        params = {key: [row[n] for row in batch] for n, key in enumerate(_MANY_KEYS)}
+        params = {key: [row[n] for row in batch] for n, key in enumerate(keys)}
         still: list[int] = []
-        for position, job_id in (yield Statement(queries.JOB_INSERT_MANY, params)):
+        for position, job_id in (yield Statement(statement, params)):
             index = pending[position - 1]
             if job_id is None:
                 still.append(index)

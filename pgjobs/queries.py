@@ -19,14 +19,17 @@ LISTEN_JOBS = f'LISTEN "{NOTIFY_CHANNEL}"'
 # Columns of queued_jobs in the order models.Job takes them.
 JOB_COLUMNS = (
     "id, queue, task, payload, priority, run_at, attempts, max_attempts, lease_owner, "
-    "lease_expires_at, last_error, created_at, expires_at, idempotency_key"
+    "lease_expires_at, last_error, created_at, expires_at, idempotency_key, payload_version, "
+    "trace_context"
 )
 
 # Columns the three tables share, copied as-is when a row moves between them (the redrive record,
-# the replay link and the start of the latest attempt travel with the job).
+# the replay link, the start of the latest attempt, the payload version and the trace context
+# travel with the job).
 _MOVED_COLUMNS = (
     "id, queue, task, payload, priority, run_at, attempts, max_attempts, "
-    "created_at, expires_at, idempotency_key, redrive_count, redriven_at, replay_of, started_at"
+    "created_at, expires_at, idempotency_key, redrive_count, redriven_at, replay_of, started_at, "
+    "payload_version, trace_context"
 )
 
 # _MOVED_COLUMNS as a row enters dead_letter: a task name too long for the (task, failed_at)
@@ -39,20 +42,36 @@ _INTO_DEAD = _MOVED_COLUMNS.replace(
     " ELSE left(task, 200) || format('... (%%s characters clipped)', length(task) - 200) END, ",
 )
 
-#: Insert one job without an idempotency key and wake idle workers of its queue. Rows: (id,);
-#: pg_notify sits in FROM so that its void result is not a column to send and decode.
-JOB_INSERT = f"""
+# The columns a job enqueued for a versioned task, or under a traced span, adds to an insert
+# (migration 0007). The other inserts leave them out, so that a producer that uses neither keeps
+# working against a database not yet migrated that far.
+_VERSIONED_COLUMNS = ", payload_version, trace_context"
+
+
+def _job_insert(versioned: bool) -> str:
+    extra = _VERSIONED_COLUMNS if versioned else ""
+    values = ", %(payload_version)s::int, %(trace_context)s::jsonb" if versioned else ""
+    return f"""
 WITH inserted AS (
-    INSERT INTO queued_jobs (queue, task, payload, priority, run_at, max_attempts, expires_at)
+    INSERT INTO queued_jobs (queue, task, payload, priority, run_at, max_attempts,
+                             expires_at{extra})
     VALUES (
         %(queue)s, %(task)s, %(payload)s::jsonb, %(priority)s,
         coalesce(%(run_at)s::timestamptz, now() + %(run_in)s * interval '1 second'),
-        %(max_attempts)s, %(expires_at)s::timestamptz
+        %(max_attempts)s, %(expires_at)s::timestamptz{values}
     )
     RETURNING id, queue
 )
 SELECT id FROM inserted, pg_notify('{NOTIFY_CHANNEL}', queue)
 """
+
+
+#: Insert one job without an idempotency key and wake idle workers of its queue. Rows: (id,);
+#: pg_notify sits in FROM so that its void result is not a column to send and decode.
+JOB_INSERT = _job_insert(versioned=False)
+
+#: JOB_INSERT with the job's payload version and trace context.
+JOB_INSERT_VERSIONED = _job_insert(versioned=True)
 
 #: JOB_INSERT for a job that is ready now and never expires: run_at takes its default, now().
 JOB_INSERT_READY = f"""
@@ -64,19 +83,21 @@ WITH inserted AS (
 SELECT id FROM inserted, pg_notify('{NOTIFY_CHANNEL}', queue)
 """
 
-#: Insert many jobs from parallel arrays; a job whose idempotency key is already taken (in any of
-#: the three tables, or earlier in the same batch) is not inserted and the holder's id returned.
-#: Rows: (position, id). A NULL id means a concurrent enqueue holds the key but has not committed
-#: yet; the caller retries those rows.
-JOB_INSERT_MANY = f"""
+
+def _job_insert_many(versioned: bool) -> str:
+    extra = _VERSIONED_COLUMNS if versioned else ""
+    arrays = (
+        ", %(payload_versions)s::int[], %(trace_contexts)s::text[]::jsonb[]" if versioned else ""
+    )
+    return f"""
 WITH input AS (
     SELECT nextval(pg_get_serial_sequence('queued_jobs', 'id')) AS id, r.*
     FROM unnest(
         %(queues)s::text[], %(tasks)s::text[], %(payloads)s::text[]::jsonb[],
         %(priorities)s::smallint[], %(run_ats)s::timestamptz[], %(run_ins)s::float8[],
-        %(max_attempts)s::int[], %(expires_ats)s::timestamptz[], %(keys)s::text[]
+        %(max_attempts)s::int[], %(expires_ats)s::timestamptz[], %(keys)s::text[]{arrays}
     ) WITH ORDINALITY AS r(queue, task, payload, priority, run_at, run_in, max_attempts,
-                           expires_at, idempotency_key, position)
+                           expires_at, idempotency_key{extra}, position)
 ),
 existing AS (
     SELECT i.position, (
@@ -92,10 +113,10 @@ existing AS (
 ),
 inserted AS (
     INSERT INTO queued_jobs (id, queue, task, payload, priority, run_at, max_attempts,
-                             expires_at, idempotency_key)
+                             expires_at, idempotency_key{extra})
     SELECT i.id, i.queue, i.task, i.payload, i.priority,
            coalesce(i.run_at, now() + i.run_in * interval '1 second'),
-           i.max_attempts, i.expires_at, i.idempotency_key
+           i.max_attempts, i.expires_at, i.idempotency_key{extra.replace(", ", ", i.")}
     FROM input i
     LEFT JOIN existing e ON e.position = i.position
     WHERE e.id IS NULL
@@ -115,6 +136,16 @@ LEFT JOIN inserted holder ON holder.idempotency_key = i.idempotency_key
 CROSS JOIN notified
 ORDER BY i.position
 """
+
+
+#: Insert many jobs from parallel arrays; a job whose idempotency key is already taken (in any of
+#: the three tables, or earlier in the same batch) is not inserted and the holder's id returned.
+#: Rows: (position, id). A NULL id means a concurrent enqueue holds the key but has not committed
+#: yet; the caller retries those rows.
+JOB_INSERT_MANY = _job_insert_many(versioned=False)
+
+#: JOB_INSERT_MANY with each job's payload version and trace context.
+JOB_INSERT_MANY_VERSIONED = _job_insert_many(versioned=True)
 
 #: The isolation level of the caller's transaction that a keyed insert would join (JOB_INSERT_MANY
 #: can keep its promise only where each statement sees every commit: READ COMMITTED).
@@ -138,6 +169,12 @@ SELECT now(),
 #: Bulk-insert jobs without idempotency keys, with ids from JOB_RESERVE_IDS (COPY text format).
 JOB_COPY_MANY = """
 COPY queued_jobs (id, queue, task, payload, priority, run_at, max_attempts, expires_at) FROM STDIN
+"""
+
+#: JOB_COPY_MANY with each job's payload version and trace context.
+JOB_COPY_MANY_VERSIONED = """
+COPY queued_jobs (id, queue, task, payload, priority, run_at, max_attempts, expires_at,
+                  payload_version, trace_context) FROM STDIN
 """
 
 #: JOB_COPY_MANY for jobs that are ready now and never expire: run_at takes its default, now().
@@ -234,7 +271,8 @@ buried AS (
 #: Apply a batch of outcomes, each fenced by (id, attempt, lease owner) so that a worker whose
 #: lease was lost changes nothing: successes move to archived_jobs, failures to retry are
 #: rescheduled, failures for good move to dead_letter, and jobs given back are released (with
-#: their attempt refunded when they never started). Returns the ids that were applied.
+#: their attempt refunded when they never started, and held back ``release_holds`` seconds when
+#: that is > 0). Returns the ids that were applied.
 JOB_SETTLE_MANY = f"""
 WITH {_SUCCEED_MANY},
 retried AS (
@@ -254,11 +292,13 @@ released AS (
     SET attempts = q.attempts - CASE WHEN g.refund THEN 1 ELSE 0 END,
         lease_owner = NULL,
         lease_expires_at = NULL
-    FROM unnest(%(release_ids)s::bigint[], %(release_attempts)s::int[], %(release_refunds)s::bool[])
-        AS g(id, attempts, refund)
+    FROM unnest(%(release_ids)s::bigint[], %(release_attempts)s::int[], %(release_refunds)s::bool[],
+                %(release_holds)s::float8[])
+        AS g(id, attempts, refund, hold)
     WHERE q.id = g.id AND q.attempts = g.attempts AND q.lease_owner = %(owner)s
     RETURNING q.id
 )
+        run_at = CASE WHEN g.hold > 0 THEN now() + g.hold * interval '1 second' ELSE q.run_at END,
 SELECT id FROM archived
 UNION ALL SELECT id FROM retried
 UNION ALL SELECT id FROM buried

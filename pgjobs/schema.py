@@ -51,8 +51,8 @@ def _status_check(column: str, values: type[enum.StrEnum]) -> CheckConstraint:
 
 
 def _operations_columns(table: str) -> tuple[SchemaItem, ...]:
-    """The redrive record, replay link and run start every table carries, so they travel with
-    the job."""
+    """The redrive record, replay link, run start, payload version and trace context every
+    table carries, so they travel with the job."""
     return (
         # How many times `pgjobs dead redrive` sent the job back to queued_jobs; when it last did.
         Column("redrive_count", Integer, nullable=False, server_default=text("0")),
@@ -64,6 +64,12 @@ def _operations_columns(table: str) -> tuple[SchemaItem, ...]:
         # When the job's latest attempt started (set by the claim; NULL if it never ran): run time
         # is finished_at - started_at, pickup latency started_at - run_at. Migration 0005.
         Column("started_at", DateTime(timezone=True)),
+        # The version of the payload's shape it was enqueued with (``@app.task(version=...)``);
+        # NULL is version 1. A worker upgrades older payloads before running them. Migration 0007.
+        Column("payload_version", Integer),
+        # The enqueuing span's W3C trace context (traceparent, tracestate) when the producer
+        # traces with OpenTelemetry; the worker's span for the job is its child. Migration 0007.
+        Column("trace_context", JSONB),
     )
 
 

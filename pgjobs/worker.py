@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from pgjobs import db, external, migrate, queries
+from pgjobs import db, external, migrate, queries, tracing
 from pgjobs.completer import ClaimParams, Completer
 from pgjobs.context import HandlerExit, JobContext, call_async, call_sync
 from pgjobs.dsn import Dsn
@@ -47,7 +47,7 @@ from pgjobs.maintenance.partitions import ArchivePartitions
 from pgjobs.maintenance.registry import Heartbeat, WorkerIdentity, WorkerRegistry
 from pgjobs.models import Job
 from pgjobs.probe import ProbeServer, ProbeState, WorkerMetrics, address_text
-from pgjobs.tasks import ExternalTarget, Task
+from pgjobs.tasks import NEWER_VERSION_HOLD, ExternalTarget, Task, UpgradeFailed
 
 if TYPE_CHECKING:
     from pgjobs.app import App
@@ -202,6 +202,8 @@ class Worker:
         self._lanes: list[_Lane] = []
         self._http_address: tuple[str, int] | None = None
 
+        # Jobs whose payload version was too new for this worker, logged once each.
+        self._too_new: set[int] = set()
     def run(self, on_checked: Callable[[], None] | None = None) -> int:
         """Work until stopped; returns the process exit code (0 after a graceful shutdown).
 
@@ -515,7 +517,16 @@ class Worker:
             self._completer.unknown_task(job)
             self._not_run(job)
             return
-        problem = task.check_payload(job.payload)
+        payload = job.payload
+        if (job.payload_version or 1) != task.version:
+            upgraded = self._upgraded(job, task)
+            if upgraded is None:
+                self._not_run(job)
+                return
+            payload = upgraded
+        problem = task.check_payload(payload)
+        if problem is None and task.model is not None:
+            payload, problem = task.arguments(payload)  # {parameter: the model's instance}
         if problem is not None:
             self._completer.invalid_payload(job, problem)
             self._not_run(job)
@@ -524,12 +535,49 @@ class Worker:
         if task.external is not None:
             self._deliver(context, task)
         elif task.is_async:
-            future = asyncio.ensure_future(call_async(context, task.fn, job.payload))
+            future = asyncio.ensure_future(call_async(context, fn, payload))
             self._running[job.id] = (context, future)
+        fn = task.fn
+        if tracing.enabled():
+            fn = tracing.process(fn, job, is_async=task.is_async)
             future.add_done_callback(functools.partial(self._async_finished, job, task))
         else:
             assert self._executor is not None
-            self._running[job.id] = (context, self._executor.submit(self._run_sync, context, task))
+            self._running[job.id] = (
+                context,
+                self._executor.submit(self._run_sync, context, task, fn, payload),
+            )
+
+    def _upgraded(self, job: Job, task: Task) -> dict[str, Any] | None:
+        """``job``'s payload upgraded to ``task``'s version, or None when it cannot run here:
+        a payload newer than this worker's task goes back to the queue (attempt refunded), held
+        back ``NEWER_VERSION_HOLD`` seconds so that this worker does not claim it again at once
+        while an up-to-date one may; one that cannot be upgraded goes to dead_letter."""
+        version = job.payload_version or 1
+        if version > task.version:
+            self._completer.outcomes.release(job, refund=True, hold=NEWER_VERSION_HOLD)
+            if job.id not in self._too_new:
+                if len(self._too_new) >= 10_000:  # a memory of log lines, not of jobs
+                    self._too_new.clear()
+                self._too_new.add(job.id)
+                log.warning(
+                    "job %d (%s): its payload is version %d and this worker's task knows "
+                    "versions up to %d; released for another worker (deploy the newer code), "
+                    "held back %.0fs",
+                    job.id,
+                    job.task,
+                    version,
+                    task.version,
+                    NEWER_VERSION_HOLD,
+                )
+            return None
+        try:
+            return task.upgrade(job.payload, version)
+        except UpgradeFailed as exc:
+            self._completer.finished(job, task, None, exc)
+        except ValueError as exc:  # no upgrade from that version is declared any more
+            self._completer.invalid_payload(job, str(exc))
+        return None
 
     def _not_run(self, job: Job) -> None:
         if self._metrics is not None:

@@ -60,9 +60,11 @@ ORDER BY m.minute
 TABLE_ESTIMATES = """
 SELECT t.name,
        (SELECT sum(c.reltuples)::bigint
-        FROM pg_partition_tree(t.name::regclass) p
-        JOIN pg_class c ON c.oid = p.relid
-        WHERE p.isleaf AND c.reltuples >= 0)
+        FROM pg_class c
+        WHERE c.relkind = 'r' AND c.reltuples >= 0
+          AND (c.oid = t.name::regclass
+               OR c.oid IN (SELECT relid FROM pg_partition_tree(t.name::regclass)
+                            WHERE isleaf)))
 FROM unnest(ARRAY['queued_jobs', 'archived_jobs', 'dead_letter']) AS t(name)
 """
 

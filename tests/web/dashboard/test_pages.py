@@ -379,7 +379,11 @@ def test_the_overview_and_queue_pages_show_what_the_tables_hold(
     assert (cell("reports", "running"), cell("reports", "finished")) == ("1", "1")
     assert "host-a:1:0001" in html and "0 / 4" in html  # the worker, its slots
     assert "1 running job</strong> leased to\n    1 worker" in html  # worker-7 is not live
-    assert "planner's estimates" in html
+    assert "planner's estimates" in html and "unknown (never analysed)" in html
+    conn.execute("ANALYZE queued_jobs, archived_jobs, dead_letter")
+    estimated = signed_in.get("/").text
+    assert "<code>dead_letter</code> ≈2 rows" in estimated
+    assert "<code>archived_jobs</code> ≈1 rows" in estimated
     queue = signed_in.get("/queues/reports").text
     assert '<dd data-col="running">1</dd>' in queue and '<tr data-task="reports.build">' in queue
 
