@@ -96,10 +96,10 @@ class App:
         retry_cap: float = 3600.0,
         lease: float = DEFAULT_LEASE,
         at_most_once: bool = False,
-    ) -> Callable[[Callable[..., Any]], Task]: ...
-
         version: int = 1,
         upgrade: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
+    ) -> Callable[[Callable[..., Any]], Task]: ...
+
     def task(
         self,
         fn: Callable[..., Any] | None = None,
@@ -112,10 +112,10 @@ class App:
         retry_cap: float = 3600.0,
         lease: float = DEFAULT_LEASE,
         at_most_once: bool = False,
-    ) -> Task | Callable[[Callable[..., Any]], Task]:
-        """Register a handler; it receives the job's JSON payload keys as keyword arguments.
         version: int = 1,
         upgrade: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
+    ) -> Task | Callable[[Callable[..., Any]], Task]:
+        """Register a handler; it receives the job's JSON payload keys as keyword arguments.
 
         ``name`` defaults to ``module.function``; set it explicitly so that renaming or moving the
         function does not orphan queued jobs. ``retry_base``/``retry_cap`` (seconds) shape the
@@ -125,8 +125,6 @@ class App:
         ``at_most_once`` task is never run twice: when its lease expires (the worker died or
         hung), the job goes to ``dead_letter`` instead of running again.
 
-        Example: ``@app.task(name="billing.charge", queue="billing", max_attempts=10)``
-        """
         Annotated parameters (``int``, ``float``, ``str``, ``bool``, ``None``, unions,
         ``list[X]``, ``dict[str, X]``, ``Literal``) are checked at enqueue (``InvalidPayload``
         naming ``payload.<name>``) and again when a worker starts the job (``dead_letter``,
@@ -135,7 +133,7 @@ class App:
         with each job; ``upgrade`` maps each older version to a function returning the payload
         of the next version, which a worker applies, in order, to the jobs enqueued before.
 
-
+        Example: ``@app.task(name="billing.charge", queue="billing", max_attempts=10)``
 
         Example::
 
@@ -144,6 +142,8 @@ class App:
 
             @app.task(name="billing.charge", version=2, upgrade={1: to_cents})
             def charge(cents: int) -> None: ...
+        """
+
         def register(fn: Callable[..., Any]) -> Task:
             task = make_task(
                 fn,
@@ -154,10 +154,10 @@ class App:
                 retry_cap=retry_cap,
                 lease=lease,
                 at_most_once=at_most_once,
-            )
-            return self._register(task)
                 version=version,
                 upgrade=upgrade,
+            )
+            return self._register(task)
 
         return register(fn) if fn is not None else register
 

@@ -290,6 +290,7 @@ retried AS (
 released AS (
     UPDATE queued_jobs q
     SET attempts = q.attempts - CASE WHEN g.refund THEN 1 ELSE 0 END,
+        run_at = CASE WHEN g.hold > 0 THEN now() + g.hold * interval '1 second' ELSE q.run_at END,
         lease_owner = NULL,
         lease_expires_at = NULL
     FROM unnest(%(release_ids)s::bigint[], %(release_attempts)s::int[], %(release_refunds)s::bool[],
@@ -298,7 +299,6 @@ released AS (
     WHERE q.id = g.id AND q.attempts = g.attempts AND q.lease_owner = %(owner)s
     RETURNING q.id
 )
-        run_at = CASE WHEN g.hold > 0 THEN now() + g.hold * interval '1 second' ELSE q.run_at END,
 SELECT id FROM archived
 UNION ALL SELECT id FROM retried
 UNION ALL SELECT id FROM buried

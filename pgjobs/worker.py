@@ -201,9 +201,9 @@ class Worker:
         self._tick: float | None = None  # loop time of the claim loop's last turn
         self._lanes: list[_Lane] = []
         self._http_address: tuple[str, int] | None = None
-
         # Jobs whose payload version was too new for this worker, logged once each.
         self._too_new: set[int] = set()
+
     def run(self, on_checked: Callable[[], None] | None = None) -> int:
         """Work until stopped; returns the process exit code (0 after a graceful shutdown).
 
@@ -532,14 +532,14 @@ class Worker:
             self._not_run(job)
             return
         context = JobContext(job, self._request_extension)
+        fn = task.fn
+        if tracing.enabled():
+            fn = tracing.process(fn, job, is_async=task.is_async)
         if task.external is not None:
             self._deliver(context, task)
         elif task.is_async:
             future = asyncio.ensure_future(call_async(context, fn, payload))
             self._running[job.id] = (context, future)
-        fn = task.fn
-        if tracing.enabled():
-            fn = tracing.process(fn, job, is_async=task.is_async)
             future.add_done_callback(functools.partial(self._async_finished, job, task))
         else:
             assert self._executor is not None
@@ -610,13 +610,16 @@ class Worker:
                 exc = exc.original
             self._finished(job, task, None if exc else future.result(), exc)
 
-    def _run_sync(self, context: JobContext, task: Task) -> None:
-        """In a pool thread: run a sync handler, then hand its outcome to the loop. Outcomes
-        are collected in batches: one wake-up of the loop for however many handlers finished
-        meanwhile, rather than one per job."""
+    def _run_sync(
+        self, context: JobContext, task: Task, fn: Callable[..., Any], arguments: dict[str, Any]
+    ) -> None:
+        """In a pool thread: run a sync handler (``fn``: the task's, traced or not) with
+        ``arguments``, then hand its outcome to the loop. Outcomes are collected in batches:
+        one wake-up of the loop for however many handlers finished meanwhile, rather than one
+        per job."""
         outcome: tuple[Job, Task, Any, BaseException | None]
         try:
-            outcome = (context.job, task, call_sync(context, task.fn, context.job.payload), None)
+            outcome = (context.job, task, call_sync(context, fn, arguments), None)
         except BaseException as exc:  # whatever the handler raised is its job's outcome
             outcome = (context.job, task, None, exc)
         # Append before looking at the flag, which the loop clears before it collects: every

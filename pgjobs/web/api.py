@@ -65,25 +65,40 @@ def _job(history: JobHistory) -> models.Job:
 # -- jobs -----------------------------------------------------------------------------------------
 
 
+_ENQUEUED_EARLIER: dict[int | str, dict[str, Any]] = {
+    200: {"model": models.Job, "description": "The job enqueued earlier under this key"}
+}
+
+
+def _enqueue(
+    server: Backend, body: models.JobOptions, key: str | None, response: Response
+) -> models.Job:
+    """Enqueue ``body`` (under ``key``) and answer the job: 201 when this request created it,
+    200 when the key was already taken (the job that holds it, wherever it is now)."""
+    with server.connection() as conn:
+        options = {"connection": conn, "idempotency_key": key, **body.enqueue_options()}
+        if key is None:
+            job_id = server.app.enqueue(body.task, body.payload, **options)
+        else:
+            # One transaction, so that whether the job is new can be read from its row.
+            with conn.transaction():
+                job_id = server.app.enqueue(body.task, body.payload, **options)
+                if not browse.job_is_new(conn, job_id):
+                    response.status_code = 200
+        return _job(admin.job(conn, job_id))
+
+
 @router.post(
     "/jobs",
     status_code=201,
     response_model=models.Job,
-    responses={**_WRITES, **responses(404)},
+    responses={**_ENQUEUED_EARLIER, **_WRITES},
     summary="Enqueue a job",
 )
-def enqueue_job(body: models.JobCreate, server: Server) -> models.Job:
-    """Enqueue one job; answers it (``id`` included). With an ``idempotency_key`` already taken,
-    the job holding it is answered instead, and nothing is enqueued."""
-    with server.connection() as conn:
-        job_id = server.app.enqueue(
-            body.task,
-            body.payload,
-            connection=conn,
-            idempotency_key=body.idempotency_key,
-            **body.enqueue_options(),
-        )
-        return _job(admin.job(conn, job_id))
+def enqueue_job(body: models.JobCreate, server: Server, response: Response) -> models.Job:
+    """Enqueue one job and answer it (``id`` included) with 201. With an ``idempotency_key``
+    already taken, nothing is enqueued: the answer is 200 with the job that holds the key."""
+    return _enqueue(server, body, body.idempotency_key, response)
 
 
 @router.post(
@@ -121,10 +136,7 @@ def enqueue_jobs(body: models.JobBatchCreate, server: Server) -> models.JobList:
     "/jobs/{key}",
     status_code=201,
     response_model=models.Job,
-    responses={
-        200: {"model": models.Job, "description": "The job enqueued earlier under this key"},
-        **_WRITES,
-    },
+    responses={**_ENQUEUED_EARLIER, **_WRITES},
     summary="Enqueue a job under a key of your choosing, idempotently",
 )
 def put_job(
@@ -139,18 +151,7 @@ def put_job(
     """Enqueue the job under idempotency key ``key``: 201 the first time, then 200 with the same
     job on every retry of the request, wherever the job is by then (the body of a retry is not
     compared with the first one)."""
-    with server.connection() as conn:
-        with conn.transaction():
-            job_id = server.app.enqueue(
-                body.task,
-                body.payload,
-                connection=conn,
-                idempotency_key=key,
-                **body.enqueue_options(),
-            )
-            created = browse.job_is_new(conn, job_id)
-        response.status_code = 201 if created else 200
-        return _job(admin.job(conn, job_id))
+    return _enqueue(server, body, key, response)
 
 
 @router.get(
