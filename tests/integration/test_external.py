@@ -112,8 +112,9 @@ def test_retryable_failure_is_retried_and_delivered_again(make_app, dsn, conn):
                 error="SMTP 451: try later",
                 retry=FAST_RETRY,
             )
-            assert failed.status in (JobStatus.SCHEDULED, JobStatus.READY)
-            assert failed.last_error == "SMTP 451: try later"
+            # Back in the queue; with so short a backoff it may already run again as attempt 2.
+            assert (failed.table, failed.last_error) == ("queued_jobs", "SMTP 451: try later")
+            assert failed.status is not JobStatus.RUNNING or failed.attempts == 2
             [first, second] = downstream.wait_for(2)
             assert (first["attempt"], second["attempt"]) == (1, 2)
             admin.report_outcome(dsn, job_id, attempt=2, status="succeeded")
@@ -263,14 +264,21 @@ def test_no_report_before_the_lease_ends_delivers_the_job_again(make_app, dsn, c
         app.external_task("video.encode", url=downstream.url, timeout=1, lease=2)
         job_id = app.enqueue("video.encode", {"video": 3})
 
+        def report_attempt_2(body: dict[str, Any]) -> None:
+            # Within the delivery, so well within attempt 2's short lease.
+            if body["attempt"] == 2:
+                admin.report_outcome(dsn, job_id, attempt=2, status="succeeded")
+
+        downstream.before_answer = report_attempt_2
+
         def scenario(worker: Worker) -> None:
             # Nobody reports attempt 1: its lease ends, the rescuer frees the job, and it is
             # delivered again.
             [first, second] = downstream.wait_for(2, timeout=30)
             assert (first["attempt"], second["attempt"]) == (1, 2)
+            wait_until(lambda: row(conn, "archived_jobs", job_id), what="attempt 2 archived")
             with pytest.raises(StaleOutcome):
                 admin.report_outcome(dsn, job_id, attempt=1, status="succeeded")
-            admin.report_outcome(dsn, job_id, attempt=2, status="succeeded")
 
         run_worker_while(app, scenario, maintenance=True, rescue_interval=0.2)
     archived = row(conn, "archived_jobs", job_id)
