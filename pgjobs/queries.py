@@ -562,8 +562,8 @@ FOR UPDATE OF d SKIP LOCKED
 """
 
 #: Move one batch of up to ``limit`` dead jobs matching the filters back to queued_jobs, ready now
-#: with fresh attempts (last_error kept), their redrive record updated, and wake idle workers of
-#: their queues. Returns the ids moved.
+#: with fresh attempts (last_error, payload version and trace context kept), their redrive record
+#: updated, and wake idle workers of their queues. Returns the ids moved.
 DEAD_REDRIVE_BATCH = f"""
 WITH picked AS ({_DEAD_PICK}),
 gone AS (
@@ -573,10 +573,10 @@ gone AS (
 requeued AS (
     INSERT INTO queued_jobs (id, queue, task, payload, priority, run_at, attempts, max_attempts,
                              last_error, created_at, expires_at, idempotency_key,
-                             redrive_count, redriven_at, replay_of)
+                             redrive_count, redriven_at, replay_of, payload_version, trace_context)
     SELECT id, queue, task, payload, priority, now(), 0, max_attempts,
            last_error, created_at, expires_at, idempotency_key,
-           redrive_count + 1, now(), replay_of
+           redrive_count + 1, now(), replay_of, payload_version, trace_context
     FROM gone
     RETURNING id, queue
 ),
@@ -665,17 +665,21 @@ FOR UPDATE
 """
 
 #: Enqueue a finished (archived) or dead job again as a new job linked by replay_of: same queue,
-#: task, payload, priority and max_attempts; no idempotency key or expiry; ready now. Wakes idle
-#: workers of its queue. Returns the new id; no row when the id is neither archived nor dead.
+#: task, payload (and its version), priority and max_attempts; no idempotency key or expiry; ready
+#: now. Wakes idle workers of its queue. Returns the new id; no row when the id is neither
+#: archived nor dead.
 JOB_REPLAY = f"""
 WITH original AS (
-    SELECT id, queue, task, payload, priority, max_attempts FROM archived_jobs WHERE id = %(id)s
+    SELECT id, queue, task, payload, priority, max_attempts, payload_version
+    FROM archived_jobs WHERE id = %(id)s
     UNION ALL
-    SELECT id, queue, task, payload, priority, max_attempts FROM dead_letter WHERE id = %(id)s
+    SELECT id, queue, task, payload, priority, max_attempts, payload_version
+    FROM dead_letter WHERE id = %(id)s
 ),
 inserted AS (
-    INSERT INTO queued_jobs (queue, task, payload, priority, max_attempts, replay_of)
-    SELECT queue, task, payload, priority, max_attempts, id FROM original
+    INSERT INTO queued_jobs (queue, task, payload, priority, max_attempts, replay_of,
+                             payload_version)
+    SELECT queue, task, payload, priority, max_attempts, id, payload_version FROM original
     RETURNING id, queue
 )
 SELECT id, pg_notify('{NOTIFY_CHANNEL}', queue) FROM inserted

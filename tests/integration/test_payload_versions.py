@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgjobs import App, JobSpec
+from pgjobs import App, JobSpec, NonRetryableError, admin
 from pgjobs.tasks import NEWER_VERSION_HOLD
 from pgjobs.worker import Worker, WorkerConfig
 from tests.helpers import assert_one_home, scalar, wait_until
@@ -211,3 +211,33 @@ def test_an_older_worker_gives_a_newer_job_back_and_a_newer_worker_runs_it(
     archived = row(conn, "archived_jobs", job)
     assert archived is not None and archived["attempts"] == 1
     assert archived["payload_version"] == 3
+
+
+def test_a_redriven_or_replayed_job_keeps_its_version(make_app, conn) -> None:
+    app: App = make_app()
+    ran: list[tuple[int, bool]] = []
+    failing = [True]
+
+    def mark(payload: dict[str, Any]) -> dict[str, Any]:
+        return {**payload, "upgraded": True}
+
+    @app.task(name="t.v3", version=3, upgrade={1: mark, 2: mark})
+    def v3(n: int, upgraded: bool = False) -> None:
+        if failing[0]:
+            raise NonRetryableError("not yet")
+        ran.append((n, upgraded))
+
+    job = app.enqueue("t.v3", {"n": 1})
+    assert work(app) == 0
+    assert row(conn, "dead_letter", job)["payload_version"] == 3  # type: ignore[index]
+    failing[0] = False
+
+    assert admin.redrive(app.dsn, admin.DeadFilter(ids=(job,))) == 1
+    assert row(conn, "queued_jobs", job)["payload_version"] == 3  # type: ignore[index]
+    assert work(app) == 0
+    replay = admin.replay(app.dsn, job)
+    assert row(conn, "queued_jobs", replay)["payload_version"] == 3  # type: ignore[index]
+    assert work(app) == 0
+    # Both runs took the payload as version 3: had the version been lost, it would have been
+    # taken for version 1 and upgraded.
+    assert ran == [(1, False), (1, False)]
