@@ -164,6 +164,10 @@ def http_error_response(exc: StarletteHTTPException) -> JSONResponse:
     """Routing and HTTP errors (404 no such route, 405) in the one shape."""
     code = _HTTP_CODES.get(exc.status_code, "http_error")
     message = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
+    if exc.status_code == 400 and message == "There was an error parsing the body":
+        # FastAPI's words when its JSON parser raised something else than a syntax error.
+        code = "malformed_json"
+        message = "the request body could not be read as JSON (nested too deeply, or not UTF-8)"
     if exc.status_code == 404 and message == "Not Found":
         message = "no such route: see /api/v1/openapi.json for the API's routes"
     elif exc.status_code == 405:

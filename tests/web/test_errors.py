@@ -93,6 +93,12 @@ def test_malformed_json_is_400(client: TestClient) -> None:
         400,
         "malformed_json",
     )
+    deep = b'{"task": "t", "payload": {"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}}"
+    assert_error(
+        client.post("/api/v1/jobs", content=deep, headers={"content-type": "application/json"}),
+        400,
+        "malformed_json",
+    )
     assert_error(
         client.post("/api/v1/jobs", content=b"[]", headers={"content-type": "application/json"}),
         422,
