@@ -19,9 +19,10 @@ from pgjobs.web.dashboard import sql
 #: Dead jobs a page lists at once.
 DEAD_PAGE_SIZE = 50
 #: The groups of the dead letter are computed over its newest this many jobs matching the
-#: filters (all but the fingerprint, which then narrows them) unless every group is asked for: grouping computes each job's error fingerprint, about 30 µs a job
-#: (3 s for 100,000), so a page over a big dead letter would wait on it.
-GROUP_SAMPLE = 2000
+#: filters (all but the fingerprint, which then narrows them) unless every group is asked for:
+#: grouping computes each job's error fingerprint, about 30 µs a job (3 s for 100,000), so a
+#: page over a big dead letter would wait on it.
+GROUP_SAMPLE = 1000
 #: The matching dead jobs a listing counts, at most (it says "more than" beyond).
 COUNT_CAP = 100_000
 
@@ -77,7 +78,8 @@ class TaskLine:
     oldest_ready_age: float | None
 
 
-def _now(conn: psycopg.Connection[Any]) -> datetime:
+def now(conn: psycopg.Connection[Any]) -> datetime:
+    """The database's clock (pages show ages against it, not the web server's)."""
     row = db.fetch_all(conn, "SELECT now()")[0]
     moment: datetime = row[0]
     return moment
@@ -93,7 +95,7 @@ def overview(conn: psycopg.Connection[Any]) -> Overview:
     tables' estimated sizes."""
     snap = stats.snapshot(conn)
     chart = [ChartPoint(*row) for row in db.fetch_all(conn, sql.CHART_LAST_HOUR)]
-    return Overview(snap, chart, estimates(conn), _now(conn))
+    return Overview(snap, chart, estimates(conn), now(conn))
 
 
 def _dead_params(where: DeadFilter, reason: DeadReason | None) -> dict[str, Any]:
@@ -137,7 +139,9 @@ def dead_view(
     groups, complete = dead_groups(conn, where, reason, all_groups=all_groups)
     matching = None
     if where.fingerprint is None:
-        (count,) = db.fetch_all(conn, sql.DEAD_COUNT_CAPPED, {**params, "cap": COUNT_CAP + 1})[0]
+        counted = {**params, "cap": COUNT_CAP + 1}
+        del counted["fingerprint"]
+        (count,) = db.fetch_all(conn, sql.DEAD_COUNT_CAPPED, counted)[0]
         matching = int(count)
     return DeadView(
         groups,
@@ -146,7 +150,7 @@ def dead_view(
         next_cursor,
         matching,
         estimates(conn).get("dead_letter"),
-        _now(conn),
+        now(conn),
     )
 
 

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from importlib import resources
 from typing import Annotated, Any
 from urllib.parse import quote, urlencode
@@ -40,7 +40,7 @@ from pgjobs.errors import (
     SchemaMissing,
 )
 from pgjobs.maintenance.registry import STALE_AFTER
-from pgjobs.models import DeadReason, JobStatus
+from pgjobs.models import DeadReason, JobHistory, JobStatus
 from pgjobs.tasks import check_name
 from pgjobs.web.auth import Tokens
 from pgjobs.web.dashboard import data, forms, text
@@ -74,6 +74,8 @@ ConnectionSource = Callable[[], AbstractContextManager[psycopg.Connection[Any]]]
 REFRESH_SECONDS = 5
 #: Jobs a listing shows per page.
 PAGE_SIZE = 50
+#: How far back a queue's page lists its jobs.
+QUEUE_PAGE_WINDOW = timedelta(days=1)
 #: Seconds a database that cannot serve asks a browser to wait (``Retry-After``).
 RETRY_AFTER = 5
 
@@ -609,7 +611,7 @@ class Dashboard:
                 "job.html",
                 page="jobs",
                 job=found,
-                now=data._now(conn),
+                now=data.now(conn),
                 stale_after=STALE_AFTER,
             )
 
@@ -641,7 +643,7 @@ class Dashboard:
             states = [JobStatus(state)] if state in set(JobStatus) else None
             snap = stats.snapshot(conn)
             line = next((q for q in snap.queues if q.queue == name), None)
-            page = browse.jobs(conn, states=states, queue=name, limit=PAGE_SIZE)
+            jobs, more = _queue_jobs(conn, name, states)
             return self._render(
                 request,
                 viewer,
@@ -651,10 +653,10 @@ class Dashboard:
                 line=line,
                 tasks=data.queue_tasks(conn, name),
                 workers=[w for w in snap.workers if name in w.queues],
-                jobs=page.jobs,
+                jobs=jobs,
                 state=states[0].value if states else "",
                 states=list(JobStatus),
-                more=page.next_cursor is not None,
+                more=more,
             )
 
         return self._page(request, build)
@@ -680,6 +682,34 @@ def _live(view: data.Overview) -> dict[str, Any]:
         "estimates": view.estimates,
         "now": view.now,
     }
+
+
+_HOT = (JobStatus.READY, JobStatus.SCHEDULED, JobStatus.RUNNING)
+
+
+def _queue_jobs(
+    conn: psycopg.Connection[Any], queue: str, states: list[JobStatus] | None
+) -> tuple[list[JobHistory], bool]:
+    """A queue's newest jobs in ``states`` (all when None), and whether there are more: every
+    queued job, but the archived and dead ones of the last day only. The archive and the dead
+    letters have no index by queue, so a queue without recent jobs would have them read whole;
+    /jobs?queue= pages on through them."""
+    wanted = list(states or JobStatus)
+    hot = [s for s in wanted if s in _HOT]
+    done = [s for s in wanted if s not in _HOT]
+    found: list[JobHistory] = []
+    more = False
+    if hot:
+        page = browse.jobs(conn, states=hot, queue=queue, limit=PAGE_SIZE)
+        found += page.jobs
+        more |= page.next_cursor is not None
+    if done:
+        since = data.now(conn) - QUEUE_PAGE_WINDOW
+        page = browse.jobs(conn, states=done, queue=queue, since=since, limit=PAGE_SIZE)
+        found += page.jobs
+        more |= page.next_cursor is not None
+    found.sort(key=lambda j: (j.finished_at or j.redriven_at or j.created_at, j.id), reverse=True)
+    return found[:PAGE_SIZE], more or len(found) > PAGE_SIZE
 
 
 def _dead_cursor(value: str | None) -> tuple[datetime, int] | None:

@@ -10,7 +10,7 @@ Plans at 1M archived and 100k dead rows (``benchmarks/dashboard.py`` fills such 
     TABLE_ESTIMATES     pg_class.reltuples of each table and archive partition: no table read
     DEAD_LIST           Index Scan Backward of ix_dead_letter_failed_at, stopped at the LIMIT
     DEAD_NEWEST_IDS     the same, ids only
-    DEAD_COUNT_CAPPED   a scan of dead_letter stopped at ``cap`` matching rows
+    DEAD_COUNT_CAPPED   a scan of dead_letter (no fingerprint) stopped at ``cap`` matching rows
     JOBS_BY_KEY         the three idempotency-key indexes
     QUEUE_TASKS         queued_jobs (small), dead_letter of one queue, the last hour of the archive
 """
@@ -91,10 +91,21 @@ ORDER BY d.failed_at DESC, d.id DESC
 LIMIT %(limit)s
 """
 
-#: How many dead jobs match the filters, counting no further than ``cap``.
-DEAD_COUNT_CAPPED = f"""
+#: How many dead jobs match the filters but the fingerprint, counting no further than ``cap``.
+#: The filters are ``pgjobs.admin``'s (``queries._DEAD_WHERE``) without the fingerprint, whose
+#: per-row computation a count without it need not pay for.
+DEAD_COUNT_CAPPED = """
 SELECT count(*) FROM (
-    SELECT 1 FROM {queries._DEAD_FROM} WHERE {_DEAD_WHERE} LIMIT %(cap)s
+    SELECT 1 FROM dead_letter d
+    WHERE (%(ids)s::bigint[] IS NULL OR d.id = ANY(%(ids)s::bigint[]))
+      AND (%(queue)s::text IS NULL OR d.queue = %(queue)s::text)
+      AND (%(task)s::text IS NULL OR d.task = %(task)s::text)
+      AND (%(since)s::timestamptz IS NULL OR d.failed_at >= %(since)s::timestamptz)
+      AND (%(until)s::timestamptz IS NULL OR d.failed_at < %(until)s::timestamptz)
+      AND (%(error)s::text IS NULL
+           OR strpos(lower(coalesce(d.last_error, '')), lower(%(error)s::text)) > 0)
+      AND (%(reason)s::text IS NULL OR d.reason = %(reason)s::text)
+    LIMIT %(cap)s
 ) matching
 """
 

@@ -386,6 +386,9 @@ def test_the_overview_and_queue_pages_show_what_the_tables_hold(
     assert "<code>archived_jobs</code> ≈1 rows" in estimated
     queue = signed_in.get("/queues/reports").text
     assert '<dd data-col="running">1</dd>' in queue and '<tr data-task="reports.build">' in queue
+    assert _row_ids(queue, "jobs") == {jobs["running"], jobs["succeeded"]}
+    finished = signed_in.get("/queues/reports", params={"state": "succeeded"}).text
+    assert _row_ids(finished, "jobs") == {jobs["succeeded"]}
 
 
 def test_insecure_no_auth_shows_everything_but_still_checks_csrf(
