@@ -184,6 +184,7 @@ class Worker:
         self._stop = asyncio.Event()
         self._signals = 0
         self._connected = True
+        self._outage = "database unreachable"  # why not connected (for /readyz)
         self._reconnect_attempt = 0
         self._executor: ThreadPoolExecutor | None = None
         self._abandoned = 0
@@ -483,6 +484,12 @@ class Worker:
                 len(self._completer.outcomes),
             )
         self._connected = False
+        # What /readyz says until a trip lands again.
+        self._outage = (
+            "database unreachable"
+            if isinstance(exc, DatabaseUnavailable)
+            else "schema refused (run `pgjobs migrate`, or a migration is in progress)"
+        )
         self._reconnect_attempt += 1
         with contextlib.suppress(Exception):
             await conn.close()
@@ -724,7 +731,7 @@ class Worker:
         elif self._stop.is_set():
             not_ready = "stopping"
         elif not self._connected:
-            not_ready = "database unreachable"
+            not_ready = self._outage
         else:
             not_ready = None
         return ProbeState(len(self._running), self._connected, not_ready, unhealthy)
