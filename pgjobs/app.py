@@ -11,10 +11,11 @@ from typing import Any, overload
 
 import psycopg_pool
 
-from pgjobs import admin, db, producer
+from pgjobs import admin, db, producer, queues
 from pgjobs.dsn import Dsn, resolve_dsn
 from pgjobs.errors import ConfigurationError
 from pgjobs.models import JobHistory
+from pgjobs.periodic import DEFAULT_CATCH_UP, CatchUp, Periodic
 from pgjobs.tasks import (
     DEFAULT_LEASE,
     DEFAULT_MAX_ATTEMPTS,
@@ -53,6 +54,7 @@ class App:
         self._raw_dsn = dsn
         self._dsn: Dsn | None = None
         self._tasks: dict[str, Task] = {}
+        self._periodics: dict[str, Periodic] = {}
         self._check_task_names = check_task_names
         self._pool_size = pool_size
         self._pool: psycopg_pool.ConnectionPool[Any] | None = None
@@ -222,6 +224,138 @@ class App:
             external=target,
         )
         return self._register(task)
+
+    @property
+    def periodics(self) -> Mapping[str, Periodic]:
+        """The periodic schedules declared with ``periodic``, by name (read-only)."""
+        return MappingProxyType(self._periodics)
+
+    @overload
+    def periodic(
+        self,
+        cron: str | None = None,
+        /,
+        *,
+        every: timedelta | None = None,
+        name: str | None = None,
+        task: str | Task,
+        payload: dict[str, Any] | None = None,
+        queue: str | None = None,
+        timezone: str = "UTC",
+        catch_up: CatchUp = DEFAULT_CATCH_UP,
+        priority: int = 0,
+        max_attempts: int | None = None,
+    ) -> Periodic: ...
+
+    @overload
+    def periodic(
+        self,
+        cron: str | None = None,
+        /,
+        *,
+        every: timedelta | None = None,
+        name: str | None = None,
+        task: None = None,
+        payload: dict[str, Any] | None = None,
+        queue: str | None = None,
+        timezone: str = "UTC",
+        catch_up: CatchUp = DEFAULT_CATCH_UP,
+        priority: int = 0,
+        max_attempts: int | None = None,
+    ) -> Callable[[Task | Callable[..., Any]], Task]: ...
+
+    def periodic(
+        self,
+        cron: str | None = None,
+        /,
+        *,
+        every: timedelta | None = None,
+        name: str | None = None,
+        task: str | Task | None = None,
+        payload: dict[str, Any] | None = None,
+        queue: str | None = None,
+        timezone: str = "UTC",
+        catch_up: CatchUp = DEFAULT_CATCH_UP,
+        priority: int = 0,
+        max_attempts: int | None = None,
+    ) -> Periodic | Callable[[Task | Callable[..., Any]], Task]:
+        """Enqueue a task on a schedule: a cron expression (5 fields, or 6 with seconds first)
+        read in ``timezone``, or ``every`` (a ``timedelta`` of whole seconds, counted from the
+        Unix epoch). Stacked on ``@app.task`` it schedules that task and returns it; with
+        ``task=`` it schedules a task by name and returns the ``Periodic``.
+
+        Workers that run maintenance enqueue each occurrence once, however many run, with
+        ``run_at`` the scheduled instant. ``catch_up`` says what to do with occurrences missed
+        while no worker ran: ``"last"`` (default) runs the latest one, ``"skip"`` none, ``N`` the
+        latest N. ``name`` (default: the task's name) identifies the schedule in the database:
+        keep it when changing the expression. See ``pgjobs.periodic`` for DST.
+
+        Example::
+
+            @app.periodic("0 7 * * mon-fri", name="reports.daily", timezone="Europe/Berlin")
+            @app.task(queue="reports")
+            def daily_report() -> None: ...
+
+            app.periodic(every=timedelta(minutes=5), task="cache.refresh", payload={"all": True})
+        """
+
+        def declare(target: str | Task) -> Periodic:
+            task_name = target.name if isinstance(target, Task) else target
+            # The task's defaults (queue, attempts) and the payload checked as enqueue checks them.
+            prepared = producer.prepare(
+                JobSpec(
+                    task_name, payload, queue=queue, priority=priority, max_attempts=max_attempts
+                ),
+                self._tasks if self._check_task_names else None,
+            )
+            schedule = Periodic(
+                name if name is not None else task_name,
+                task_name,
+                payload or {},
+                cron=cron,
+                every=every,
+                timezone=timezone,
+                catch_up=catch_up,
+                queue=prepared.queue,
+                priority=prepared.priority,
+                max_attempts=prepared.max_attempts,
+            )
+            if schedule.name in self._periodics:
+                raise ConfigurationError(
+                    f"a schedule named {schedule.name!r} is already declared; give each "
+                    "schedule of a task its own name=",
+                    field="name",
+                )
+            self._periodics[schedule.name] = schedule
+            return schedule
+
+        if task is not None:
+            return declare(task)
+
+        def decorate(target: Task | Callable[..., Any]) -> Task:
+            if not isinstance(target, Task):
+                target = self.task(target)
+            declare(target)
+            return target
+
+        return decorate
+
+    def pause_queue(self, name: str, *, reason: str | None = None) -> queues.Change:
+        """Pause queue ``name``: no worker claims its jobs from its next claim on (they stay
+        ready); running jobs finish. See ``pgjobs.queues.pause``.
+
+        Example: ``app.pause_queue("emails", reason="SMTP outage")``
+        """
+        with db.pooled(self._get_pool(), self.dsn) as conn:
+            return queues.pause(conn, name, reason=reason)
+
+    def resume_queue(self, name: str) -> queues.Change:
+        """Resume queue ``name``; idle workers serving it claim its jobs at once.
+
+        Example: ``app.resume_queue("emails")``
+        """
+        with db.pooled(self._get_pool(), self.dsn) as conn:
+            return queues.resume(conn, name)
 
     def _register(self, task: Task) -> Task:
         if task.name in self._tasks:

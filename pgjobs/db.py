@@ -36,7 +36,9 @@ from pgjobs.models import (
     JobHistory,
     JobStatus,
     OrphanedLeases,
+    QueueState,
     QueueStats,
+    ScheduleInfo,
     TableHealth,
     WorkerInfo,
 )
@@ -208,6 +210,16 @@ def archive_partition_from_row(row: tuple[Any, ...]) -> ArchivePartition:
 def queue_stats_from_row(row: tuple[Any, ...]) -> QueueStats:
     """A row of ``queries.QUEUE_STATS`` as a ``QueueStats``."""
     return QueueStats(*row)
+
+
+def queue_state_from_row(row: tuple[Any, ...]) -> QueueState:
+    """A row of ``queries.QUEUE_LIST`` or ``queries.QUEUE_GET`` as a ``QueueState``."""
+    return QueueState(*row)
+
+
+def schedule_info_from_row(row: tuple[Any, ...]) -> ScheduleInfo:
+    """A row of ``queries.SCHEDULE_LIST`` as a ``ScheduleInfo``."""
+    return ScheduleInfo(*row)
 
 
 def worker_info_from_row(row: tuple[Any, ...]) -> WorkerInfo:

@@ -98,6 +98,12 @@ class QueueStats:
     #: needed more than one attempt, and how many there were.
     retried_last_minute: int = 0
     ran_last_minute: int = 0
+    #: Whether the queue is paused (`pgjobs queue pause`): its jobs stay ready, unclaimed. When,
+    #: by whom and why, when it is.
+    paused: bool = False
+    paused_at: datetime | None = None
+    paused_by: str | None = None
+    pause_reason: str | None = None
 
     @property
     def throughput(self) -> float:
@@ -272,3 +278,48 @@ class ArchivePartition:
     #: The planner's estimate (None before the first ANALYZE).
     estimated_rows: int | None
     total_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueState:
+    """A queue and its settings (``pgjobs_queues``), as `pgjobs queue list` shows it."""
+
+    name: str
+    #: When the queue was paused; None when it is not.
+    paused_at: datetime | None
+    #: Who paused it: user@host from the CLI, the database role from Python, or what the caller
+    #: passed.
+    paused_by: str | None
+    pause_reason: str | None
+    #: Whether queued_jobs holds a job of this queue (ready, scheduled or running).
+    has_jobs: bool
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_at is not None
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleInfo:
+    """A periodic schedule as the database records it (``pgjobs_schedules``)."""
+
+    name: str
+    task: str
+    queue: str
+    #: The cron expression, or "every 90s".
+    schedule: str
+    timezone: str
+    #: "last", "skip" or a number of missed occurrences to run.
+    catch_up: str
+    #: The next occurrence, not enqueued yet.
+    next_run_at: datetime
+    #: The scheduled instant of the last occurrence enqueued, when and as which job; None before
+    #: the first.
+    last_run_at: datetime | None
+    last_enqueued_at: datetime | None
+    last_job_id: int | None
+    #: When a worker last declared the schedule.
+    declared_at: datetime
+    #: Whether a worker declared it within the last minute: False when no running worker's app
+    #: declares it any more (its row stays, and nothing is enqueued for it).
+    declared: bool

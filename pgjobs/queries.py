@@ -190,6 +190,8 @@ SESSION_GENERIC_PLANS = "SET plan_cache_mode = force_generic_plan"
 #: them), lease them to ``owner`` (for their task's lease, else ``lease`` seconds), mark the
 #: at-most-once ones, use up one attempt each and record when the attempt started.
 #: One index range per queue (LATERAL), so the claim stays flat however large the backlog.
+#: Paused queues (pgjobs_queues.paused_at) are left out before any row is read or locked: one
+#: primary-key probe per queue, in the same statement, so a pause holds from the next claim on.
 JOB_CLAIM = f"""
 UPDATE queued_jobs
 SET attempts = attempts + 1,
@@ -204,7 +206,12 @@ SET attempts = attempts + 1,
     started_at = now()
 WHERE id = ANY(ARRAY(
     SELECT c.id
-    FROM unnest(%(queues)s::text[]) AS w(queue)
+    FROM unnest(ARRAY(
+        SELECT q FROM unnest(%(queues)s::text[]) AS q
+        WHERE NOT EXISTS (
+            SELECT 1 FROM pgjobs_queues p WHERE p.name = q AND p.paused_at IS NOT NULL
+        )
+    )) AS w(queue)
     CROSS JOIN LATERAL (
         SELECT id, priority, run_at
         FROM queued_jobs
@@ -394,7 +401,8 @@ SELECT EXISTS (
 
 #: Per-queue counts for `pgjobs stats`; ages in seconds. The last-minute columns give throughput
 #: (archived per second) and retry rate (of the jobs that ran and finished, archived or dead, the
-#: share that needed more than one attempt).
+#: share that needed more than one attempt). A paused queue is listed even without jobs, with
+#: when, by whom and why it was paused.
 QUEUE_STATS = """
 WITH hot AS (
     SELECT queue,
@@ -437,16 +445,166 @@ SELECT q.queue,
        coalesce(dead.failed_last_hour, 0), hot.oldest_ready_age,
        coalesce(finished.finished_last_minute, 0), coalesce(dead.failed_last_minute, 0),
        coalesce(finished.retried_last_minute, 0) + coalesce(dead.retried_last_minute, 0),
-       coalesce(finished.ran_last_minute, 0) + coalesce(dead.ran_last_minute, 0)
-FROM (SELECT queue FROM hot UNION SELECT queue FROM dead UNION SELECT queue FROM finished) q
+       coalesce(finished.ran_last_minute, 0) + coalesce(dead.ran_last_minute, 0),
+       p.paused_at IS NOT NULL, p.paused_at, p.paused_by, p.pause_reason
+FROM (SELECT queue FROM hot UNION SELECT queue FROM dead UNION SELECT queue FROM finished
+      UNION SELECT name FROM pgjobs_queues WHERE paused_at IS NOT NULL) q
 LEFT JOIN hot USING (queue)
 LEFT JOIN dead USING (queue)
 LEFT JOIN finished USING (queue)
+LEFT JOIN pgjobs_queues p ON p.name = q.queue
 ORDER BY q.queue
 """
 
 #: The revision of pgjobs' schema in this database (fails with UndefinedTable when never migrated).
 SCHEMA_REVISION = "SELECT version_num FROM pgjobs_alembic_version"
+
+
+# -- Queues and schedules (pgjobs.queues, pgjobs.maintenance.scheduler) -------------------------
+
+# Every queue that holds a job, read from the indexes alone: the ready and scheduled jobs' queues
+# by a skip scan of the claim index (one index probe per queue, however many jobs), the running
+# jobs' queues from the lease index (running jobs are few: at most the workers' slots).
+_QUEUES_WITH_JOBS = """
+RECURSIVE waiting(queue) AS (
+    (SELECT queue FROM queued_jobs WHERE lease_expires_at IS NULL ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM queued_jobs j
+            WHERE j.lease_expires_at IS NULL AND j.queue > w.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM waiting w
+    WHERE w.queue IS NOT NULL
+),
+with_jobs AS (
+    SELECT queue FROM waiting WHERE queue IS NOT NULL
+    UNION
+    SELECT queue FROM queued_jobs WHERE lease_expires_at IS NOT NULL
+)
+"""
+
+# Whether queue %(name)s holds a job (ready, scheduled or running), through the same indexes.
+_QUEUE_HAS_JOBS = """
+(EXISTS (SELECT 1 FROM queued_jobs WHERE queue = %(name)s AND lease_expires_at IS NULL)
+ OR EXISTS (SELECT 1 FROM queued_jobs WHERE queue = %(name)s AND lease_expires_at IS NOT NULL))
+"""
+
+# Columns of a queue's settings, in the order of models.QueueState.
+_QUEUE_STATE_COLUMNS = "paused_at, paused_by, pause_reason"
+
+#: Every known queue (one that holds a job, or has settings) with its settings, by name.
+#: Rows: (name, paused_at, paused_by, pause_reason, holds jobs).
+QUEUE_LIST = f"""
+WITH {_QUEUES_WITH_JOBS}
+SELECT coalesce(j.queue, p.name), p.paused_at, p.paused_by, p.pause_reason, j.queue IS NOT NULL
+FROM with_jobs j
+FULL JOIN pgjobs_queues p ON p.name = j.queue
+ORDER BY 1
+"""
+
+#: One queue's settings, known or not. Rows: one, as QUEUE_LIST's.
+QUEUE_GET = f"""
+SELECT %(name)s::text, p.paused_at, p.paused_by, p.pause_reason, {_QUEUE_HAS_JOBS}
+FROM (SELECT 1) one
+LEFT JOIN pgjobs_queues p ON p.name = %(name)s
+"""
+
+#: Pause queue ``name`` (known or not): from the next claim on, no worker claims its jobs. A
+#: paused queue stays paused as it was (since, by whom); a new ``reason`` replaces the old one.
+#: ``by`` NULL records the database role. Rows: (whether it was paused by this statement).
+QUEUE_PAUSE = """
+WITH before AS (SELECT paused_at FROM pgjobs_queues WHERE name = %(name)s)
+INSERT INTO pgjobs_queues AS q (name, paused_at, paused_by, pause_reason, updated_at)
+VALUES (%(name)s, now(), coalesce(%(by)s, session_user), %(reason)s, now())
+ON CONFLICT (name) DO UPDATE
+SET paused_at = coalesce(q.paused_at, excluded.paused_at),
+    paused_by = CASE WHEN q.paused_at IS NULL THEN excluded.paused_by ELSE q.paused_by END,
+    pause_reason = CASE WHEN q.paused_at IS NULL OR excluded.pause_reason IS NOT NULL
+                        THEN excluded.pause_reason ELSE q.pause_reason END,
+    updated_at = now()
+RETURNING NOT EXISTS (SELECT 1 FROM before WHERE paused_at IS NOT NULL)
+"""
+
+#: Resume queue ``name`` and wake the idle workers that serve it (they claim at once). Rows:
+#: one when it was paused, none when it was not.
+QUEUE_RESUME = f"""
+WITH resumed AS (
+    UPDATE pgjobs_queues
+    SET paused_at = NULL, paused_by = NULL, pause_reason = NULL, updated_at = now()
+    WHERE name = %(name)s AND paused_at IS NOT NULL
+    RETURNING name
+)
+SELECT name FROM resumed, pg_notify('{NOTIFY_CHANNEL}', resumed.name)
+"""
+
+# Columns of pgjobs_schedules in the order of models.ScheduleInfo, and whether a worker declared
+# the schedule within ``stale_after`` seconds.
+_SCHEDULE_COLUMNS = """
+name, task, queue, schedule, timezone, catch_up, next_run_at, last_run_at, last_enqueued_at,
+last_job_id, declared_at, declared_at > now() - %(stale_after)s * interval '1 second'
+"""
+
+#: The database's clock, from which every scheduler computes the occurrences (workers' clocks
+#: may disagree).
+SCHEDULE_NOW = "SELECT now()"
+
+#: Record the schedules a worker declares (parallel arrays, one element per schedule): new ones
+#: start at ``next_run_ats`` (their first occurrence after now); a schedule whose expression or
+#: timezone changed starts again there; the others keep their place. Rows are locked in name
+#: order, so two workers declaring at once wait for each other instead of deadlocking. Rows:
+#: (name) per schedule.
+SCHEDULE_DECLARE = """
+INSERT INTO pgjobs_schedules AS s
+    (name, task, queue, schedule, timezone, catch_up, next_run_at, declared_at)
+SELECT d.name, d.task, d.queue, d.schedule, d.timezone, d.catch_up, d.next_run_at, now()
+FROM unnest(%(names)s::text[], %(tasks)s::text[], %(queues)s::text[], %(schedules)s::text[],
+            %(timezones)s::text[], %(catch_ups)s::text[], %(next_run_ats)s::timestamptz[])
+    AS d(name, task, queue, schedule, timezone, catch_up, next_run_at)
+ORDER BY d.name
+ON CONFLICT (name) DO UPDATE
+SET task = excluded.task,
+    queue = excluded.queue,
+    catch_up = excluded.catch_up,
+    next_run_at = CASE WHEN (s.schedule, s.timezone) IS DISTINCT FROM
+                            (excluded.schedule, excluded.timezone)
+                       THEN excluded.next_run_at ELSE s.next_run_at END,
+    schedule = excluded.schedule,
+    timezone = excluded.timezone,
+    declared_at = now()
+RETURNING name
+"""
+
+#: Lock the schedules among ``names`` that are due and that no other worker holds (SKIP LOCKED:
+#: another worker enqueueing them now is left alone). Held until the transaction ends, in which
+#: the occurrences are enqueued and SCHEDULE_ADVANCE moves next_run_at. Rows: (name,
+#: next_run_at, the transaction's now()).
+SCHEDULE_LOCK_DUE = """
+SELECT name, next_run_at, now()
+FROM pgjobs_schedules
+WHERE name = ANY(%(names)s::text[]) AND next_run_at <= now()
+ORDER BY name
+FOR UPDATE SKIP LOCKED
+"""
+
+#: Move locked schedules on (parallel arrays): their next occurrence, and the last one enqueued
+#: with its job when this round enqueued one (NULL: keep the previous).
+SCHEDULE_ADVANCE = """
+UPDATE pgjobs_schedules s
+SET next_run_at = a.next_run_at,
+    last_run_at = coalesce(a.last_run_at, s.last_run_at),
+    last_enqueued_at = CASE WHEN a.last_run_at IS NULL THEN s.last_enqueued_at ELSE now() END,
+    last_job_id = coalesce(a.last_job_id, s.last_job_id)
+FROM unnest(%(names)s::text[], %(next_run_ats)s::timestamptz[], %(last_run_ats)s::timestamptz[],
+            %(last_job_ids)s::bigint[]) AS a(name, next_run_at, last_run_at, last_job_id)
+WHERE s.name = a.name
+RETURNING s.name
+"""
+
+#: Every schedule in the database, by name (models.ScheduleInfo).
+SCHEDULE_LIST = f"SELECT {_SCHEDULE_COLUMNS} FROM pgjobs_schedules ORDER BY name"
+
+#: Forget schedule ``name`` (a worker that still declares it records it again, from its next
+#: occurrence). Rows: one when it existed.
+SCHEDULE_DELETE = "DELETE FROM pgjobs_schedules WHERE name = %(name)s RETURNING name"
 
 
 # -- Operations: triage, lookup and control (pgjobs.admin) --------------------------------------

@@ -1,5 +1,6 @@
 """What `pgjobs stats` shows: per-queue counts, throughput and retry rate over the last minute,
-the live workers and the jobs each one runs, and (``--verbose``) the health of the tables.
+paused queues, the live workers and the jobs each one runs, the periodic schedules with their
+next and last run, and (``--verbose``) the health of the tables.
 
 ``snapshot`` reads it all in one round of queries; ``as_json`` gives it to machines;
 ``pgjobs.cli.render`` draws it with rich (once, or again and again under ``--watch``).
@@ -8,14 +9,21 @@ the live workers and the jobs each one runs, and (``--verbose``) the health of t
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 
 from pgjobs import archive, db, queries
 from pgjobs.maintenance.registry import STALE_AFTER
-from pgjobs.models import ArchivePartition, OrphanedLeases, QueueStats, TableHealth, WorkerInfo
+from pgjobs.models import (
+    ArchivePartition,
+    OrphanedLeases,
+    QueueStats,
+    ScheduleInfo,
+    TableHealth,
+    WorkerInfo,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +39,8 @@ class Snapshot:
     #: Rows in archived_jobs' DEFAULT partition (normally 0: the archive-partitions service
     #: creates each day's partition ahead of time).
     default_rows: int | None = None
+    #: The periodic schedules recorded in the database (`pgjobs schedule`).
+    schedules: list[ScheduleInfo] = field(default_factory=list)
 
 
 def snapshot(conn: psycopg.Connection[Any], *, verbose: bool = False) -> Snapshot:
@@ -52,13 +62,26 @@ def _read(conn: psycopg.Connection[Any], verbose: bool) -> Snapshot:
     ]
     (leases,) = db.fetch_all(conn, queries.LEASES_WITHOUT_LIVE_WORKER, stale)
     orphaned = db.orphaned_leases_from_row(leases)
+    scheduled = schedules(conn)
     if not verbose:
-        return Snapshot(queues, workers, orphaned)
+        return Snapshot(queues, workers, orphaned, schedules=scheduled)
     tables = [db.table_health_from_row(row) for row in db.fetch_all(conn, queries.TABLE_HEALTH)]
     partitions = archive.list_partitions(conn)
     default = archive.default_partition(partitions)
     default_rows = None if default is None else archive.default_rows(conn, default)
-    return Snapshot(queues, workers, orphaned, tables, partitions, default_rows)
+    return Snapshot(queues, workers, orphaned, tables, partitions, default_rows, scheduled)
+
+
+def schedules(conn: psycopg.Connection[Any]) -> list[ScheduleInfo]:
+    """Every periodic schedule recorded in the database, by name. ``declared`` is False for one
+    that no worker declared in the last ``STALE_AFTER`` seconds: no running worker's app
+    declares it any more, or no worker with maintenance runs; nothing enqueues it then.
+
+    Example: ``[s.name for s in schedules(conn) if not s.declared]``
+    """
+    with db.translate_errors():
+        rows = db.fetch_all(conn, queries.SCHEDULE_LIST, {"stale_after": STALE_AFTER})
+    return [db.schedule_info_from_row(row) for row in rows]
 
 
 # -- JSON ----------------------------------------------------------------------------------------
@@ -70,6 +93,11 @@ def queue_json(stats: QueueStats) -> dict[str, Any]:
     out["throughput_per_second"] = round(stats.throughput, 3)
     out["retry_rate"] = None if stats.retry_rate is None else round(stats.retry_rate, 4)
     return out
+
+
+def schedule_json(schedule: ScheduleInfo) -> dict[str, Any]:
+    """One schedule as `pgjobs schedule --json` and `pgjobs stats --json --verbose` print it."""
+    return dataclasses.asdict(schedule)
 
 
 def as_json(snap: Snapshot, *, verbose: bool = False) -> Any:
@@ -87,4 +115,5 @@ def as_json(snap: Snapshot, *, verbose: bool = False) -> Any:
         ],
         "archive_partitions": [dataclasses.asdict(p) for p in snap.partitions or []],
         "archive_default_rows": snap.default_rows,
+        "schedules": [schedule_json(s) for s in snap.schedules],
     }

@@ -16,7 +16,20 @@ from typing import Annotated
 
 import typer
 
-from pgjobs.cli import dead, doctor, enqueue, job, migrate, prune, serve, stats, work
+from pgjobs.cli import (
+    dead,
+    doctor,
+    enqueue,
+    job,
+    migrate,
+    producer,
+    prune,
+    queue,
+    schedule,
+    serve,
+    stats,
+    work,
+)
 from pgjobs.cli.render import error
 from pgjobs.dsn import scrub
 from pgjobs.errors import ConfigurationError, PgjobsError
@@ -48,8 +61,10 @@ def _options(
 
 cli.command("migrate")(migrate.migrate_command)
 cli.command("enqueue")(enqueue.enqueue_command)
+cli.command("producer")(producer.producer_command)
 cli.command("work")(work.work_command)
 cli.command("stats")(stats.stats_command)
+cli.command("schedule")(schedule.schedule_command)
 cli.command("prune")(prune.prune_command)
 cli.command("doctor")(doctor.doctor_command)
 cli.command("serve")(serve.serve_command)
@@ -57,6 +72,7 @@ cli.command("replay")(job.replay_command)
 cli.command("cancel")(job.cancel_command)
 cli.add_typer(dead.dead_cli, name="dead")
 cli.add_typer(job.job_cli, name="job")
+cli.add_typer(queue.queue_cli, name="queue")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,7 +4,8 @@ An *age* is a positive number and a unit: ``45s``, ``90m``, ``12h``, ``30d``, ``
 allowed: ``1.5h``). A *moment* is an ISO 8601 time with a timezone
 (``2026-11-21T15:00:00+00:00``) or an age, meaning that long before now. ``--older-than`` takes
 an age; ``--since`` and ``--until`` take a moment; ``--run-at`` and ``--expires-at``, which lie in
-the future, take an ISO 8601 time.
+the future, take an ISO 8601 time. An *interval* (`pgjobs producer --every`) is an age that may
+also be given in milliseconds: ``250ms``, ``2s``, ``1.5m``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pgjobs.errors import ConfigurationError
 from pgjobs.tasks import YEAR_RANGE
 
 _AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
+_MILLISECONDS = re.compile(r"(\d+(?:\.\d+)?)\s*ms")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 #: The longest age taken (a century): longer ones are typing errors, and far longer ones do not
 #: fit a timedelta or a date.
@@ -36,6 +38,24 @@ def age(option: str, value: str) -> timedelta:
             "(at most 100 years)"
         )
     return found
+
+
+def interval(option: str, value: str) -> timedelta:
+    """A positive interval: an age, or milliseconds (``250ms``), at least 1 ms.
+
+    Example: ``interval("--every", "250ms") == timedelta(milliseconds=250)``
+    """
+    found = _MILLISECONDS.fullmatch(value.strip().lower())
+    if found is not None:
+        milliseconds = float(found.group(1))
+        if 1 <= milliseconds <= _MAX_AGE.total_seconds() * 1000:
+            return timedelta(milliseconds=milliseconds)
+    elif (as_age := _age(value)) is not None and as_age >= timedelta(milliseconds=1):
+        return as_age
+    raise ConfigurationError(
+        f"{option} {value!r}: expected a positive interval such as 250ms, 2s, 5m or 1h "
+        "(from 1ms to 100 years)"
+    )
 
 
 def moment(option: str, value: str, *, now: datetime | None = None) -> datetime:

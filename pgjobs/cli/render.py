@@ -22,7 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pgjobs.maintenance.registry import STALE_AFTER
-from pgjobs.models import DeadGroup, DeadJob
+from pgjobs.models import DeadGroup, DeadJob, QueueState, ScheduleInfo
 from pgjobs.stats import Snapshot
 
 # -- values --------------------------------------------------------------------------------------
@@ -113,6 +113,8 @@ def wide_console() -> Console:
 def stats(snap: Snapshot, title: str, *, verbose: bool = False) -> RenderableType:
     """Everything `pgjobs stats` draws, as one rich renderable."""
     parts: list[RenderableType] = [_queues_table(snap, title), _workers_table(snap)]
+    if snap.schedules:
+        parts.append(schedules_table(snap.schedules))
     if verbose:
         parts.append(_health_table(snap))
     return Group(*parts)
@@ -128,7 +130,7 @@ def _queues_table(snap: Snapshot, title: str) -> Table:
     table.add_column("oldest ready", justify="right")
     for s in snap.queues:
         table.add_row(
-            cell(s.queue),
+            cell(s.queue) + (" [bold yellow](paused)[/bold yellow]" if s.paused else ""),
             f"{s.ready:,}",
             f"{s.scheduled:,}",
             f"{s.running:,}",
@@ -141,6 +143,47 @@ def _queues_table(snap: Snapshot, title: str) -> Table:
         )
     if not snap.queues:
         table.caption = "no jobs yet"
+    return table
+
+
+def schedules_table(schedules: list[ScheduleInfo]) -> Table:
+    """The periodic schedules, with next and last run (`pgjobs schedule`, `pgjobs stats`)."""
+    table = Table(title="schedules (times in UTC)", title_justify="left")
+    for column in ("schedule", "task", "queue", "when", "timezone", "next run", "last run"):
+        table.add_column(column)
+    table.add_column("declared")
+    for s in schedules:
+        table.add_row(
+            cell(s.name),
+            cell(s.task),
+            cell(s.queue),
+            cell(s.schedule),
+            cell(s.timezone),
+            cell_time(s.next_run_at),
+            "-" if s.last_run_at is None else cell_time(s.last_run_at),
+            "yes" if s.declared else "[yellow]no live worker declares it[/yellow]",
+        )
+    if not schedules:
+        table.caption = "no schedules: declare them with @app.periodic"
+    return table
+
+
+def queue_states_table(states: list[QueueState]) -> Table:
+    """Every known queue and its settings (`pgjobs queue list`)."""
+    table = Table(title="queues", title_justify="left")
+    for column in ("queue", "state", "holds jobs", "paused since (UTC)", "paused by", "reason"):
+        table.add_column(column)
+    for q in states:
+        table.add_row(
+            cell(q.name),
+            "[bold yellow]paused[/bold yellow]" if q.paused else "active",
+            "yes" if q.has_jobs else "no",
+            "-" if q.paused_at is None else cell_time(q.paused_at),
+            cell(q.paused_by or "-"),
+            cell(q.pause_reason or "-"),
+        )
+    if not states:
+        table.caption = "no queue holds a job, none has settings"
     return table
 
 

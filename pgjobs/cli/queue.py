@@ -1,0 +1,78 @@
+"""`pgjobs queue ...`: pause and resume a queue, list every known queue with its settings."""
+
+from __future__ import annotations
+
+import dataclasses
+import getpass
+import socket
+from typing import Annotated, Any
+
+import typer
+
+from pgjobs import queues
+from pgjobs.cli import render
+from pgjobs.cli.options import DsnOption, JsonFlag, database
+from pgjobs.models import QueueState
+
+queue_cli = typer.Typer(
+    help="Pause and resume queues; list every queue with its settings.", no_args_is_help=True
+)
+
+QueueArgument = Annotated[str, typer.Argument(help="The queue's name.", show_default=False)]
+
+
+@queue_cli.command("pause")
+def pause_command(
+    name: QueueArgument,
+    reason: Annotated[
+        str | None, typer.Option("--reason", "-r", help="Why (shown by stats and queue list).")
+    ] = None,
+    as_json: JsonFlag = False,
+    dsn: DsnOption = None,
+) -> None:
+    """Stop workers from claiming the queue's jobs (they stay ready); running jobs finish.
+    Takes effect at each worker's next claim. A queue without jobs can be paused too."""
+    change = queues.pause(database(dsn), name, reason=reason, by=_who())
+    _report(change, as_json, "paused" if change.changed else "was already paused")
+
+
+@queue_cli.command("resume")
+def resume_command(name: QueueArgument, as_json: JsonFlag = False, dsn: DsnOption = None) -> None:
+    """Let workers claim the queue's jobs again; idle workers are woken at once."""
+    change = queues.resume(database(dsn), name)
+    _report(change, as_json, "resumed" if change.changed else "was not paused")
+
+
+@queue_cli.command("list")
+def list_command(as_json: JsonFlag = False, dsn: DsnOption = None) -> None:
+    """Every known queue (holding jobs, or with settings): paused or active, since when, by
+    whom, why."""
+    found = queues.list_queues(database(dsn))
+    if as_json:
+        render.print_json([_state_json(q) for q in found])
+    else:
+        render.wide_console().print(render.queue_states_table(found))
+
+
+def _report(change: queues.Change, as_json: bool, what: str) -> None:
+    if as_json:
+        render.print_json({**_state_json(change.queue), "changed": change.changed})
+        return
+    state = change.queue
+    line = f"queue {render.printable(state.name)} {what}"
+    if not state.has_jobs:
+        line += " (it holds no job now)"
+    typer.echo(line)
+
+
+def _state_json(state: QueueState) -> dict[str, Any]:
+    return {**dataclasses.asdict(state), "paused": state.paused}
+
+
+def _who() -> str:
+    """user@host of whoever runs the command, for the record of a pause."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # no login name (a container without one): the host alone says enough
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"

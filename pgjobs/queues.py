@@ -1,0 +1,140 @@
+"""Queue settings: pause and resume a queue, and list every known queue with its settings; and
+forgetting the record of a periodic schedule.
+
+A paused queue's jobs stay in ``queued_jobs``, ready; no worker claims them. The claim reads the
+setting in the same statement that takes the jobs (no cache), so a pause holds from each
+worker's next claim, and jobs already running finish as usual. Pausing does not wake idle
+workers (they have nothing to do with it); resuming NOTIFYs the queue, so idle workers claim its
+jobs at once. Enqueueing into a paused queue works: the jobs wait for the resume.
+
+Every function takes a ``Dsn`` (it opens a connection and closes it) or a psycopg connection of
+the caller (used as is, in its transaction if one is open).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from pgjobs import db, queries
+from pgjobs.dsn import Dsn
+from pgjobs.errors import ConfigurationError
+from pgjobs.models import QueueState
+from pgjobs.tasks import check_name
+
+#: Where an operation runs: a DSN (pgjobs opens and closes a connection) or a psycopg connection.
+Target = Dsn | psycopg.Connection[Any]
+#: Characters a pause reason and a "paused by" may have: a sentence, not a document.
+MAX_NOTE_LENGTH = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """What a pause or resume did: the queue as it is now, and whether this call changed it
+    (False: it was already paused, or not paused)."""
+
+    queue: QueueState
+    changed: bool
+
+
+def pause(target: Target, name: str, *, reason: str | None = None, by: str | None = None) -> Change:
+    """Pause queue ``name``: from each worker's next claim on, its jobs are not claimed; they stay
+    ready. The queue need not exist yet (``Change.queue.has_jobs`` says whether it holds jobs).
+    Pausing a paused queue keeps when and by whom it was paused; a ``reason`` given replaces the
+    previous one. ``by`` defaults to the database role.
+
+    Example: ``pause(dsn, "emails", reason="SMTP provider outage").changed``
+    """
+    check_name("queue", name)
+    _check_note("reason", reason)
+    _check_note("by", by)
+    with _connection(target) as conn, _transaction(conn):
+        rows = db.fetch_all(conn, queries.QUEUE_PAUSE, {"name": name, "reason": reason, "by": by})
+        return Change(_get(conn, name), bool(rows[0][0]))
+
+
+def resume(target: Target, name: str) -> Change:
+    """Resume queue ``name`` and wake the idle workers that serve it. Resuming a queue that is
+    not paused changes nothing (``Change.changed`` is False).
+
+    Example: ``resume(dsn, "emails")``
+    """
+    check_name("queue", name)
+    with _connection(target) as conn, _transaction(conn):
+        rows = db.fetch_all(conn, queries.QUEUE_RESUME, {"name": name})
+        return Change(_get(conn, name), bool(rows))
+
+
+def queue(target: Target, name: str) -> QueueState:
+    """Queue ``name`` and its settings, whether or not it is known.
+
+    Example: ``queue(dsn, "emails").paused``
+    """
+    check_name("queue", name)
+    with _connection(target) as conn:
+        return _get(conn, name)
+
+
+def list_queues(target: Target) -> list[QueueState]:
+    """Every known queue by name: those that hold a job (ready, scheduled or running) and those
+    with settings (paused or once paused).
+
+    Example: ``[q.name for q in list_queues(dsn) if q.paused]``
+    """
+    with _connection(target) as conn:
+        return [db.queue_state_from_row(row) for row in db.fetch_all(conn, queries.QUEUE_LIST)]
+
+
+def _get(conn: psycopg.Connection[Any], name: str) -> QueueState:
+    (row,) = db.fetch_all(conn, queries.QUEUE_GET, {"name": name})
+    return db.queue_state_from_row(row)
+
+
+def _check_note(option: str, value: str | None) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str) or len(value) > MAX_NOTE_LENGTH or "\x00" in value:
+        raise ConfigurationError(
+            f"{option} must be text of at most {MAX_NOTE_LENGTH} characters without NUL",
+            field=option,
+        )
+
+
+@contextlib.contextmanager
+def _connection(target: Target) -> Iterator[psycopg.Connection[Any]]:
+    if isinstance(target, Dsn):
+        conn = db.connect(target)
+        try:
+            with db.translate_errors(target):
+                yield conn
+        finally:
+            conn.close()
+    else:
+        with db.translate_errors():
+            yield target
+
+
+@contextlib.contextmanager
+def _transaction(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """The change and the reading of its result in one transaction (a savepoint in the
+    caller's)."""
+    with conn.transaction():
+        yield
+
+
+# -- periodic schedules ---------------------------------------------------------------------------
+
+
+def forget_schedule(target: Target, name: str) -> None:
+    """Delete schedule ``name``'s row (its last run is forgotten). A worker that still declares
+    it records it again, from its next occurrence. ``ConfigurationError`` when there is none.
+
+    Example: ``forget_schedule(dsn, "reports.hourly")``
+    """
+    with _connection(target) as conn:
+        if not db.fetch_all(conn, queries.SCHEDULE_DELETE, {"name": name}):
+            raise ConfigurationError(f"no schedule named {name!r} in the database", field="name")
