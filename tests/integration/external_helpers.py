@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -55,8 +56,9 @@ class Downstream:
 
 
 @contextlib.contextmanager
-def downstream_service() -> Iterator[Downstream]:
-    """A ``Downstream`` listening on 127.0.0.1 (a free port) until the block ends."""
+def downstream_service(tls: ssl.SSLContext | None = None) -> Iterator[Downstream]:
+    """A ``Downstream`` listening on 127.0.0.1 (a free port) until the block ends; over HTTPS
+    with ``tls`` (a server context)."""
     service = Downstream()
 
     class Handler(BaseHTTPRequestHandler):
@@ -91,7 +93,10 @@ def downstream_service() -> Iterator[Downstream]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
-    service.url = f"http://127.0.0.1:{server.server_address[1]}/jobs"
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+    scheme = "https" if tls is not None else "http"
+    service.url = f"{scheme}://127.0.0.1:{server.server_address[1]}/jobs"
     thread = threading.Thread(target=server.serve_forever, name="downstream", daemon=True)
     thread.start()
     try:

@@ -4,14 +4,18 @@ attempt fences every report; the lease is the downstream's deadline."""
 
 from __future__ import annotations
 
+import shutil
 import socket
+import ssl
+import subprocess
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
-from pgjobs import App, ConfigurationError, admin
+from pgjobs import App, ConfigurationError, admin, external
 from pgjobs.errors import StaleOutcome
 from pgjobs.models import JobStatus
 from pgjobs.tasks import ExternalTarget, RetryPolicy
@@ -409,3 +413,60 @@ def test_bad_declarations_are_refused_in_one_line(options, words):
     assert words in message and "\n" not in message
     assert "secret" not in message and "Evil" not in message, "a secret was shown"
     assert app.tasks == {}
+
+
+@pytest.fixture
+def certificate(tmp_path: Path) -> Path:
+    """A self-signed certificate for 127.0.0.1 (key and certificate in one PEM file)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command")
+    pem = tmp_path / "downstream.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(pem), "-out", str(pem)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return pem
+
+
+def test_https_deliveries_verify_the_downstreams_certificate(
+    make_app, dsn, conn, certificate, monkeypatch
+):
+    server_side = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_side.load_cert_chain(certificate)
+    app: App = make_app()
+    with downstream_service(tls=server_side) as downstream:
+        assert downstream.url.startswith("https://")
+        app.external_task("tls.untrusted", url=downstream.url, lease=60, max_attempts=1)
+        app.external_task("tls.trusted", url=downstream.url, lease=60)
+        untrusted = app.enqueue("tls.untrusted", {})
+
+        def refused(worker: Worker) -> None:
+            wait_until(lambda: row(conn, "dead_letter", untrusted), what="dead-lettered")
+
+        external._tls_context.cache_clear()
+        run_worker_while(app, refused)
+        dead = row(conn, "dead_letter", untrusted)
+        assert dead is not None
+        assert "TLS failed: certificate not trusted" in dead["last_error"], dead["last_error"]
+        assert downstream.received == []
+
+        # Trusted through $SSL_CERT_FILE, as OpenSSL reads it.
+        monkeypatch.setenv("SSL_CERT_FILE", str(certificate))
+        external._tls_context.cache_clear()
+        trusted = app.enqueue("tls.trusted", {"n": 1})
+
+        def delivered(worker: Worker) -> None:
+            [body] = downstream.wait_for(1)
+            assert body["id"] == trusted
+            admin.report_outcome(dsn, trusted, attempt=1, status="succeeded")
+
+        try:
+            run_worker_while(app, delivered)
+        finally:
+            external._tls_context.cache_clear()
+    assert assert_one_home(conn, [untrusted, trusted]) == {
+        untrusted: "dead_letter",
+        trusted: "archived_jobs",
+    }
