@@ -56,14 +56,14 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pgjobs import db, migrate, producer, queries
+from pgjobs import db, migrate, producer, queries, tracing
 from pgjobs.app import App
 from pgjobs.completer import ClaimParams, Completer, SettleParams
 from pgjobs.context import HandlerExit, JobContext, call_async, call_sync
 from pgjobs.dsn import Dsn, normalize_dsn
 from pgjobs.errors import ConfigurationError, InvalidPayload
 from pgjobs.models import DeadReason, Job
-from pgjobs.tasks import JobSpec, Task
+from pgjobs.tasks import JobSpec, Task, UpgradeFailed
 
 NO_DATABASE = (
     "no PostgreSQL for the tests: set PGJOBS_TEST_DSN=postgresql://user@host:5432/postgres, "
@@ -585,7 +585,10 @@ class _Drain:
     async def _run(self, job: Job) -> None:
         """Run ``job``'s handler and hand its outcome to the completer, as the worker does."""
         task = self.tasks.get(job.task)
-        if task is not None and task.external is not None:
+        version = job.payload_version or 1
+        if task is not None and (task.external is not None or version > task.version):
+            # Not for this process: a worker delivers an external task's job over HTTP, and a
+            # payload newer than the app's task waits for newer code. Left queued as it was.
             self.held.append(job)
             self.result.skipped.append(job.id)
             return
@@ -593,20 +596,45 @@ class _Drain:
         if task is None:
             self.completer.unknown_task(job)
             return
-        problem = task.check_payload(job.payload)
-        if problem is not None:
-            self.completer.invalid_payload(job, problem)
+        arguments = self._arguments(job, task, version)
+        if arguments is None:
             return
+        fn = task.fn
+        if tracing.enabled():
+            fn = tracing.process(fn, job, is_async=task.is_async)
         # Jobs run one at a time and their outcomes are fenced by attempt and owner, which
         # nothing else changes meanwhile: a lease extension has nothing to protect here.
         context = JobContext(job, _no_extension)
-        result, exc = await _call(context, task)
+        result, exc = await _call(context, fn, arguments, is_async=task.is_async)
         if exc is None:
             self.result.results[job.id] = result
         try:
             self.completer.finished(job, task, result, exc)
-        except Exception as problem_:  # as the worker: the outcome of one job stops nothing
-            self.completer.finished(job, task, None, problem_)
+        except Exception as problem:  # as the worker: the outcome of one job stops nothing
+            self.completer.finished(job, task, None, problem)
+
+    def _arguments(self, job: Job, task: Task, version: int) -> dict[str, Any] | None:
+        """The handler's keyword arguments for ``job`` (its payload upgraded to the task's
+        version, checked against the handler, a model built from it), as the worker builds
+        them; None when the job went to dead_letter instead (an upgrade that failed, a payload
+        that does not fit)."""
+        payload = job.payload
+        if version != task.version:
+            try:
+                payload = task.upgrade(payload, version)
+            except UpgradeFailed as exc:
+                self.completer.finished(job, task, None, exc)
+                return None
+            except ValueError as exc:  # no upgrade from that version is declared any more
+                self.completer.invalid_payload(job, str(exc))
+                return None
+        problem = task.check_payload(payload)
+        if problem is None and task.model is not None:
+            payload, problem = task.arguments(payload)
+        if problem is not None:
+            self.completer.invalid_payload(job, problem)
+            return None
+        return payload
 
 
 def _no_extension(context: JobContext, seconds: float) -> None:
@@ -614,14 +642,15 @@ def _no_extension(context: JobContext, seconds: float) -> None:
     nothing to send."""
 
 
-async def _call(context: JobContext, task: Task) -> tuple[Any, BaseException | None]:
-    """Run ``task``'s handler for ``context``'s job: (result, None) or (None, what it raised).
+async def _call(
+    context: JobContext, fn: Callable[..., Any], arguments: dict[str, Any], *, is_async: bool
+) -> tuple[Any, BaseException | None]:
+    """Run the handler ``fn`` for ``context``'s job: (result, None) or (None, what it raised).
     A sync handler runs in a thread, as in a worker (it may start an event loop of its own)."""
-    payload = context.job.payload
     try:
-        if task.is_async:
-            return await call_async(context, task.fn, payload), None
-        return await asyncio.to_thread(_call_sync, context, task.fn, payload)
+        if is_async:
+            return await call_async(context, fn, arguments), None
+        return await asyncio.to_thread(_call_sync, context, fn, arguments)
     except HandlerExit as exc:
         return None, exc.original
     except Exception as exc:
@@ -677,8 +706,9 @@ class _Eager:
         self.tasks = dict(app.tasks)
         self.log = EagerLog()
 
-    def prepare(self, spec: JobSpec) -> tuple[JobContext, Task]:
-        """Validate ``spec`` as enqueue does, and build the job its handler would see."""
+    def prepare(self, spec: JobSpec) -> tuple[JobContext, Task, dict[str, Any]]:
+        """Validate ``spec`` as enqueue does, and build the job its handler would see and the
+        handler's keyword arguments (a model's instance for a handler that takes one)."""
         prepared = producer.prepare(spec, self.tasks)
         task = self.tasks.get(prepared.task)
         if task is None:
@@ -687,9 +717,12 @@ class _Eager:
                 field="task",
             )
         payload = json.loads(prepared.payload)  # what a worker reads back from jsonb
-        problem = task.check_payload(payload)
+        problem = task.payload_problem(payload)
         if problem is not None:
-            raise InvalidPayload(problem, field="payload")
+            raise InvalidPayload(problem.message, field=problem.field)
+        arguments, why = task.arguments(payload)
+        if why is not None:
+            raise InvalidPayload(why, field="payload")
         with _fake_ids_lock:
             job_id = -next(_fake_ids)
         now = datetime.now(UTC)
@@ -708,8 +741,9 @@ class _Eager:
             created_at=now,
             expires_at=prepared.expires_at,
             idempotency_key=prepared.idempotency_key,
+            payload_version=prepared.payload_version,
         )
-        return JobContext(job, _no_extension), task
+        return JobContext(job, _no_extension), task, arguments
 
     def done(self, context: JobContext, result: Any, *, ran: bool = True) -> int:
         job = context.job
@@ -717,23 +751,23 @@ class _Eager:
         return job.id
 
     def run(self, spec: JobSpec) -> int:
-        context, task = self.prepare(spec)
+        context, task, arguments = self.prepare(spec)
         if task.external is not None:
             return self.done(context, None, ran=False)
         if task.is_async:
-            result = _run_coroutine(lambda: call_async(context, task.fn, context.job.payload))
+            result = _run_coroutine(lambda: call_async(context, task.fn, arguments))
         else:
-            result = call_sync(context, task.fn, context.job.payload)
+            result = call_sync(context, task.fn, arguments)
         return self.done(context, result)
 
     async def run_async(self, spec: JobSpec) -> int:
-        context, task = self.prepare(spec)
+        context, task, arguments = self.prepare(spec)
         if task.external is not None:
             return self.done(context, None, ran=False)
         if task.is_async:
-            result = await call_async(context, task.fn, context.job.payload)
+            result = await call_async(context, task.fn, arguments)
         else:
-            result = call_sync(context, task.fn, context.job.payload)
+            result = call_sync(context, task.fn, arguments)
         return self.done(context, result)
 
     def specs(self, jobs: Iterable[JobSpec]) -> list[JobSpec]:

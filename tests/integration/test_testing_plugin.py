@@ -7,6 +7,7 @@ fit), ``include_scheduled`` and ``now`` advance the clock, ``eager`` needs no da
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import subprocess
 import sys
@@ -410,3 +411,71 @@ def test_eager_covers_async_enqueue_and_external_tasks():
         ("billing.charge", None, False),
     ]
     assert not {"enqueue", "enqueue_async"} & set(app.__dict__)
+
+
+@dataclasses.dataclass
+class Refund:
+    order_id: int
+    amount: float
+
+
+def test_drain_upgrades_old_payloads_and_leaves_newer_ones(make_app: MakeApp, conn):
+    old, new = make_app(), make_app()
+    seen: list[dict[str, Any]] = []
+
+    @old.task(name="charge")
+    def charge_v1(cents: int) -> None: ...
+
+    @new.task(name="charge", version=2, upgrade={1: lambda p: {"amount": p["cents"] / 100}})
+    def charge_v2(amount: float) -> None:
+        seen.append({"amount": amount})
+
+    from_old = old.enqueue("charge", {"cents": 1250})
+    from_new = new.enqueue("charge", {"amount": 3.5})
+    # New code drains both: the old payload is upgraded first.
+    assert drain(new).succeeded == [from_old, from_new]
+    assert seen == [{"amount": 12.5}, {"amount": 3.5}]
+    # Old code meets a newer payload: it is left for newer code, untouched.
+    newer = new.enqueue("charge", {"amount": 1.0})
+    result = drain(old)
+    assert result.skipped == [newer] and result.runs == 0
+    (job,) = enqueued_jobs(old)
+    assert (job.id, job.attempts, job.payload_version) == (newer, 0, 2)
+    assert_one_home(conn, [from_old, from_new, newer])
+
+
+def test_drain_checks_typed_payloads_and_builds_models(make_app: MakeApp):
+    app = make_app()
+    producer = make_app(check_task_names=False)  # an enqueue that does not know the types
+    refunds: list[Refund] = []
+
+    @app.task(name="refund")
+    def refund(request: Refund) -> None:
+        refunds.append(request)
+
+    @app.task(name="fee")
+    def fee(amount: float) -> None: ...
+
+    good = app.enqueue("refund", {"order_id": 7, "amount": 2.5})
+    bad = producer.enqueue("fee", {"amount": "abc"})
+    result = drain(app)
+    assert result.succeeded == [good]
+    assert refunds == [Refund(7, 2.5)]
+    (dead,) = result.dead
+    assert (dead.id, dead.reason) == (bad, "invalid_payload")
+    assert "amount" in dead.error
+
+
+def test_eager_builds_models_and_refuses_wrong_types():
+    app = App("postgresql://nobody@127.0.0.1:1/nowhere")
+
+    @app.task(name="refund")
+    def refund(request: Refund) -> float:
+        return request.amount
+
+    with eager(app) as ran:
+        app.enqueue("refund", {"order_id": 7, "amount": 2.5})
+        with pytest.raises(pgjobs.InvalidPayload) as refused:
+            app.enqueue("refund", {"order_id": "seven", "amount": 2.5})
+    assert ran.runs[0].result == 2.5
+    assert refused.value.field is not None and "order_id" in refused.value.field
