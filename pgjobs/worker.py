@@ -45,6 +45,7 @@ from pgjobs.maintenance.expirer import Expirer
 from pgjobs.maintenance.leases import LeaseRescuer
 from pgjobs.maintenance.partitions import ArchivePartitions
 from pgjobs.maintenance.registry import Heartbeat, WorkerIdentity, WorkerRegistry
+from pgjobs.maintenance.scheduler import Scheduler
 from pgjobs.models import Job
 from pgjobs.probe import ProbeServer, ProbeState, WorkerMetrics, address_text
 from pgjobs.tasks import NEWER_VERSION_HOLD, ExternalTarget, Task, UpgradeFailed
@@ -276,6 +277,10 @@ class Worker:
                 Expirer(self.config.expirer_config()),
                 ArchivePartitions(),
             ]
+            # Whatever queues this worker serves: the schedules' row locks let any number of
+            # workers run it.
+            if self.app.periodics:
+                services.append(Scheduler(self.app.periodics.values(), self.app.enqueue_many_async))
         background.append(asyncio.create_task(run_services(services, dsn, self._stop)))
         log.info(
             "worker %s started: queues=%s concurrency=%d tasks=%d",
