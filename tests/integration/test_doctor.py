@@ -19,7 +19,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from pgjobs import App, JobSpec, archive, doctor, migrate
 from pgjobs.dsn import Dsn
-from tests.helpers import assert_one_line_error, run, scalar, wait_until
+from tests.helpers import assert_one_line_error, pgjobs_process, run, scalar, wait_until
 from tests.integration.factories import claim
 
 pytestmark = pytest.mark.usefixtures("no_dsn_in_env")
@@ -355,3 +355,22 @@ def test_what_a_transaction_mode_pooler_does_fails_the_pooler_check(
     assert "transaction-mode pooler" in pooler.message
     assert pooler.fix is not None and "session-mode pool" in pooler.fix
     assert report.exit_code == 1
+
+
+def test_a_running_worker_counts_in_the_connection_budget(capsys, dsn, subprocess_env):
+    with pgjobs_process(
+        subprocess_env, "work", "--app", "tests.integration.cli_app:app", "--concurrency", "2"
+    ) as worker:
+
+        def registered() -> dict[str, Any] | None:
+            _, checks = checks_of(capsys, dsn.url)
+            budget = checks["connection_budget"]
+            return checks if budget["details"]["live_workers"] == 1 else None
+
+        checks = wait_until(registered, timeout=30, what="the worker registered", procs=[worker])
+        budget = checks["connection_budget"]["details"]
+        assert budget["live_worker_connections"] == doctor.WORKER_CONNECTIONS
+        assert budget["in_use_by_pgjobs"] >= 2  # at least its claim and LISTEN connections
+        assert checks["stale_workers"]["status"] == "pass"
+        assert checks["orphaned_leases"]["status"] == "pass"
+        assert worker.stop() == 0
