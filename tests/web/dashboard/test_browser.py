@@ -27,6 +27,7 @@ import pytest
 
 from pgjobs import App
 from pgjobs.dsn import Dsn
+from pgjobs.web.dashboard.routes import REFRESH_SECONDS
 from tests.helpers import REPO, assert_one_home, scalar, wait_until
 from tests.integration.admin_factories import bury
 from tests.integration.factories import claim
@@ -276,6 +277,22 @@ def test_sign_in_and_the_overview_shows_what_the_tables_hold(
         timeout=20_000,
     )
     assert page.evaluate("window.notReloaded") is True
+    # Hidden, the tab stops asking (for longer than the refresh interval); shown again, it asks
+    # at once.
+    asked: list[str] = []
+    page.on("request", lambda request: asked.append(request.url))
+    page.evaluate(
+        "Object.defineProperty(document, 'hidden', {value: true, configurable: true});"
+        "document.dispatchEvent(new Event('visibilitychange'))"
+    )
+    assert "Paused" in page.locator("#refresh-status").inner_text()
+    page.wait_for_timeout((REFRESH_SECONDS + 2) * 1000)
+    assert not [url for url in asked if "/partials/overview" in url]
+    with page.expect_request("**/partials/overview"):
+        page.evaluate(
+            "Object.defineProperty(document, 'hidden', {value: false, configurable: true});"
+            "document.dispatchEvent(new Event('visibilitychange'))"
+        )
     assert page.dialogs == []  # type: ignore[attr-defined]
 
 
