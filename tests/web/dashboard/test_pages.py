@@ -15,6 +15,7 @@ from fastapi import FastAPI
 
 from pgjobs import App
 from pgjobs.dsn import Dsn
+from pgjobs.models import DeadReason
 from tests.helpers import assert_one_home
 from tests.integration.admin_factories import bury, succeed
 from tests.integration.factories import claim
@@ -439,3 +440,28 @@ def test_login_is_checked_on_every_request(web: FastAPI) -> None:
 @pytest.mark.parametrize("path", ["/dead/confirm?action=explode", "/queues/%01"])
 def test_bad_input_is_a_page_not_a_500(signed_in: TestClient, path: str) -> None:
     assert signed_in.get(path).status_code == 422
+
+
+def test_dead_jobs_page_on_and_the_reason_filter_acts_on_its_jobs_only(
+    signed_in: TestClient, conn: psycopg.Connection[Any]
+) -> None:
+    many = bury(conn, 60, task="emails.send", error=lambda n: f"bounce {n}")
+    expired = bury(conn, 3, task="emails.send", reason=DeadReason.LEASE_EXPIRED, error_type=None)
+    first = signed_in.get("/dead", params={"reason": "exhausted"}).text
+    shown = _row_ids(first, "dead-jobs")
+    assert len(shown) == 50
+    older = re.search(r'href="(/dead\?[^"]*before=[^"]+)" rel="next"', first)
+    assert older is not None
+    rest = _row_ids(signed_in.get(older.group(1).replace("&amp;", "&")).text, "dead-jobs")
+    assert shown | rest == set(many) and not shown & rest
+    # A bulk redrive of one reason moves that reason's jobs only.
+    confirm = signed_in.get(
+        "/dead/confirm", params={"action": "redrive", "reason": "lease_expired"}
+    )
+    fields = dict(
+        re.findall(r'<input type="hidden" name="([a-z]+)" value="([^"]*)">', confirm.text)
+    )
+    assert fields["expected"] == "3" and fields["reason"] == "lease_expired"
+    done = signed_in.post("/dead/bulk", data=fields).text
+    assert "Redrove 3 of 3 dead jobs" in done
+    assert ids(conn, "dead_letter") == set(many) and set(expired) <= ids(conn, "queued_jobs")
