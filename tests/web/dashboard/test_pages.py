@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from fastapi import FastAPI
 
-from pgjobs import App
+from pgjobs import App, queues
 from pgjobs.dsn import Dsn
 from pgjobs.models import DeadReason
 from tests.helpers import assert_one_home
@@ -390,6 +390,12 @@ def test_the_overview_and_queue_pages_show_what_the_tables_hold(
     assert _row_ids(queue, "jobs") == {jobs["running"], jobs["succeeded"]}
     finished = signed_in.get("/queues/reports", params={"state": "succeeded"}).text
     assert _row_ids(finished, "jobs") == {jobs["succeeded"]}
+    # A paused queue says so, with who paused it and why.
+    queues.pause(conn, "reports", reason="<b>migrating</b> the warehouse", by="ops@host")
+    assert '<span class="badge badge-paused">paused</span>' in signed_in.get("/").text
+    paused = signed_in.get("/queues/reports").text
+    assert 'id="paused"' in paused and "ops@host" in paused
+    assert "&lt;b&gt;migrating&lt;/b&gt; the warehouse" in paused
 
 
 def test_insecure_no_auth_shows_everything_but_still_checks_csrf(
