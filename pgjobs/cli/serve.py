@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import signal
 import sys
 from typing import Annotated
 
@@ -82,5 +83,9 @@ def serve_command(
         max_body_bytes=max_body_bytes,
         pool_size=pool_size,
     )
+    # uvicorn shuts down gracefully on SIGTERM, then raises the signal again once its own handler
+    # is gone: with this one in place that ends the command normally (exit 0, as `pgjobs work`
+    # does), not as a process killed by SIGTERM.
+    signal.signal(signal.SIGTERM, lambda *_: None)
     # uvicorn's access log shows the method, path and status of each request, never a header.
     uvicorn.run(web, host=host, port=port, log_level=level, server_header=False)
