@@ -46,6 +46,9 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    for table in reversed(TABLES):
+    # In the order a worker's moves lock the tables (queued_jobs, then archived_jobs or
+    # dead_letter), not the reverse: a settle in flight holding queued_jobs while this holds
+    # archived_jobs would deadlock with it.
+    for table in TABLES:
         op.drop_column(table, "trace_context")
         op.drop_column(table, "payload_version")
