@@ -28,7 +28,7 @@ import psycopg
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from pgjobs import admin, browse, stats
+from pgjobs import admin, browse, queues, stats
 from pgjobs.admin import DeadFilter, DeadSelection
 from pgjobs.errors import (
     ConfigurationError,
@@ -194,6 +194,7 @@ class Dashboard:
             ("/jobs/{job_id}", self.job, get),
             ("/jobs/{job_id}/{action}", self.job_action, post),
             ("/queues/{name}", self.queue, get),
+            ("/queues/{name}/{action}", self.queue_action, post),
             ("/login", self.login_page, get),
             ("/login", self.login, post),
             ("/logout", self.logout, post),
@@ -660,6 +661,29 @@ class Dashboard:
             )
 
         return self._page(request, build)
+
+    def queue_action(
+        self, request: Request, name: str, action: str, posted: PostedForm
+    ) -> Response:
+        """Pause or resume a queue (``pgjobs queue pause/resume``)."""
+        back = f"/queues/{quote(name, safe='')}"
+        client = request.client.host if request.client else "unknown"
+
+        def act(
+            viewer: Viewer, fields: dict[str, str], conn: psycopg.Connection[Any]
+        ) -> tuple[str, str]:
+            if action == "pause":
+                reason = fields.get("reason", "").strip() or None
+                change = queues.pause(conn, name, reason=reason, by=f"dashboard ({client})")
+                done = "paused" if change.changed else "was already paused"
+                return back, f"Queue {name} {done}: its jobs stay ready, no worker claims them."
+            if action == "resume":
+                change = queues.resume(conn, name)
+                done = "resumed" if change.changed else "was not paused"
+                return back, f"Queue {name} {done}."
+            raise JobNotFound(f"no action {action!r} on queues: use pause or resume")
+
+        return self._act(request, posted, back, act)
 
 
 # -- what the pages and actions do -------------------------------------------------------------

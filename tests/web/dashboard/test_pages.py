@@ -179,22 +179,25 @@ def test_a_read_only_token_sees_no_action_and_is_refused(
         f"/jobs/{dead_id}",
         "/dead",
         "/dead/confirm?action=purge",
+        "/queues/default",
     ):
         page = read_only.get(path)
         assert page.status_code == 200
         assert "read-only" in page.text
-        assert not re.search(r'<form method="post" action="/(jobs|dead)', page.text), path
+        assert not re.search(r'<form method="post" action="/(jobs|dead|queues)', page.text), path
         assert "Purge all matching" not in page.text and "Redrive group" not in page.text
     csrf = csrf_of(read_only.get("/").text)  # its sign-out form's token is valid
     for url, fields in (
         (f"/jobs/{jobs['ready']}/cancel", {}),
         (f"/jobs/{dead_id}/redrive", {}),
         ("/dead/bulk", {"action": "purge", "expected": "2"}),
+        ("/queues/default/pause", {}),
     ):
         refused = read_only.post(url, data={"csrf": csrf, **fields}, follow_redirects=False)
         assert refused.status_code == 403 and "read-only" in refused.text, url
     assert status_of(conn, jobs["ready"]) == "queued"
     assert ids(conn, "dead_letter") == set(jobs["dead"])
+    assert not queues.queue(conn, "default").paused
     with TestClient(web, headers=READ_AUTH) as script:
         assert 'id="redrive"' not in script.get(f"/jobs/{dead_id}").text
 
@@ -390,12 +393,18 @@ def test_the_overview_and_queue_pages_show_what_the_tables_hold(
     assert _row_ids(queue, "jobs") == {jobs["running"], jobs["succeeded"]}
     finished = signed_in.get("/queues/reports", params={"state": "succeeded"}).text
     assert _row_ids(finished, "jobs") == {jobs["succeeded"]}
-    # A paused queue says so, with who paused it and why.
+    # A paused queue says so, with who paused it and why; it is paused and resumed from its page.
     queues.pause(conn, "reports", reason="<b>migrating</b> the warehouse", by="ops@host")
     assert '<span class="badge badge-paused">paused</span>' in signed_in.get("/").text
     paused = signed_in.get("/queues/reports").text
     assert 'id="paused"' in paused and "ops@host" in paused
     assert "&lt;b&gt;migrating&lt;/b&gt; the warehouse" in paused
+    resumed = signed_in.post("/queues/reports/resume", data={"csrf": csrf_of(paused)}).text
+    assert "Queue reports resumed." in resumed and not queues.queue(conn, "reports").paused
+    signed_in.post("/queues/reports/pause", data={"csrf": csrf_of(resumed), "reason": "deploy"})
+    state = queues.queue(conn, "reports")
+    assert state.paused and state.pause_reason == "deploy"
+    assert state.paused_by == "dashboard (testclient)"
 
 
 def test_insecure_no_auth_shows_everything_but_still_checks_csrf(
