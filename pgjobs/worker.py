@@ -545,7 +545,7 @@ class Worker:
             return
         context = JobContext(job, self._request_extension)
         fn = task.fn
-        if tracing.enabled():
+        if task.external is None and tracing.enabled():  # a delivery is not a handler run
             fn = tracing.process(fn, job, is_async=task.is_async)
         if task.external is not None:
             self._deliver(context, task)
