@@ -11,9 +11,10 @@ from typing import Any
 
 import psycopg
 
-from pgjobs import admin, db, stats
+from pgjobs import admin, db, queries, queues, stats
 from pgjobs.admin import DeadFilter
-from pgjobs.models import DeadGroup, DeadJob, DeadReason
+from pgjobs.maintenance.registry import STALE_AFTER
+from pgjobs.models import DeadGroup, DeadJob, DeadReason, QueueState, WorkerInfo
 from pgjobs.web.dashboard import sql
 
 #: Dead jobs a page lists at once.
@@ -188,3 +189,41 @@ def jobs_by_key(conn: psycopg.Connection[Any], key: str, limit: int = 50) -> lis
 def queue_tasks(conn: psycopg.Connection[Any], queue: str) -> list[TaskLine]:
     """One queue's jobs by task."""
     return [TaskLine(*row) for row in db.fetch_all(conn, sql.QUEUE_TASKS, {"queue": queue})]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueView:
+    """A queue's page: its totals (its tasks' sums), its settings, and the live workers."""
+
+    totals: TaskLine
+    tasks: list[TaskLine]
+    state: QueueState
+    workers: list[WorkerInfo]
+
+    @property
+    def empty(self) -> bool:
+        return not self.tasks
+
+
+def queue_view(conn: psycopg.Connection[Any], queue: str) -> QueueView:
+    """One queue's page, without reading the other queues (`pgjobs stats` reads them all)."""
+    tasks = queue_tasks(conn, queue)
+    ages = [t.oldest_ready_age for t in tasks if t.oldest_ready_age is not None]
+    totals = TaskLine(
+        "",
+        *(sum(getattr(t, name) for t in tasks) for name in _COUNTS),
+        max(ages) if ages else None,
+    )
+    live = db.fetch_all(conn, queries.WORKERS_LIVE, {"stale_after": STALE_AFTER})
+    workers = [w for w in map(db.worker_info_from_row, live) if queue in w.queues]
+    return QueueView(totals, tasks, queues.queue(conn, queue), workers)
+
+
+_COUNTS = (
+    "ready",
+    "scheduled",
+    "running",
+    "dead",
+    "finished_last_hour",
+    "failed_last_hour",
+)

@@ -28,7 +28,7 @@ import psycopg
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from pgjobs import admin, browse, queues, stats
+from pgjobs import admin, browse, queues
 from pgjobs.admin import DeadFilter, DeadSelection
 from pgjobs.errors import (
     ConfigurationError,
@@ -642,8 +642,7 @@ class Dashboard:
             check_name("queue", name)
             state = params.get("state") or None
             states = [JobStatus(state)] if state in set(JobStatus) else None
-            snap = stats.snapshot(conn)
-            line = next((q for q in snap.queues if q.queue == name), None)
+            view = data.queue_view(conn, name)
             jobs, more = _queue_jobs(conn, name, states)
             return self._render(
                 request,
@@ -651,9 +650,7 @@ class Dashboard:
                 "queue.html",
                 page="queues",
                 name=name,
-                line=line,
-                tasks=data.queue_tasks(conn, name),
-                workers=[w for w in snap.workers if name in w.queues],
+                view=view,
                 jobs=jobs,
                 state=states[0].value if states else "",
                 states=list(JobStatus),
