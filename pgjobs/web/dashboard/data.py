@@ -210,20 +210,15 @@ def queue_view(conn: psycopg.Connection[Any], queue: str) -> QueueView:
     tasks = queue_tasks(conn, queue)
     ages = [t.oldest_ready_age for t in tasks if t.oldest_ready_age is not None]
     totals = TaskLine(
-        "",
-        *(sum(getattr(t, name) for t in tasks) for name in _COUNTS),
-        max(ages) if ages else None,
+        task="",
+        ready=sum(t.ready for t in tasks),
+        scheduled=sum(t.scheduled for t in tasks),
+        running=sum(t.running for t in tasks),
+        dead=sum(t.dead for t in tasks),
+        finished_last_hour=sum(t.finished_last_hour for t in tasks),
+        failed_last_hour=sum(t.failed_last_hour for t in tasks),
+        oldest_ready_age=max(ages) if ages else None,
     )
     live = db.fetch_all(conn, queries.WORKERS_LIVE, {"stale_after": STALE_AFTER})
     workers = [w for w in map(db.worker_info_from_row, live) if queue in w.queues]
     return QueueView(totals, tasks, queues.queue(conn, queue), workers)
-
-
-_COUNTS = (
-    "ready",
-    "scheduled",
-    "running",
-    "dead",
-    "finished_last_hour",
-    "failed_last_hour",
-)
