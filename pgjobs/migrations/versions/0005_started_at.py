@@ -39,5 +39,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    for table in reversed(TABLES):
+    # In the order a worker's moves lock the tables (queued_jobs, then archived_jobs or
+    # dead_letter): the reverse could deadlock with a settle in flight.
+    for table in TABLES:
         op.drop_column(table, "started_at")
