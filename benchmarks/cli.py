@@ -18,7 +18,18 @@ from typing import Any
 import psycopg
 from rich.console import Console
 
-from benchmarks import api, enqueue, growth, harness, latency, memory, pgcpu, processing, prune
+from benchmarks import (
+    api,
+    dashboard,
+    enqueue,
+    growth,
+    harness,
+    latency,
+    memory,
+    pgcpu,
+    processing,
+    prune,
+)
 from benchmarks.harness import BenchDatabase, BenchmarkError, Context, say
 from benchmarks.report import Row, render
 from pgjobs.dsn import Dsn, normalize_dsn, resolve_dsn
@@ -34,6 +45,7 @@ GROUPS: dict[str, tuple[str, Callable[[Context], list[Row]]]] = {
     "pgcpu": ("f", pgcpu.run),
     "prune": ("g", prune.run),  # issue 5: retention of a 1M-row archive
     "api": ("h", api.run),  # issue 12: enqueue through `pgjobs serve`
+    "dashboard": ("i", dashboard.run),  # issue 13: the dashboard's pages on a big database
 }
 #: Environment variable naming the server to benchmark on (before pgjobs' own variables).
 ENV_DSN = "PGJOBS_BENCH_DSN"
@@ -56,7 +68,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         action="append",
         metavar="NAME",
         help=f"run only this group (repeatable, or comma-separated): {', '.join(GROUPS)} "
-        "(or their letters a-h)",
+        "(or their letters a-i)",
     )
     parser.add_argument(
         "--repeats",

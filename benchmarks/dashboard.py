@@ -1,4 +1,4 @@
-"""Group h: the dashboard's pages on a big database.
+"""Group i: the dashboard's pages on a big database.
 
 ``archived_jobs`` holds 1M jobs finished over the last 30 days (daily partitions), ``dead_letter``
 100k dead jobs of four tasks in three queues failed over the last week, ``queued_jobs`` 10k ready
@@ -9,8 +9,8 @@ The target is the issue's: every page answers in < 200 ms (its median here). Ask
 group of the dead letter (``/dead?groups=all``) reads and fingerprints every dead job: it is the
 one page that does not meet it, and it is behind a link that says so.
 
-Run alone: ``python -m benchmarks.dashboard [--quick] [--dsn URL]``; or as a group of
-``python -m benchmarks`` once it is listed in ``benchmarks/cli.py``'s GROUPS.
+Run alone: ``python -m benchmarks.dashboard [--quick] [--dsn URL]``, or as the group
+``dashboard`` of ``python -m benchmarks``.
 """
 
 from __future__ import annotations

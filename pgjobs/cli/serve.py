@@ -46,6 +46,13 @@ def serve_command(
     pool_size: Annotated[
         int, typer.Option(help="Database connections the server holds at most.", min=1, max=1000)
     ] = 10,
+    root_path: Annotated[
+        str,
+        typer.Option(
+            help="Path prefix a reverse proxy serves pgjobs under (e.g. /pgjobs), for the links "
+            "and cookies of the dashboard and the OpenAPI document.",
+        ),
+    ] = "",
     log_level: Annotated[
         str, typer.Option(help="debug, info, warning or error.", case_sensitive=False)
     ] = "info",
@@ -57,6 +64,11 @@ def serve_command(
 
     Read-only tokens (GET routes only): $PGJOBS_API_READ_TOKENS or $PGJOBS_API_READ_TOKENS_FILE.
     """
+    if root_path and (not root_path.startswith("/") or root_path.endswith("/")):
+        raise ConfigurationError(
+            f"--root-path {root_path!r}: give a path such as /pgjobs (a leading slash, no "
+            "trailing one)"
+        )
     level = log_level.lower()
     if level not in _LEVELS:
         raise ConfigurationError(f"--log-level {log_level!r}: use debug, info, warning or error")
@@ -88,4 +100,6 @@ def serve_command(
     # does), not as a process killed by SIGTERM.
     signal.signal(signal.SIGTERM, lambda *_: None)
     # uvicorn's access log shows the method, path and status of each request, never a header.
-    uvicorn.run(web, host=host, port=port, log_level=level, server_header=False)
+    uvicorn.run(
+        web, host=host, port=port, log_level=level, server_header=False, root_path=root_path
+    )

@@ -79,6 +79,22 @@ def test_serve_insecure_says_so_on_start(subprocess_env: dict[str, str]) -> None
         assert "WITHOUT AUTHENTICATION" in server.err()
 
 
+def test_serve_behind_a_proxy_prefix_links_under_it(subprocess_env: dict[str, str]) -> None:
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    args = ("serve", "--port", str(port), "--insecure-no-auth", "--root-path", "/pgjobs")
+    with pgjobs_process(subprocess_env, *args, "--pool-size", "1") as server:
+        wait_until(lambda: _get(f"{base}/healthz"), timeout=30, what="/healthz", procs=[server])
+        # The proxy strips the prefix; the pages link under it.
+        page = httpx.get(f"{base}/dead")
+        assert page.status_code == 200, page.text
+        assert 'href="/pgjobs/jobs' in page.text
+        assert server.stop() in STOPPED
+    result = run_pgjobs(subprocess_env, "serve", "--insecure-no-auth", "--root-path", "pgjobs/")
+    assert result.returncode == 2
+    assert result.stderr.startswith("pgjobs: error: --root-path") and result.stderr.count("\n") == 1
+
+
 def test_serve_with_an_app_accepts_only_its_tasks(subprocess_env: dict[str, str], dsn: Dsn) -> None:
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
