@@ -190,8 +190,9 @@ SESSION_GENERIC_PLANS = "SET plan_cache_mode = force_generic_plan"
 #: them), lease them to ``owner`` (for their task's lease, else ``lease`` seconds), mark the
 #: at-most-once ones, use up one attempt each and record when the attempt started.
 #: One index range per queue (LATERAL), so the claim stays flat however large the backlog.
-#: Paused queues (pgjobs_queues.paused_at) are left out before any row is read or locked: one
-#: primary-key probe per queue, in the same statement, so a pause holds from the next claim on.
+#: Paused queues (pgjobs_queues.paused_at) are left out before any of their rows is read or
+#: locked: one primary-key probe per queue, in the same statement, so a pause holds from the
+#: next claim on.
 JOB_CLAIM = f"""
 UPDATE queued_jobs
 SET attempts = attempts + 1,
@@ -206,16 +207,14 @@ SET attempts = attempts + 1,
     started_at = now()
 WHERE id = ANY(ARRAY(
     SELECT c.id
-    FROM unnest(ARRAY(
-        SELECT q FROM unnest(%(queues)s::text[]) AS q
-        WHERE NOT EXISTS (
-            SELECT 1 FROM pgjobs_queues p WHERE p.name = q AND p.paused_at IS NOT NULL
-        )
-    )) AS w(queue)
+    FROM unnest(%(queues)s::text[]) AS w(queue)
     CROSS JOIN LATERAL (
         SELECT id, priority, run_at
         FROM queued_jobs
         WHERE queue = w.queue
+          AND NOT EXISTS (
+              SELECT 1 FROM pgjobs_queues p WHERE p.name = w.queue AND p.paused_at IS NOT NULL
+          )
           AND lease_expires_at IS NULL
           AND run_at <= now()
           AND (expires_at IS NULL OR expires_at > now())
@@ -605,6 +604,43 @@ SCHEDULE_LIST = f"SELECT {_SCHEDULE_COLUMNS} FROM pgjobs_schedules ORDER BY name
 #: Forget schedule ``name`` (a worker that still declares it records it again, from its next
 #: occurrence). Rows: one when it existed.
 SCHEDULE_DELETE = "DELETE FROM pgjobs_schedules WHERE name = %(name)s RETURNING name"
+
+#: What a burst worker with nothing to claim still waits for in ``queues``, after archiving (as
+#: expired, up to ``limit``) the unleased jobs of those queues past their expires_at, so that it
+#: never leaves them behind. Rows: one, (expired now, jobs left, scheduled for later in active
+#: queues, the next one's run_at, ready or scheduled in paused queues, running).
+QUEUES_LEFT_FOR_BURST = f"""
+WITH expired AS (
+    DELETE FROM queued_jobs
+    WHERE id = ANY(ARRAY(
+        SELECT id FROM queued_jobs
+        WHERE queue = ANY(%(queues)s::text[])
+          AND expires_at <= now() AND lease_expires_at IS NULL
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ))
+    RETURNING *
+),
+archived AS (
+    INSERT INTO archived_jobs ({_MOVED_COLUMNS}, status, last_error)
+    SELECT {_MOVED_COLUMNS}, '{ArchivedStatus.EXPIRED}', last_error FROM expired
+    RETURNING id
+),
+waiting AS (
+    SELECT q.run_at, q.lease_expires_at, p.name IS NOT NULL AS paused
+    FROM queued_jobs q
+    LEFT JOIN pgjobs_queues p ON p.name = q.queue AND p.paused_at IS NOT NULL
+    WHERE q.queue = ANY(%(queues)s::text[])
+      AND (q.expires_at IS NULL OR q.expires_at > now() OR q.lease_expires_at IS NOT NULL)
+)
+SELECT (SELECT count(*) FROM archived),
+       count(*),
+       count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at > now() AND NOT paused),
+       min(run_at) FILTER (WHERE lease_expires_at IS NULL AND run_at > now() AND NOT paused),
+       count(*) FILTER (WHERE lease_expires_at IS NULL AND paused),
+       count(*) FILTER (WHERE lease_expires_at IS NOT NULL)
+FROM waiting
+"""
 
 
 # -- Operations: triage, lookup and control (pgjobs.admin) --------------------------------------

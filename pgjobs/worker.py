@@ -54,6 +54,8 @@ if TYPE_CHECKING:
     from pgjobs.app import App
 
 log = logging.getLogger("pgjobs.worker")
+#: Expired jobs a burst worker with nothing to claim archives per statement before it exits.
+BURST_EXPIRE_BATCH = 1000
 
 #: Seconds a busy worker waits for more slots to free up before its next round trip.
 BATCH_WINDOW = 0.005
@@ -190,6 +192,8 @@ class Worker:
         self._executor: ThreadPoolExecutor | None = None
         self._abandoned = 0
         self._woken = False  # a NOTIFY arrived for one of our queues since the last claim
+        # What a burst worker last said it waits for (said once until it changes).
+        self._burst_waiting: tuple[int, datetime | None, int] | None = None
         # External tasks served here (their jobs are in this worker's queues); refused at once
         # when one is left without a URL.
         self._deliveries = external.deliveries(self.tasks, self.config.external, self.queues)
@@ -428,10 +432,39 @@ class Worker:
                 await self._abandon(lanes, dsn)
                 return True
             return False
-        if self._burst_done(pace.idle) and not await self._queues_have_jobs(lanes, dsn):
+        if not self._burst_done(pace.idle):
+            self._burst_waiting = None
+            return False
+        left = await self._left_for_burst(lanes, dsn)
+        if left is None:  # the database is away: try again at the next turn
+            return False
+        expired, jobs = left[0], left[1]
+        if expired:  # more may have expired than one statement archives: look again
+            log.info("burst: archived %d expired job(s), unrun", expired)
+            return False
+        if not jobs:
             log.info("burst: no job left in %s", ",".join(self.queues))
             return True
+        self._say_what_burst_waits_for(left)
         return False
+
+    def _say_what_burst_waits_for(self, left: tuple[Any, ...]) -> None:
+        """Log once (and again when it changes) why a burst worker with nothing to claim does
+        not exit yet: jobs scheduled for later, jobs of paused queues, jobs other workers run."""
+        _, _, scheduled, next_due, paused, running = left
+        waiting = (scheduled, next_due, paused)
+        if waiting == self._burst_waiting:
+            return
+        self._burst_waiting = waiting
+        parts = []
+        if scheduled:
+            due = f"{next_due.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+            parts.append(f"{scheduled} scheduled job(s), the next due at {due}")
+        if paused:
+            parts.append(f"{paused} job(s) of paused queues (`pgjobs queue resume`)")
+        if running:
+            parts.append(f"{running} job(s) other workers run")
+        log.info("burst: waiting for %s in %s", "; ".join(parts), ",".join(self.queues))
 
     async def _sleep(self, wait: float, lanes: list[_Lane], pace: _Pace) -> None:
         """Wait up to ``wait`` seconds for something to change (a handler finished, a trip
@@ -509,19 +542,24 @@ class Worker:
             and not len(self._completer.outcomes)
         )
 
-    async def _queues_have_jobs(self, lanes: list[_Lane], dsn: Dsn) -> bool:
+    async def _left_for_burst(self, lanes: list[_Lane], dsn: Dsn) -> tuple[Any, ...] | None:
+        """``queries.QUEUES_LEFT_FOR_BURST`` for this worker's queues: the expired jobs archived
+        (a burst worker leaves none behind), then what is left; None when the database is
+        away."""
         lane = lanes[0]
         try:
             if lane.conn is None or lane.conn.closed:
                 lane.conn = await db.connect_async(dsn, generic_plans=True)
             rows = await db.fetch_all_async(
-                lane.conn, queries.QUEUES_HAVE_JOBS, {"queues": self.queues}
+                lane.conn,
+                queries.QUEUES_LEFT_FOR_BURST,
+                {"queues": self.queues, "limit": BURST_EXPIRE_BATCH},
             )
         except (DatabaseUnavailable, SchemaMissing) as exc:
             await self._lost_connection(lane.conn, exc)
             lane.conn = None
-            return True
-        return bool(rows[0][0])
+            return None
+        return rows[0]
 
     def _start(self, job: Job) -> None:
         task = self.tasks.get(job.task)
