@@ -36,7 +36,8 @@ def test_a_success_archives_the_job_with_its_result_and_run_time(make_app, conn,
         {"ok": 1},
     )
     assert found.worker == "w1"
-    assert found.started_at is not None and found.finished_at >= found.started_at
+    assert found.started_at is not None and found.finished_at is not None
+    assert found.finished_at >= found.started_at
     assert_one_home(conn, [job_id])
 
 
@@ -117,14 +118,14 @@ def test_a_bad_report_names_its_field_and_changes_nothing(make_app, conn, dsn, o
 
 
 def test_the_app_applies_its_tasks_retry_policy(make_app, conn):
-    app = make_app()
+    app: App = make_app()
 
     @app.task(name="ext", retry_base=3600, retry_cap=3600)
     def ext(n: int) -> None: ...
 
     job_id = running(app, conn)
     found = app.report_outcome(job_id, attempt=1, status="failed", error="later")
-    assert found.status is JobStatus.SCHEDULED
+    assert found.status is JobStatus.SCHEDULED and found.started_at is not None
     delay = (found.run_at - found.started_at).total_seconds()
     assert 1800 <= delay <= 3601
 
