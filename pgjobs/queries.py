@@ -388,16 +388,6 @@ archived AS (
 SELECT count(*) FROM archived
 """
 
-#: Whether any job of these queues is still to run (ready, scheduled or running); unleased jobs
-#: past their expires_at do not count: the expirer archives them.
-QUEUES_HAVE_JOBS = """
-SELECT EXISTS (
-    SELECT 1 FROM queued_jobs
-    WHERE queue = ANY(%(queues)s::text[])
-      AND (expires_at IS NULL OR expires_at > now() OR lease_expires_at IS NOT NULL)
-)
-"""
-
 #: Per-queue counts for `pgjobs stats`; ages in seconds. The last-minute columns give throughput
 #: (archived per second) and retry rate (of the jobs that ran and finished, archived or dead, the
 #: share that needed more than one attempt). A paused queue is listed even without jobs, with

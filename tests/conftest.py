@@ -107,7 +107,8 @@ def dsn(database: Dsn) -> Dsn:
     """The migrated database, with every pgjobs table empty (no job, no registered worker)."""
     with psycopg.connect(database.url, autocommit=True) as conn:
         conn.execute(
-            "TRUNCATE queued_jobs, archived_jobs, dead_letter, pgjobs_workers RESTART IDENTITY"
+            "TRUNCATE queued_jobs, archived_jobs, dead_letter, pgjobs_workers, pgjobs_queues, "
+            "pgjobs_schedules RESTART IDENTITY"
         )
     return database
 

@@ -292,6 +292,10 @@ class QueueStats(BaseModel):
     ran_last_minute: int
     throughput_per_second: float
     retry_rate: float | None
+    paused: bool = False
+    paused_at: datetime | None = None
+    paused_by: str | None = None
+    pause_reason: str | None = None
 
 
 class StatsVerbose(BaseModel):
@@ -303,6 +307,7 @@ class StatsVerbose(BaseModel):
     tables: list[dict[str, Any]]
     archive_partitions: list[dict[str, Any]]
     archive_default_rows: int | None
+    schedules: list[dict[str, Any]] = []
 
 
 class Health(BaseModel):
