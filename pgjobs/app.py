@@ -28,12 +28,17 @@ from pgjobs.tasks import (
     make_task,
 )
 
+#: How messages name a DSN given to ``App``.
+DSN_SOURCE = "App(dsn=...)"
+
 
 class App:
     """Registers tasks and enqueues jobs.
 
-    ``dsn`` may be omitted: pgjobs then reads $PGJOBS_DATABASE_URL, $DATABASE_URL, or starts the
-    embedded server, on first use. With ``check_task_names`` (the default) and at least one task
+    ``dsn`` is a ``postgresql://`` URL or a libpq ``key=value`` string (``"host=127.0.0.1
+    dbname=app user=postgres"``), checked here (``ConfigurationError``); it may be omitted:
+    pgjobs then reads $PGJOBS_DATABASE_URL, $DATABASE_URL, or starts the embedded server, on
+    first use. The pool opens on first use too, or ahead of it with ``open()``. With ``check_task_names`` (the default) and at least one task
     registered, enqueueing an unknown task name raises ``UnknownTask``.
 
     Example::
@@ -51,8 +56,9 @@ class App:
     ) -> None:
         if pool_size < 1:
             raise ConfigurationError(f"pool_size must be >= 1, got {pool_size}")
-        self._raw_dsn = dsn
-        self._dsn: Dsn | None = None
+        # A DSN given here is checked at once; the environment and the embedded server are
+        # looked at on first use.
+        self._dsn: Dsn | None = resolve_dsn(dsn, source=DSN_SOURCE) if dsn else None
         self._tasks: dict[str, Task] = {}
         self._periodics: dict[str, Periodic] = {}
         self._check_task_names = check_task_names
@@ -73,7 +79,7 @@ class App:
         """The database this app uses, resolved on first use."""
         with self._lock:
             if self._dsn is None:
-                self._dsn = resolve_dsn(self._raw_dsn)
+                self._dsn = resolve_dsn(None)
             return self._dsn
 
     def bind(self, dsn: Dsn) -> None:
@@ -100,6 +106,7 @@ class App:
         at_most_once: bool = False,
         version: int = 1,
         upgrade: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
+        timeout: float | None = None,
     ) -> Callable[[Callable[..., Any]], Task]: ...
 
     def task(
@@ -116,6 +123,7 @@ class App:
         at_most_once: bool = False,
         version: int = 1,
         upgrade: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
+        timeout: float | None = None,
     ) -> Task | Callable[[Callable[..., Any]], Task]:
         """Register a handler; it receives the job's JSON payload keys as keyword arguments.
 
@@ -127,6 +135,12 @@ class App:
         ``at_most_once`` task is never run twice: when its lease expires (the worker died or
         hung), the job goes to ``dead_letter`` instead of running again.
 
+        ``timeout`` (seconds, shorter than ``lease``) bounds one run: past it the worker stops
+        the handler (an async one is cancelled; a sync one, which Python cannot stop, is
+        abandoned in its thread and sees ``pgjobs.current_job().cancelled`` become True) and the
+        attempt fails with reason timeout: retried with backoff while attempts remain, else sent
+        to ``dead_letter`` with reason ``timeout`` (an at-most-once task's at once).
+
         Annotated parameters (``int``, ``float``, ``str``, ``bool``, ``None``, unions,
         ``list[X]``, ``dict[str, X]``, ``Literal``) are checked at enqueue (``InvalidPayload``
         naming ``payload.<name>``) and again when a worker starts the job (``dead_letter``,
@@ -136,6 +150,8 @@ class App:
         of the next version, which a worker applies, in order, to the jobs enqueued before.
 
         Example: ``@app.task(name="billing.charge", queue="billing", max_attempts=10)``
+
+        Example: ``@app.task(name="reports.build", timeout=30, lease=120)``
 
         Example::
 
@@ -158,6 +174,7 @@ class App:
                 at_most_once=at_most_once,
                 version=version,
                 upgrade=upgrade,
+                timeout=timeout,
             )
             return self._register(task)
 
@@ -619,6 +636,33 @@ class App:
             if self._pool is None:
                 self._pool = db.open_pool(dsn, self._pool_size)
             return self._pool
+
+    def open(self) -> App:
+        """Open the connection pool now rather than at the first enqueue, so that a database
+        that cannot be reached fails here (``DatabaseUnavailable``) and the first enqueue does
+        not wait for connections. Returns the app; opening an open app does nothing.
+
+        Example::
+
+            with app.open():  # closed at the end of the block
+                app.enqueue("send_welcome", {"user_id": 42})
+        """
+        self._get_pool()
+        return self
+
+    async def open_async(self) -> App:
+        """``open()`` for ``enqueue_async``: open the running event loop's pool now (a
+        FastAPI lifespan's start-up), failing with ``DatabaseUnavailable``. Returns the app.
+
+        Example::
+
+            @contextlib.asynccontextmanager
+            async def lifespan(api: FastAPI) -> AsyncIterator[None]:
+                async with await app.open_async():
+                    yield
+        """
+        await self._get_async_pool()
+        return self
 
     def close(self) -> None:
         """Close the app's connection pool (a later enqueue opens a new one)."""

@@ -38,15 +38,21 @@ class Dsn:
 
 
 def normalize_dsn(raw: str, source: str) -> Dsn:
-    """Accept ``postgresql://``, ``postgres://`` and ``postgresql+psycopg://`` forms.
+    """Accept ``postgresql://``, ``postgres://`` and ``postgresql+psycopg://`` URLs and libpq
+    ``key=value`` connection strings (as psycopg does); the result is always a
+    ``postgresql://`` URL. ``source`` says where the DSN came from, in messages.
 
     Example: ``normalize_dsn("postgresql+psycopg://u@h/db", "--dsn").url == "postgresql://u@h/db"``
+    and ``normalize_dsn("host=h dbname=db user=u", "App(dsn=...)").url == "postgresql://u@h/db"``
     """
     raw = raw.strip()
     scheme, sep, rest = raw.partition("://")
+    if not sep and "=" in raw:
+        return Dsn(_url_from_keywords(raw, source), source)
     if not sep:
         raise ConfigurationError(
-            f"{source} is not a PostgreSQL URL: expected postgresql://user@host:port/dbname"
+            f"{source} is not a PostgreSQL DSN: expected postgresql://user@host:port/dbname "
+            "or 'host=... dbname=... user=...'"
         )
     base = scheme.lower()
     for suffix in _DRIVER_SUFFIXES:
@@ -58,6 +64,52 @@ def normalize_dsn(raw: str, source: str) -> Dsn:
     url = f"postgresql://{rest}"
     _check_parses(url, source)
     return Dsn(url, source)
+
+
+def _url_from_keywords(conninfo: str, source: str) -> str:
+    """A libpq ``key=value`` connection string as the ``postgresql://`` URL that means the same:
+    user, password, a single host and port, and dbname in their places, every other parameter
+    (several hosts, a socket directory, sslmode, ...) as a query parameter. Refused, with libpq's
+    reason and no secret, when libpq cannot read it."""
+    params = _parsed(conninfo, source)
+    user, password = params.pop("user", None), params.pop("password", None)
+    host, port = params.get("host"), params.get("port")
+    dbname = params.pop("dbname", None)
+    userinfo = ""
+    if user is not None or password is not None:
+        userinfo = quote(user or "", safe="")
+        if password is not None:
+            userinfo += ":" + quote(password, safe="")
+        userinfo += "@"
+    netloc = ""
+    # One host name or address goes in its place; a socket directory ("/..."), several hosts or
+    # an empty host stay parameters, which libpq reads the same way.
+    if host and not any(c in host for c in "/,@") and (not port or port.isdigit()):
+        params.pop("host")
+        netloc = f"[{host}]" if ":" in host else host
+        if port:
+            netloc += f":{params.pop('port')}"
+    path = "/" + quote(dbname, safe="") if dbname is not None else ""
+    query = "&".join(
+        f"{quote(key, safe='')}={quote(value, safe='')}" for key, value in params.items()
+    )
+    url = f"postgresql://{userinfo}{netloc}{path}" + (f"?{query}" if query else "")
+    _check_parses(url, source)
+    return url
+
+
+def _parsed(conninfo: str, source: str) -> dict[str, str]:
+    """libpq's reading of ``conninfo`` (a URL or ``key=value`` string), values as strings."""
+    try:
+        params = conninfo_to_dict(conninfo)
+    except psycopg.Error as exc:
+        reason = scrub(" ".join(str(exc).split()), conninfo)
+        raise ConfigurationError(
+            f"{source} is not a valid PostgreSQL DSN ({reason}): in a URL percent-encode special "
+            "characters in the user name and password (# as %23, @ as %40, / as %2F, % as %25); "
+            "in a key=value string quote a value holding spaces or quotes ('it''s')"
+        ) from None
+    return {key: str(value) for key, value in params.items() if value is not None}
 
 
 def _check_parses(url: str, source: str) -> None:
@@ -191,14 +243,17 @@ def _mask_quoted(match: re.Match[str], dsn: str, spans: list[tuple[int, int]]) -
     return match.group(0)
 
 
-def resolve_dsn(explicit: str | None = None, *, announce: bool = True) -> Dsn:
-    """Find the database: ``explicit`` (``--dsn``), then $PGJOBS_DATABASE_URL, then $DATABASE_URL,
-    then the embedded server when the ``embedded`` extra is installed.
+def resolve_dsn(
+    explicit: str | None = None, *, announce: bool = True, source: str = "--dsn"
+) -> Dsn:
+    """Find the database: ``explicit`` (given as ``source``: ``--dsn``, ``App(dsn=...)``), then
+    $PGJOBS_DATABASE_URL, then $DATABASE_URL, then the embedded server when the ``embedded``
+    extra is installed.
 
     Example: ``resolve_dsn("postgresql://postgres@127.0.0.1/app").source == "--dsn"``
     """
     if explicit:
-        return normalize_dsn(explicit, "--dsn")
+        return normalize_dsn(explicit, source)
     for name in ENV_DSN:
         value = os.environ.get(name)
         if value:

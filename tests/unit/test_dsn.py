@@ -28,7 +28,7 @@ def test_accepted_forms_normalise_to_libpq_urls(raw):
 
 
 @pytest.mark.parametrize(
-    "raw", ["mysql://root@h/db", "host=h dbname=app password=secret", "", "h:5432/app"]
+    "raw", ["mysql://root@h/db", "mysql://root:secret@h/db", "", "h:5432/app", "secret"]
 )
 def test_other_forms_are_refused_without_echoing_them(raw):
     with pytest.raises(ConfigurationError, match=r"\$PGJOBS_DATABASE_URL.*postgresql://") as e:
@@ -164,3 +164,52 @@ def test_scrub_keeps_a_message_readable_when_the_password_is_one_letter():
     message = 'connection to server at "h", port 1 failed: the server expected e to be there'
     assert scrub(message, url) == message
     assert scrub(f"bad {url} here", url) == "bad postgresql://u:***@h:1/db here"
+
+
+@pytest.mark.parametrize(
+    ("conninfo", "url"),
+    [
+        ("host=127.0.0.1 dbname=app user=postgres", "postgresql://postgres@127.0.0.1/app"),
+        ("host=h port=5433 dbname=app", "postgresql://h:5433/app"),
+        ("  dbname=app  ", "postgresql:///app"),
+        ("host=::1 port=5432 dbname=app", "postgresql://[::1]:5432/app"),
+        ("host=h user=u password='p w@#' dbname=app", "postgresql://u:p%20w%40%23@h/app"),
+        ("host=/var/run/postgresql dbname=app", "postgresql:///app?host=%2Fvar%2Frun%2Fpostgresql"),
+        ("host=h1,h2 port=5432,5433 dbname=app", "postgresql:///app?host=h1%2Ch2&port=5432%2C5433"),
+        ("host=h dbname='my db' sslmode=require", "postgresql://h/my%20db?sslmode=require"),
+    ],
+)
+def test_libpq_key_value_strings_become_the_url_that_means_the_same(conninfo, url):
+    dsn = normalize_dsn(conninfo, "App(dsn=...)")
+    assert dsn.url == url
+    assert dsn.source == "App(dsn=...)"
+    assert conninfo_to_dict(dsn.url) == conninfo_to_dict(conninfo), "libpq reads both alike"
+
+
+@pytest.mark.parametrize(
+    "conninfo", ["host=h password='unterminated", "host=h bogus_option=1 password=secret"]
+)
+def test_a_key_value_string_libpq_cannot_read_is_refused_naming_its_source(conninfo):
+    with pytest.raises(ConfigurationError, match=r"^App\(dsn=\.\.\.\) is not a valid") as e:
+        normalize_dsn(conninfo, "App(dsn=...)")
+    assert "--dsn" not in str(e.value)
+    assert "secret" not in str(e.value) and "unterminated" not in str(e.value)
+
+
+def test_a_key_value_port_that_is_not_a_number_is_refused():
+    with pytest.raises(ConfigurationError, match=r"^App\(dsn=\.\.\.\) has port"):
+        normalize_dsn("host=h port=abc dbname=app", "App(dsn=...)")
+
+
+def test_key_value_passwords_are_redacted_once_normalised():
+    dsn = normalize_dsn("host=h user=u password=hunter22 dbname=app", "App(dsn=...)")
+    assert dsn.redacted == "postgresql://u:***@h/app"
+    assert "hunter22" not in dsn.redacted
+
+
+def test_resolve_dsn_names_the_source_it_is_given(monkeypatch):
+    monkeypatch.setenv("PGJOBS_DATABASE_URL", "postgresql://from-env/app")
+    dsn = resolve_dsn("host=h dbname=app", source="App(dsn=...)")
+    assert (dsn.url, dsn.source) == ("postgresql://h/app", "App(dsn=...)")
+    with pytest.raises(ConfigurationError, match=r"^App\(dsn=\.\.\.\) has scheme"):
+        resolve_dsn("mysql://h/app", source="App(dsn=...)")
