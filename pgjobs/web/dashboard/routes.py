@@ -13,10 +13,11 @@ the server's pool for the length of the request.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from importlib import resources
@@ -25,7 +26,7 @@ from urllib.parse import quote, urlencode
 
 import jinja2
 import psycopg
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from pgjobs import admin, browse, queues
@@ -43,7 +44,7 @@ from pgjobs.maintenance.registry import STALE_AFTER
 from pgjobs.models import DeadReason, JobHistory, JobStatus
 from pgjobs.tasks import check_name
 from pgjobs.web.auth import Tokens
-from pgjobs.web.dashboard import data, forms, text
+from pgjobs.web.dashboard import actions, data, forms, text
 from pgjobs.web.dashboard.security import (
     CSRF_FIELD,
     FLASH_COOKIE,
@@ -78,6 +79,15 @@ PAGE_SIZE = 50
 QUEUE_PAGE_WINDOW = timedelta(days=1)
 #: Seconds a database that cannot serve asks a browser to wait (``Retry-After``).
 RETRY_AFTER = 5
+#: Dead jobs a bulk redrive or purge moves per transaction. A set of more than one batch runs
+#: in the background (``actions``), followed by its progress page.
+BATCH_SIZE = admin.DEFAULT_BATCH_SIZE
+#: Seconds between two reads of a running action's progress by the page's script; without
+#: the script, the page reloads itself every ``PROGRESS_RELOAD_SECONDS``.
+PROGRESS_SECONDS = 1
+PROGRESS_RELOAD_SECONDS = 2
+#: Seconds a stopping server waits for running bulk actions to end their batch in flight.
+SHUTDOWN_WAIT = 10.0
 
 _STATIC_TYPES = {
     "dashboard.css": "text/css; charset=utf-8",
@@ -177,12 +187,13 @@ class Dashboard:
         self._env = _environment()
         self._static = _load_static()
         self._flasher = Flasher()
+        self._actions = actions.Actions()
 
     # -- the router ------------------------------------------------------------------------------
 
     def router(self) -> APIRouter:
         """The dashboard's routes; every one is left out of the API's OpenAPI document."""
-        router = APIRouter(include_in_schema=False)
+        router = APIRouter(include_in_schema=False, lifespan=self._lifespan)
         get, post = ["GET", "HEAD"], ["POST"]
         routes: list[tuple[str, Callable[..., Any], list[str]]] = [
             ("/", self.overview, get),
@@ -190,6 +201,8 @@ class Dashboard:
             ("/dead", self.dead, get),
             ("/dead/confirm", self.dead_confirm, get),
             ("/dead/bulk", self.dead_bulk, post),
+            ("/dead/actions/{action_id}", self.dead_action, get),
+            ("/partials/actions/{action_id}", self.dead_action_partial, get),
             ("/jobs", self.jobs, get),
             ("/jobs/{job_id}", self.job, get),
             ("/jobs/{job_id}/{action}", self.job_action, post),
@@ -203,6 +216,17 @@ class Dashboard:
         for path, endpoint, methods in routes:
             router.add_api_route(path, endpoint, methods=methods, response_class=HTMLResponse)
         return router
+
+    @asynccontextmanager
+    async def _lifespan(self, _: FastAPI) -> AsyncIterator[None]:
+        """Bulk actions run while the server serves; a stopping server starts no more batches
+        and gives the batches in flight ``SHUTDOWN_WAIT`` seconds to commit (each batch is one
+        transaction: one that does not end in time is rolled back when the process exits)."""
+        self._actions.resume()
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(self._actions.stop, SHUTDOWN_WAIT)
 
     # -- plumbing --------------------------------------------------------------------------------
 
@@ -518,7 +542,7 @@ class Dashboard:
                 pinned=text.iso(selection.filter.until) if selection else "",
                 sample=list(selection.ids[:20]) if selection else [],
                 hidden=hidden,
-                batch_size=admin.DEFAULT_BATCH_SIZE,
+                batch_size=BATCH_SIZE,
             )
 
         return self._page(request, build)
@@ -526,12 +550,72 @@ class Dashboard:
     def dead_bulk(self, request: Request, posted: PostedForm) -> Response:
         """Redrive or purge the dead jobs matching the posted filters. A purge, and any action
         that names ``expected``, runs only when the set pinned at confirmation still holds
-        exactly ``expected`` jobs (else nothing moves and the page says so)."""
+        exactly ``expected`` jobs (else nothing moves and the page says so). A set of one batch
+        is moved now; a larger one in the background, and the browser is sent to its progress
+        page."""
         fields = posted if isinstance(posted, dict) else {}
         back = "/dead?" + urlencode(
             {k: fields[k] for k in forms.DEAD_FIELDS if fields.get(k, "").strip()}
         )
-        return self._act(request, posted, back, _bulk)
+
+        def act(
+            viewer: Viewer, form: dict[str, str], conn: psycopg.Connection[Any]
+        ) -> tuple[str, str]:
+            def start(action: str, selection: DeadSelection, query: forms.DeadQuery) -> str:
+                return self._start_bulk(viewer, action, selection, query)
+
+            return _bulk(form, conn, start)
+
+        return self._act(request, posted, back, act)
+
+    def _start_bulk(
+        self, viewer: Viewer, action: str, selection: DeadSelection, query: forms.DeadQuery
+    ) -> str:
+        """Start a bulk action in the background; its id."""
+        run = admin.redrive_batches if action == "redrive" else admin.purge_batches
+
+        def one_batch(batch: DeadSelection) -> int:
+            # A pooled connection for this batch only: requests are not kept waiting for one
+            # while a long action runs.
+            with self._db() as conn:
+                return sum(len(ids) for ids in run(conn, batch, batch_size=len(batch.ids)))
+
+        return self._actions.start(
+            viewer.csrf_key, action, selection, BATCH_SIZE, one_batch, query.raw
+        )
+
+    def dead_action(self, request: Request, action_id: str) -> Response:
+        """The progress of a bulk action this session started: batches and jobs done of the
+        pinned total, time elapsed, and how it ended. It reads no table (the action reports its
+        own progress), so it answers while every pooled connection is busy."""
+        viewer = self._viewer(request)
+        if isinstance(viewer, Response):
+            return viewer
+        progress = self._actions.get(action_id, viewer.csrf_key)
+        if progress is None:
+            return self._error(request, viewer, 404, "Unknown action", _UNKNOWN_ACTION)
+        return self._render(
+            request,
+            viewer,
+            "dead_action.html",
+            page="dead",
+            **_progress_context(request, self._base(request), progress),
+        )
+
+    def dead_action_partial(self, request: Request, action_id: str) -> Response:
+        """The progress page's live part alone, which its script swaps in."""
+        found = identify(request, self._tokens, self._insecure)
+        if not isinstance(found, Viewer):
+            return security_headers(Response("signed out", status_code=401))
+        progress = self._actions.get(action_id, found.csrf_key)
+        if progress is None:
+            return security_headers(Response(_UNKNOWN_ACTION, status_code=404))
+        return self._render(
+            request,
+            found,
+            "_action_live.html",
+            **_progress_context(request, self._base(request), progress),
+        )
 
     # -- jobs -------------------------------------------------------------------------------------
 
@@ -754,7 +838,29 @@ def _select(
     return selection if selection.count else None
 
 
-def _bulk(viewer: Viewer, fields: dict[str, str], conn: psycopg.Connection[Any]) -> tuple[str, str]:
+_UNKNOWN_ACTION = (
+    "Unknown action: no bulk action with this id is known to this server. Its page lasts an "
+    "hour after it ends, lives in the server's memory (a restart forgets it), and is shown only "
+    "to the session that started it."
+)
+
+
+def _progress_context(request: Request, base: str, progress: actions.Progress) -> dict[str, Any]:
+    return {
+        "progress": progress,
+        "committed": actions.committed(progress),
+        "back": "/dead?" + urlencode(progress.filters),
+        "partial_url": f"{base}/partials/actions/{quote(progress.id, safe='')}",
+        "progress_seconds": PROGRESS_SECONDS,
+        "reload_seconds": PROGRESS_RELOAD_SECONDS,
+    }
+
+
+def _bulk(
+    fields: dict[str, str],
+    conn: psycopg.Connection[Any],
+    start: Callable[[str, DeadSelection, forms.DeadQuery], str],
+) -> tuple[str, str]:
     action = fields.get("action")
     if action not in ("redrive", "purge"):
         raise ConfigurationError("action must be redrive or purge", field="action")
@@ -775,15 +881,24 @@ def _bulk(viewer: Viewer, fields: dict[str, str], conn: psycopg.Connection[Any])
         )
     if selection is None:
         return back, f"No dead job matches: nothing to {action}."
+    size = BATCH_SIZE
+    if count > size:
+        action_id = start(action, selection, query)
+        batches = -(-count // size)
+        doing = "Redriving" if action == "redrive" else "Purging"
+        return f"/dead/actions/{action_id}", (
+            f"{doing} {count:,} dead jobs in {batches} batches of up to {size:,}, in the "
+            "background: this page follows it (leaving it does not stop it)."
+        )
     run = admin.redrive_batches if action == "redrive" else admin.purge_batches
     moved = batches = 0
-    for ids in run(conn, selection):
+    for ids in run(conn, selection, batch_size=size):
         moved += len(ids)
         batches += 1
     verb = "Redrove" if action == "redrive" else "Purged"
     message = (
         f"{verb} {moved:,} of {count:,} dead jobs in {batches} batch{'es' if batches != 1 else ''}"
-        f" of up to {admin.DEFAULT_BATCH_SIZE:,}"
+        f" of up to {size:,}"
     )
     if moved < count:
         message += f"; {count - moved:,} had already left dead_letter (another redrive or purge)"

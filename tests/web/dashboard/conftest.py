@@ -80,3 +80,62 @@ def status_of(conn: psycopg.Connection[Any], job_id: int) -> str | None:
 
 
 Bury = Callable[..., list[int]]
+
+
+class DeadTriggers:
+    """Row triggers on ``dead_letter`` that fire when one chosen job is deleted (redriven or
+    purged), so that a test can stop a bulk action inside a given batch: ``fail_at`` makes that
+    batch's transaction fail; ``hold_at`` makes it wait for ``release`` (an advisory lock the
+    test's connection holds), which keeps the action running for as long as the test looks."""
+
+    _LOCK_KEY = 7_301_013
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+        self._names: list[str] = []
+        self._held = False
+
+    def _install(self, job_id: int, body: str) -> None:
+        name = f"pgjobs_test_dead_trigger_{len(self._names)}"
+        self._conn.execute(
+            f"CREATE OR REPLACE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql "
+            f"AS $$ BEGIN {body}; RETURN OLD; END $$"
+        )
+        self._conn.execute(f"DROP TRIGGER IF EXISTS {name} ON dead_letter")
+        self._conn.execute(
+            f"CREATE TRIGGER {name} BEFORE DELETE ON dead_letter FOR EACH ROW "
+            f"WHEN (OLD.id = {int(job_id)}) EXECUTE FUNCTION {name}()"
+        )
+        self._names.append(name)
+
+    def fail_at(self, job_id: int, message: str) -> None:
+        """The batch that deletes ``job_id`` fails with ``message``."""
+        self._install(job_id, f"RAISE EXCEPTION '{message}'")
+
+    def hold_at(self, job_id: int) -> None:
+        """The batch that deletes ``job_id`` waits until ``release``."""
+        self._conn.execute("SELECT pg_advisory_lock(%s)", [self._LOCK_KEY])
+        self._held = True
+        self._install(job_id, f"PERFORM pg_advisory_xact_lock_shared({self._LOCK_KEY})")
+
+    def release(self) -> None:
+        if self._held:
+            self._conn.execute("SELECT pg_advisory_unlock(%s)", [self._LOCK_KEY])
+            self._held = False
+
+    def remove(self) -> None:
+        # Released first: a batch waiting on the lock holds dead_letter's row locks.
+        self.release()
+        for name in self._names:
+            self._conn.execute(f"DROP TRIGGER IF EXISTS {name} ON dead_letter")
+            self._conn.execute(f"DROP FUNCTION IF EXISTS {name}()")
+        self._names.clear()
+
+
+@pytest.fixture
+def dead_triggers(conn: psycopg.Connection[Any]) -> Iterator[DeadTriggers]:
+    triggers = DeadTriggers(conn)
+    try:
+        yield triggers
+    finally:
+        triggers.remove()

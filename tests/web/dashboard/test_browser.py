@@ -4,7 +4,8 @@
 Signing in through the form; the overview showing the numbers the tables hold, and refreshing
 them without a reload; a dead group redriven from the browser; a bulk purge of exactly a filtered
 set; cancel and replay from a job page, and a tampered form refused; a payload holding
-``<script>`` shown as text with no dialog. Screenshots of the overview, the dead letters and a
+``<script>`` shown as text with no dialog; a bulk purge of several batches followed on its
+progress page until it ends, in place with the script and by reloads without it. Screenshots of the overview, the dead letters and a
 job page are saved under $PGJOBS_SCREENSHOTS (else the test run's temporary folder) and, with
 PGJOBS_UPDATE_SCREENSHOTS=1, to docs/screenshots/ for the README.
 
@@ -27,12 +28,13 @@ import pytest
 
 from pgjobs import App
 from pgjobs.dsn import Dsn
+from pgjobs.web.dashboard import routes
 from pgjobs.web.dashboard.routes import REFRESH_SECONDS
 from tests.helpers import REPO, assert_one_home, scalar, wait_until
 from tests.integration.admin_factories import bury
 from tests.integration.factories import claim
 from tests.web.conftest import TOKEN
-from tests.web.dashboard.conftest import ids, status_of
+from tests.web.dashboard.conftest import DeadTriggers, ids, status_of
 
 CHROMIUM = Path("/usr/bin/chromium")
 
@@ -405,4 +407,56 @@ def test_a_payload_holding_script_is_shown_as_text(
     assert hostile in page.locator("#last-error").inner_text()
     assert page.locator("img[src=x]").count() == 0
     time.sleep(0.5)  # an onerror handler would have fired by now
+    assert page.dialogs == []  # type: ignore[attr-defined]
+
+
+def test_a_large_bulk_purge_shows_its_progress_until_it_ends_without_a_reload(
+    page: Page,
+    browser: Browser,
+    server: str,
+    conn: psycopg.Connection[Any],
+    dead_triggers: DeadTriggers,
+    monkeypatch: pytest.MonkeyPatch,
+    screenshots: Callable[..., Path],
+) -> None:
+    monkeypatch.setattr(routes, "BATCH_SIZE", 1000)
+    doomed = bury(conn, 2500, task="reports.nightly", queue="reports")
+    kept = bury(conn, 3, task="emails.send", queue="emails")
+    dead_triggers.hold_at(doomed[1500])  # the second batch waits until released
+    sign_in(page, "/dead")
+    page.get_by_label("Task").fill("reports.nightly")
+    page.get_by_role("button", name="Filter").click()
+    page.get_by_role("link", name="Purge all matching…").click()
+    page.get_by_role("button", name="Purge 2,500 dead jobs").click()
+    page.wait_for_url("**/dead/actions/*")
+    page.locator('#action-state[data-batches-done="1"]').wait_for()
+    assert "1 of 3 batches done" in page.locator("#action-counts").inner_text()
+    assert "1,000 of 2,500 jobs purged" in page.locator("#action-counts").inner_text()
+    screenshots(page, "progress", full_page=False)
+    page.evaluate("window.notReloaded = true")
+    dead_triggers.release()
+    page.locator('#action-state[data-state="finished"]').wait_for(timeout=30_000)
+    assert (
+        "Purged 2,500 of 2,500 dead jobs in 3 batches"
+        in page.locator("#action-status").inner_text()
+    )
+    assert page.evaluate("window.notReloaded") is True  # followed by the script, in place
+    assert ids(conn, "dead_letter") == set(kept)
+    # Without JavaScript the page reloads itself (a meta refresh the CSP lets through) until
+    # the action has ended.
+    more = bury(conn, 1500, task="reports.nightly", queue="reports")
+    dead_triggers.hold_at(more[1200])
+    context = browser.new_context(base_url=server, java_script_enabled=False)
+    try:
+        tab = context.new_page()
+        sign_in(tab, "/dead/confirm?action=purge&task=reports.nightly")
+        tab.get_by_role("button", name="Purge 1,500 dead jobs").click()
+        tab.wait_for_url("**/dead/actions/*")
+        tab.locator('#action-state[data-batches-done="1"]').wait_for(timeout=30_000)
+        dead_triggers.release()
+        tab.locator('#action-state[data-state="finished"]').wait_for(timeout=30_000)
+        assert "Purged 1,500 of 1,500" in tab.locator("#action-status").inner_text()
+    finally:
+        context.close()
+    assert ids(conn, "dead_letter") == set(kept)
     assert page.dialogs == []  # type: ignore[attr-defined]

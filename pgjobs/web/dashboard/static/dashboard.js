@@ -1,7 +1,9 @@
 // pgjobs dashboard: progressive enhancement only. Every page works without this file; it adds
 // (1) the overview's refresh: its live part is fetched as an HTML fragment every few seconds and
 //     swapped in (no full reload), paused while the tab is hidden;
-// (2) a confirmation dialog on forms marked data-confirm (force-cancel).
+// (2) a confirmation dialog on forms marked data-confirm (force-cancel);
+// (3) a bulk action's progress: its live part is fetched every second and swapped in until the
+//     action has ended (without the script, the page reloads itself instead).
 (function () {
   "use strict";
 
@@ -65,6 +67,48 @@
     schedule();
   }
 
+  function followProgress(box) {
+    var url = box.getAttribute("data-refresh");
+    var seconds = Number(box.getAttribute("data-interval")) || 1;
+
+    function running() {
+      var state = box.querySelector("[data-state]");
+      return state !== null && state.getAttribute("data-state") === "running";
+    }
+
+    function stop(text) {
+      var status = box.querySelector("#action-status");
+      if (status) status.textContent = text;
+    }
+
+    function poll() {
+      fetch(url, { credentials: "same-origin", headers: { "Accept": "text/html" } })
+        .then(function (response) {
+          if (response.status === 401) {
+            stop("Signed out: reload the page to sign in again (the action goes on).");
+            return null;
+          }
+          if (response.status === 404) {
+            stop("This server no longer knows the action (it restarted, or the action expired).");
+            return null;
+          }
+          if (!response.ok) throw new Error("HTTP " + response.status);
+          return response.text();
+        })
+        .then(function (html) {
+          if (html === null) return;
+          box.innerHTML = html; // server-rendered, every value escaped there
+          if (running()) setTimeout(poll, seconds * 1000);
+        })
+        .catch(function () {
+          // The server is unreachable for now: keep asking, a little less often.
+          setTimeout(poll, seconds * 3000);
+        });
+    }
+
+    if (running()) setTimeout(poll, seconds * 1000);
+  }
+
   function confirmForms() {
     document.querySelectorAll("form[data-confirm]").forEach(function (form) {
       form.addEventListener("submit", function (event) {
@@ -76,6 +120,8 @@
   document.addEventListener("DOMContentLoaded", function () {
     var live = document.getElementById("live");
     if (live && window.fetch) startRefresh(live);
+    var progress = document.getElementById("progress");
+    if (progress && window.fetch) followProgress(progress);
     confirmForms();
   });
 })();
