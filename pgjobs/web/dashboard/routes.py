@@ -5,7 +5,9 @@ Pages are server-rendered HTML (jinja2, autoescaped) that read the same function
 the CLI (``pgjobs.stats``, ``pgjobs.admin``, ``pgjobs.browse``); a page works with JavaScript off,
 and the small script of ``static/`` adds the overview's refresh and confirmations. Every action is
 a POST that checks the session's CSRF token first, then that the token may act (a read-only
-token may not), does one thing, and redirects (303) to a page that says what happened.
+token may not), does one thing, and redirects (303) to a page that says what happened. A bulk
+redrive or purge of more than one batch is the exception that takes time: it runs in the
+background (``actions``) and redirects to its progress page, ``/dead/actions/{id}``.
 
 Handlers are plain functions: FastAPI runs them in its thread pool, each on one connection of
 the server's pool for the length of the request.
@@ -943,7 +945,9 @@ def dashboard_router(
     connection: ConnectionSource, *, tokens: Tokens, insecure_no_auth: bool = False
 ) -> APIRouter:
     """The dashboard's routes for ``create_app`` to include: pages at ``/``, ``/dead``,
-    ``/jobs``, ``/queues/{name}``, ``/login``, assets under ``/static``.
+    ``/dead/actions/{id}`` (a bulk action's progress), ``/jobs``, ``/queues/{name}``,
+    ``/login``, assets under ``/static``. Its lifespan (merged into the app's by
+    ``include_router``) stops the running bulk actions when the server stops.
 
     Example::
 

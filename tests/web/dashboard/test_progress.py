@@ -11,6 +11,7 @@ look at a running action without depending on how fast it runs."""
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +19,8 @@ import psycopg
 import pytest
 from fastapi import FastAPI
 
-from pgjobs.web.dashboard import routes
+from pgjobs.admin import DeadFilter, DeadSelection
+from pgjobs.web.dashboard import actions, routes
 from tests.helpers import assert_one_home, scalar, wait_until
 from tests.integration.admin_factories import bury
 from tests.web.conftest import AUTH, READ_TOKEN, TOKEN, TestClient
@@ -228,3 +230,61 @@ def test_two_redrives_of_the_same_set_at_once_move_each_job_once(
     assert ids(conn, "queued_jobs") == set(dead)
     # Each job was moved once (a second move would have counted a second redrive).
     assert scalar(conn, "SELECT count(*) FROM queued_jobs WHERE redrive_count = 1") == 2500
+
+
+# -- the registry alone (no database) -------------------------------------------------------------
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _selection(count: int) -> DeadSelection:
+    return DeadSelection(DeadFilter(), tuple(range(1, count + 1)))
+
+
+def test_the_registry_is_bounded_and_forgets_finished_actions_after_an_hour() -> None:
+    clock = _Clock()
+    registry = actions.Actions(keep=2, expire_seconds=3600, max_running=1, clock=clock)
+    owner, stranger = b"k" * 32, b"s" * 32
+    gate = threading.Event()
+
+    def held(batch: DeadSelection) -> int:
+        gate.wait(30)
+        return len(batch.ids)
+
+    first = registry.start(owner, "purge", _selection(5), 2, held, {"task": "t"})
+    # One may run at a time here: a second is refused, and nothing about it is kept.
+    with pytest.raises(actions.TooManyActions, match="running already"):
+        registry.start(owner, "purge", _selection(5), 2, held, {})
+    running = registry.get(first, owner)
+    assert running is not None and running.running and running.batches == 3
+    assert registry.get(first, stranger) is None
+    gate.set()
+    wait_until(lambda: not registry.get(first, owner).running, timeout=30)  # type: ignore[union-attr]
+    done = registry.get(first, owner)
+    assert done is not None and (done.state, done.batches_done, done.moved) == ("finished", 3, 5)
+    assert done.message == "Purged 5 of 5 dead jobs in 3 batches of up to 2."
+    # Beyond ``keep`` finished actions, the oldest goes first.
+    later = []
+    for _ in range(2):
+        clock.now += 1
+        later.append(registry.start(owner, "redrive", _selection(1), 2, len_of, {}))
+        wait_until(lambda: not registry.get(later[-1], owner).running, timeout=30)  # type: ignore[union-attr]
+    assert registry.get(first, owner) is None
+    assert all(registry.get(one, owner) is not None for one in later)
+    # An hour after it ended, an action is forgotten.
+    clock.now += 3601
+    assert all(registry.get(one, owner) is None for one in later)
+    # A stopping server starts nothing.
+    registry.stop(0)
+    with pytest.raises(actions.TooManyActions, match="stopping"):
+        registry.start(owner, "purge", _selection(1), 2, len_of, {})
+
+
+def len_of(batch: DeadSelection) -> int:
+    return len(batch.ids)
