@@ -48,7 +48,8 @@ MAX_RUNNING = 4
 
 
 class TooManyActions(PgjobsError):
-    """``MAX_RUNNING`` bulk actions are running already, or the server is stopping."""
+    """No bulk action was started: ``MAX_RUNNING`` run already, the server is stopping, or the
+    process could not start a thread."""
 
 
 class State(enum.StrEnum):
@@ -178,7 +179,13 @@ class Actions:
                 name=f"pgjobs-dashboard-{action}",
                 daemon=True,
             )
-            entry.thread.start()
+            try:
+                entry.thread.start()
+            except RuntimeError as exc:  # the process may start no more threads
+                del self._entries[action_id]
+                raise TooManyActions(
+                    f"cannot start the action ({exc}); nothing was started"
+                ) from exc
         return action_id
 
     def get(self, action_id: str, owner: bytes) -> Progress | None:
