@@ -300,9 +300,11 @@ def cancel(target: Target, job_id: int, *, force: bool = False) -> JobHistory:
     """Archive a queued job as cancelled, unrun, in one transaction, and return its record.
 
     A running job (leased by a worker) is refused with ``JobStateConflict`` naming the worker,
-    unless ``force``: then it is archived as cancelled at once and the worker's handler, which
-    pgjobs cannot stop, runs on, but its outcome is discarded by the fence (no retry, no
-    dead-letter, no second archive). A finished job is refused.
+    unless ``force``: then it is archived as cancelled at once and its worker is told at commit
+    (a NOTIFY on the channel every worker listens to) to stop the handler: an async handler is
+    cancelled, a sync one sees ``pgjobs.current_job().cancelled`` become True (and is given up
+    at its task's timeout, if it has one). Whatever the handler does after that is discarded by
+    the fence (no retry, no dead-letter, no second archive). A finished job is refused.
 
     Example: ``admin.cancel(dsn, 42).status is JobStatus.CANCELLED``
     """
@@ -315,7 +317,7 @@ def cancel(target: Target, job_id: int, *, force: bool = False) -> JobHistory:
         raise JobStateConflict(
             f"job {job_id} is running on worker {found.lease_owner} (attempt {found.attempts} "
             f"of {found.max_attempts}): wait for it, or pass --force (force=True) to archive it "
-            "as cancelled now; the handler runs on, but its outcome is then discarded"
+            "as cancelled now and ask its handler to stop"
         )
     raise JobStateConflict(
         f"job {job_id} already finished: it is {found.status} (in {found.table}); "

@@ -549,8 +549,9 @@ class App:
 
     def cancel(self, job_id: int, *, force: bool = False) -> JobHistory:
         """Archive a queued job as cancelled, unrun. A running job is refused
-        (``JobStateConflict``) unless ``force``: it is then cancelled at once and its worker's
-        outcome discarded (see ``pgjobs.admin.cancel``).
+        (``JobStateConflict``) unless ``force``: it is then cancelled at once, its handler asked
+        to stop (an async one is cancelled, a sync one sees ``current_job().cancelled``) and
+        its outcome discarded (see ``pgjobs.admin.cancel``).
 
         Example: ``app.cancel(42)``
         """

@@ -269,6 +269,16 @@ def storable(text: str) -> str:
     return text.replace("\x00", "\\x00") if "\x00" in text else text
 
 
+#: dead_letter's error_type for an attempt stopped at its task's timeout (no exception was raised
+#: by the handler: the worker stopped it).
+TIMEOUT_ERROR_TYPE = "pgjobs.timeout"
+
+
+def timeout_error(timeout: float) -> str:
+    """last_error of an attempt stopped at its task's ``timeout`` (seconds)."""
+    return f"timeout: the handler ran longer than its {timeout:g}s timeout"
+
+
 class Attempt(Protocol):
     """What an outcome settles: one attempt of one job (a claimed ``Job`` is one)."""
 
@@ -531,10 +541,32 @@ class Completer:
             self.outcomes.retry(job, delay, error)
             log.warning("%s: %s; retry in %.1fs", where, error, delay)
 
+    def timed_out(self, job: Job, task: Task, timeout: float) -> str:
+        """``job``'s handler ran longer than ``timeout`` seconds: the attempt failed with reason
+        timeout. Retried with the task's backoff while attempts remain; on the last attempt (or
+        for an at-most-once task, whose handler may still be running) sent to dead_letter with
+        reason ``timeout``. Returns how the worker's metrics count it ("retried" or "dead")."""
+        self._extensions.pop(job.id, None)
+        error = timeout_error(timeout)
+        where = f"job {job.id} ({job.task}) timed out on attempt {job.attempts}/{job.max_attempts}"
+        if job.is_last_attempt or task.at_most_once:
+            self.outcomes.bury(job, DeadReason.TIMEOUT, error, TIMEOUT_ERROR_TYPE)
+            log.warning("%s: %s; sent to dead_letter (%s)", where, error, DeadReason.TIMEOUT)
+            return "dead"
+        delay = task.retry.delay(job.attempts)
+        self.outcomes.retry(job, delay, error)
+        log.warning("%s: %s; retry in %.1fs", where, error, delay)
+        return "retried"
+
     def cancelled(self, job: Job) -> None:
         """``job``'s handler was cancelled before it finished: back to the queue, attempt used."""
         self._extensions.pop(job.id, None)
         self.outcomes.release(job, refund=False)
+
+    def forget(self, job: Job) -> None:
+        """``job`` was cancelled while it ran (``pgjobs cancel --force`` archived it): send
+        nothing more for it, not even a lease extension."""
+        self._extensions.pop(job.id, None)
 
     def unknown_task(self, job: Job) -> None:
         self.outcomes.bury(

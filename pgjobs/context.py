@@ -19,9 +19,24 @@ MAX_EXTENSION = 365 * 86400.0
 
 
 class JobContext:
-    """The running job as its handler sees it, from ``pgjobs.current_job()``."""
+    """The running job as its handler sees it, from ``pgjobs.current_job()``.
 
-    __slots__ = ("_extend", "job", "lease_lost")
+    ``cancelled`` becomes True when the run was stopped from outside: the task's ``timeout``
+    passed, or ``pgjobs cancel --force`` cancelled the job. An async handler is cancelled too
+    (it sees ``asyncio.CancelledError``); a sync handler, which Python cannot interrupt, should
+    check it between steps and return: whatever it does afterwards is discarded.
+
+    Example::
+
+        @app.task(timeout=60, lease=120)
+        def export(rows: list[int]) -> None:
+            for row in rows:
+                if pgjobs.current_job().cancelled:
+                    return  # timed out or force-cancelled: the outcome is already decided
+                write(row)
+    """
+
+    __slots__ = ("_extend", "cancelled", "job", "lease_lost", "stopped")
 
     def __init__(self, job: Job, extend: Callable[[JobContext, float], None]) -> None:
         self.job = job
@@ -31,6 +46,12 @@ class JobContext:
         #: True once the worker learned that this job's lease is no longer held: the job may be
         #: running elsewhere, and this run's outcome will be discarded.
         self.lease_lost = False
+        #: True once the run was stopped from outside (timeout or force-cancel): a sync handler
+        #: checks it to stop early; its outcome no longer counts.
+        self.cancelled = False
+        #: Why the worker stopped the run ("timeout", "cancel"), None while it runs normally.
+        #: Set on the worker's loop; the outcome of a stopped run is not settled again.
+        self.stopped: str | None = None
 
     def extend_lease(self, seconds: float) -> None:
         """Hold this job's lease until ``seconds`` from now. Returns at once: the worker sends

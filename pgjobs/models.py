@@ -48,6 +48,9 @@ class DeadReason(enum.StrEnum):
     INVALID_PAYLOAD = "invalid_payload"
     #: An at-most-once job still running when its worker's shutdown grace period ran out.
     INTERRUPTED = "interrupted"
+    #: Its handler ran longer than the task's ``timeout`` on the last attempt (or on any attempt
+    #: of an at-most-once task).
+    TIMEOUT = "timeout"
 
 
 class Job(NamedTuple):

@@ -13,6 +13,11 @@ from pgjobs.models import ArchivedStatus, DeadReason, JobStatus
 #: Channel that enqueue NOTIFYs (payload: the queue name) and idle workers LISTEN on.
 NOTIFY_CHANNEL = "pgjobs"
 
+#: Start of the NOTIFY_CHANNEL payload that ``JOB_CANCEL`` sends for a running job it cancels:
+#: "cancel<TAB><job id><TAB><attempt>". A queue name cannot hold a tab (no control characters),
+#: so a worker never mistakes one for the other.
+CANCEL_NOTICE = "cancel\t"
+
 #: Subscribe this session to NOTIFY_CHANNEL (an identifier, so spelled out rather than bound).
 LISTEN_JOBS = f'LISTEN "{NOTIFY_CHANNEL}"'
 
@@ -819,7 +824,8 @@ FROM found
 """
 
 #: Archive a queued job as cancelled, unrun; a running (leased) one only when ``force``: its
-#: worker's outcome is then discarded by the fence. Returns (id, lease owner) when cancelled.
+#: worker is told (``CANCEL_NOTICE``) to stop the handler, whose outcome the fence discards
+#: anyway. Returns (id, lease owner) when cancelled.
 JOB_CANCEL = f"""
 WITH target AS (
     SELECT id FROM queued_jobs
@@ -833,9 +839,14 @@ gone AS (
 archived AS (
     INSERT INTO archived_jobs ({_MOVED_COLUMNS}, status, last_error, worker)
     SELECT {_MOVED_COLUMNS}, '{ArchivedStatus.CANCELLED}', last_error, lease_owner FROM gone
-    RETURNING id, worker
+    RETURNING id, worker, attempts
+),
+-- A running job's worker learns at commit that the attempt it runs was cancelled.
+notified AS (
+    SELECT count(pg_notify('{NOTIFY_CHANNEL}', '{CANCEL_NOTICE}' || id || chr(9) || attempts))
+    FROM archived WHERE worker IS NOT NULL
 )
-SELECT id, worker FROM archived
+SELECT id, worker FROM archived, notified
 """
 
 #: The lease of a job, locked until the transaction ends, for an outcome reported from outside

@@ -592,6 +592,9 @@ class Task:
     lease: float = DEFAULT_LEASE
     #: Never run twice: a job whose lease expired goes to dead_letter instead of running again.
     at_most_once: bool = False
+    #: Seconds one run may take before the worker stops it and counts the attempt as failed
+    #: (reason "timeout"); None: no limit but the lease.
+    timeout: float | None = None
     is_async: bool = False
     signature: inspect.Signature | None = None
     #: Set for an external task: its jobs are delivered over HTTP, not run by ``fn``.
@@ -718,12 +721,15 @@ def make_task(
     external: ExternalTarget | None = None,
     version: int = 1,
     upgrade: Mapping[int, Callable[..., Any]] | None = None,
+    timeout: float | None = None,
 ) -> Task:
     check_queue(queue)
     check_max_attempts(max_attempts)
     lease = check_seconds("lease", lease, positive=True)
     task_name = name if name is not None else f"{fn.__module__}.{fn.__qualname__}"
     check_name("task", task_name)
+    if timeout is not None:
+        timeout = check_timeout_fits_lease(task_name, timeout, lease)
     upgrades = check_versions(task_name, version, upgrade)
     signature: inspect.Signature | None = None
     types_: PayloadTypes | None = None
@@ -744,6 +750,7 @@ def make_task(
         retry=RetryPolicy(float(retry_base), float(retry_cap)),
         lease=float(lease),  # bound as float8[] by the claim: an int among floats cannot be
         at_most_once=at_most_once,
+        timeout=timeout,
         is_async=external is None and inspect.iscoroutinefunction(fn),
         signature=signature,
         external=external,
@@ -752,6 +759,26 @@ def make_task(
         types=types_,
         model=model,
     )
+
+
+def check_timeout_fits_lease(task: str, timeout: object, lease: float) -> float:
+    """A handler's ``timeout`` in seconds: > 0, at most ``MAX_SECONDS``, and shorter than the
+    task's ``lease``. The worker that stops the handler at its timeout must still hold the job
+    to record why it failed; with a timeout at or past the lease, the lease would run out first
+    and the job be rescued as lost (reason ``lease_expired``), not timed out. A handler that
+    extends its lease (``current_job().extend_lease``) is still stopped at its timeout.
+
+    Example: ``check_timeout_fits_lease("reports.build", 30, 300.0)`` returns ``30.0``.
+    """
+    seconds = check_seconds("timeout", timeout, positive=True)
+    if seconds >= lease:
+        raise ConfigurationError(
+            f"task {task!r}: the timeout ({seconds:g}s) must be shorter than the lease "
+            f"({lease:g}s): the worker records the timeout while it still holds the job; "
+            "raise the lease too",
+            field="timeout",
+        )
+    return seconds
 
 
 def check_delivery_fits_lease(task: str, timeout: float | None, lease: float) -> None:

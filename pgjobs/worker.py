@@ -64,6 +64,9 @@ RECONNECT_DELAYS = (0.5, 1.0, 2.0, 5.0, 10.0)
 #: Seconds without a turn of the claim loop (or with one round trip in flight) after which
 #: `--http`'s /healthz answers 503.
 STUCK_AFTER = 60.0
+#: Seconds an async handler cancelled at its timeout (or by `pgjobs cancel --force`) may take to
+#: unwind (its ``finally`` blocks) before its slot is given back anyway.
+STOP_GRACE = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +183,11 @@ class Worker:
             ClaimParams.for_tasks(self.id, self.queues, self.tasks.values())
         )
         self._running: dict[int, tuple[JobContext, asyncio.Future[Any] | Future[Any]]] = {}
+        # The timeout of each running job that has one (its task's), by job id.
+        self._deadlines: dict[int, asyncio.TimerHandle] = {}
+        # Sync handlers given up at their timeout whose threads may still run (Python cannot
+        # stop a thread); the pool has room for as many as ``concurrency`` of them.
+        self._strays: set[Future[Any]] = set()
         # Outcomes of sync handlers, appended by pool threads, collected on the loop.
         self._sync_outcomes: deque[tuple[Job, Task, Any, BaseException | None]] = deque()
         self._sync_wakeup_due = False
@@ -256,7 +264,9 @@ class Worker:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
         if any(not t.is_async and t.external is None for t in self.tasks.values()):
-            self._executor = ThreadPoolExecutor(self.config.concurrency, "pgjobs-handler")
+            # Twice the slots: a sync handler given up at its timeout keeps its thread until it
+            # returns, and the jobs started in its slot meanwhile need threads of their own.
+            self._executor = ThreadPoolExecutor(2 * self.config.concurrency, "pgjobs-handler")
         conn = await db.connect_async(dsn, generic_plans=True)
         self._checked = True
         background = [asyncio.create_task(self._listen(dsn), name="pgjobs-listen")]
@@ -306,7 +316,7 @@ class Worker:
                 await conn.close()
             with contextlib.suppress(PgjobsError):  # else the row goes stale and is removed
                 await registry.unregister(dsn)
-        busy = self._abandoned > 0
+        busy = self._abandoned > 0 or self._stray_threads() > 0
         log.info("worker %s stopped", self.id)
         if self._executor is not None:
             self._executor.shutdown(wait=not busy, cancel_futures=True)
@@ -597,6 +607,10 @@ class Worker:
                 context,
                 self._executor.submit(self._run_sync, context, task, fn, payload),
             )
+        if task.timeout is not None and task.external is None:
+            self._deadlines[job.id] = self._loop.call_later(
+                task.timeout, self._timed_out, context, task
+            )
 
     def _upgraded(self, job: Job, task: Task) -> dict[str, Any] | None:
         """``job``'s payload upgraded to ``task``'s version, or None when it cannot run here:
@@ -693,9 +707,19 @@ class Worker:
         *,
         cancelled: bool = False,
     ) -> None:
-        if self._running.pop(job.id, None) is None:
-            return  # already given back by _abandon
+        entry = self._running.get(job.id)
+        if entry is None or entry[0].job is not job:
+            return  # already given back (shutdown, or a stopped run that ended late)
+        del self._running[job.id]
         self._changed.set()
+        deadline = self._deadlines.pop(job.id, None)
+        if deadline is not None:
+            deadline.cancel()
+        if entry[0].stopped is not None:
+            # Stopped at its timeout (the failure is recorded already) or force-cancelled (the
+            # cancel archived the job): whatever the handler did after that does not count.
+            log.debug("job %d: stopped (%s); its handler ended", job.id, entry[0].stopped)
+            return
         if self._metrics is not None:
             self._metrics.finished(job, _outcome(job, task, exc, cancelled))
         if cancelled:
@@ -717,14 +741,20 @@ class Worker:
         self._loop.call_soon_threadsafe(self._queue_extension, context, seconds)
 
     def _queue_extension(self, context: JobContext, seconds: float) -> None:
-        if context.job.id in self._running:
+        if context.job.id in self._running and not context.cancelled:
             self._completer.extend(context, seconds)
             self._changed.set()
 
     async def _abandon(self, lanes: list[_Lane], dsn: Dsn) -> None:
         """Grace period over: give running jobs back now (their attempt stays used) rather than
         leave them to their leases; at-most-once jobs go to dead_letter, never to run again."""
+        for deadline in self._deadlines.values():
+            deadline.cancel()
+        self._deadlines.clear()
         for context, future in list(self._running.values()):
+            if context.stopped is not None:  # its outcome is decided already
+                future.cancel()
+                continue
             task = self.tasks.get(context.job.task)
             at_most_once = task is not None and task.at_most_once
             self._completer.interrupted(context.job, at_most_once=at_most_once)
@@ -739,17 +769,119 @@ class Worker:
         except (DatabaseUnavailable, SchemaMissing) as exc:
             log.warning("could not flush outcomes (%s); leases will recover those jobs", exc)
 
+    def _timed_out(self, context: JobContext, task: Task) -> None:
+        """``context``'s run reached its task's timeout: the attempt fails now (retried or sent
+        to dead_letter with reason timeout) and the handler is stopped: an async one cancelled
+        (its slot given back once it ends, or ``STOP_GRACE`` seconds later), a sync one told
+        through ``context.cancelled`` and its thread abandoned (its slot given back now)."""
+        job = context.job
+        self._deadlines.pop(job.id, None)
+        entry = self._running.get(job.id)
+        if entry is None or entry[0] is not context:
+            return
+        context.cancelled = True
+        if context.stopped is None:  # a force-cancelled job's record is the cancel's
+            context.stopped = "timeout"
+            assert task.timeout is not None
+            outcome = self._completer.timed_out(job, task, task.timeout)
+            if self._metrics is not None:
+                self._metrics.finished(job, outcome)
+            self._changed.set()
+        self._stop_run(context, entry[1])
+
+    def _stop_run(self, context: JobContext, future: asyncio.Future[Any] | Future[Any]) -> None:
+        """Stop a run whose outcome is decided: cancel an async handler and give its slot back
+        once it ended (or after ``STOP_GRACE``); give a sync handler's slot back at once."""
+        if isinstance(future, asyncio.Future):
+            if not future.done():
+                future.cancel()
+                self._loop.call_later(STOP_GRACE, self._give_back, context)
+        else:
+            self._give_back(context)
+
+    def _give_back(self, context: JobContext) -> None:
+        """Free the slot of a stopped run that has not ended: its handler runs on, unheeded."""
+        job = context.job
+        entry = self._running.get(job.id)
+        if entry is None or entry[0] is not context:
+            return  # it ended meanwhile
+        del self._running[job.id]
+        deadline = self._deadlines.pop(job.id, None)
+        if deadline is not None:
+            deadline.cancel()
+        self._changed.set()
+        future = entry[1]
+        if isinstance(future, asyncio.Future):
+            log.warning(
+                "job %d (%s): its async handler did not end within %.0fs of being cancelled "
+                "(it catches CancelledError?); its slot is given back, the handler left running",
+                job.id,
+                job.task,
+                STOP_GRACE,
+            )
+            return
+        if not future.done():
+            self._strays.add(future)
+        strays = self._stray_threads()
+        if strays >= self.config.concurrency:
+            log.warning(
+                "%d sync handler(s) stopped at their timeout still hold their threads (Python "
+                "cannot stop a thread; a handler should return once current_job().cancelled "
+                "is True): once %d do, new sync jobs wait for a thread",
+                strays,
+                self.config.concurrency,
+            )
+
+    def _stray_threads(self) -> int:
+        """Threads of sync handlers given up at their timeout that still run."""
+        self._strays = {future for future in self._strays if not future.done()}
+        return len(self._strays)
+
+    def _cancel_requested(self, notice: str) -> None:
+        """A running job was cancelled with ``pgjobs cancel --force`` (the cancel archived it):
+        stop its handler here if this worker runs that attempt. An async handler is cancelled;
+        a sync one is told through ``current_job().cancelled`` and keeps its slot until it
+        returns or its timeout passes."""
+        parsed = _cancel_notice(notice)
+        if parsed is None:
+            return
+        job_id, attempt = parsed
+        entry = self._running.get(job_id)
+        if entry is None or entry[0].job.attempts != attempt or entry[0].stopped is not None:
+            return
+        context, future = entry
+        context.stopped = "cancel"
+        context.cancelled = True
+        self._completer.forget(context.job)
+        if self._metrics is not None:
+            self._metrics.finished(context.job, "released")
+        is_async = isinstance(future, asyncio.Future)
+        log.info(
+            "job %d (%s): cancelled (by pgjobs cancel --force) on attempt %d; %s",
+            job_id,
+            context.job.task,
+            attempt,
+            "its handler is cancelled"
+            if is_async
+            else "its sync handler is told through current_job().cancelled",
+        )
+        if is_async:
+            self._stop_run(context, future)
+
     async def _listen(self, dsn: Dsn) -> None:
-        """Wake the claim loop when a job is enqueued on one of this worker's queues."""
+        """Wake the claim loop when a job is enqueued on one of this worker's queues; stop the
+        handler of a job cancelled while running here (``pgjobs cancel --force``)."""
         queues = set(self.queues)
         attempt = 0
         while not self._stop.is_set():
             try:
-                async for queue in db.notifications(dsn):
+                async for payload in db.notifications(dsn):
                     attempt = 0
-                    if queue in queues:
+                    if payload in queues:
                         self._woken = True
                         self._changed.set()
+                    elif payload.startswith(queries.CANCEL_NOTICE):
+                        self._cancel_requested(payload)
             except DatabaseUnavailable:
                 # The claim loop reports the outage; polling covers the gap.
                 attempt += 1
@@ -789,6 +921,14 @@ def _outcome(job: Job, task: Task, exc: BaseException | None, cancelled: bool) -
     if isinstance(exc, NonRetryableError) or job.is_last_attempt:
         return "dead"
     return "retried"
+
+
+def _cancel_notice(payload: str) -> tuple[int, int] | None:
+    """(job id, attempt) of a ``queries.CANCEL_NOTICE`` payload; None for anything else."""
+    parts = payload.split("\t")
+    if len(parts) != 3 or not (parts[1].isdigit() and parts[2].isdigit()):
+        return None
+    return int(parts[1]), int(parts[2])
 
 
 async def _fail(exc: BaseException) -> Any:

@@ -80,7 +80,8 @@ def cancel_command(
         bool,
         typer.Option(
             "--force",
-            help="Cancel even a running job: its handler runs on, its outcome is discarded.",
+            help="Cancel even a running job: its handler is asked to stop (async: cancelled; "
+            "sync: current_job().cancelled), its outcome is discarded.",
         ),
     ] = False,
     dsn: DsnOption = None,
@@ -90,7 +91,7 @@ def cancel_command(
     if job.worker:
         typer.echo(
             f"job {job.id} cancelled while running on worker {job.worker}: "
-            "its handler may still finish, but its outcome will be discarded"
+            "its handler was asked to stop, and its outcome will be discarded"
         )
     else:
         typer.echo(f"job {job.id} cancelled")
