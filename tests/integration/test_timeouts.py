@@ -313,3 +313,27 @@ def test_migration_0008_widens_and_narrows_the_reason_check(create_database) -> 
             c.execute(insert.replace("(1,", "(2,"))
         migrate.upgrade(fresh)
         assert migrate.current(fresh) == "0008"
+
+
+def test_the_worker_metrics_count_timed_out_attempts_as_retried_then_dead(
+    make_app: Callable[..., App], conn: psycopg.Connection[Any]
+) -> None:
+    app = make_app()
+
+    @app.task(name="slow", timeout=1, lease=30, max_attempts=2, retry_base=0.05, retry_cap=0.1)
+    async def slow() -> None:
+        await sleep_until_over(60)
+
+    job_id = app.enqueue("slow", {})
+    text: list[str] = []
+
+    def scenario(worker: Worker) -> None:
+        wait_until(lambda: dead_row(conn, job_id), timeout=30, what="the job in dead_letter")
+        assert worker._metrics is not None
+        text.append(worker._metrics.render(busy=0, connected=True))
+
+    run_worker(app, scenario, http=("127.0.0.1", 0))
+    finished = [line for line in text[0].splitlines() if "jobs_finished_total{" in line]
+    assert any('task="slow",outcome="retried"} 1' in line for line in finished), finished
+    assert any('task="slow",outcome="dead"} 1' in line for line in finished), finished
+    assert not any('outcome="released"} 1' in line for line in finished), finished
