@@ -223,7 +223,8 @@ def cancel_job(
     body: Annotated[models.CancelRequest | None, Body()] = None,
 ) -> models.Job:
     """Archive a queued job as cancelled, unrun. A running job: 409, unless ``force`` (query or
-    body): its handler runs on, but its outcome is discarded. A finished job: 409."""
+    body): its worker is asked to stop the handler, and its outcome is discarded. A finished job:
+    409."""
     with server.connection() as conn:
         return _job(admin.cancel(conn, job_id, force=force or (body is not None and body.force)))
 

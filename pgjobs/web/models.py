@@ -109,7 +109,10 @@ class JobBatchCreate(_Request):
 class CancelRequest(_Request):
     force: Flag = Field(
         False,
-        description="Cancel even a running job: its handler runs on, its outcome is discarded.",
+        description=(
+            "Cancel even a running job: its worker is asked to stop the handler (async: "
+            "cancelled; sync: current_job().cancelled), and its outcome is discarded."
+        ),
     )
 
 
