@@ -461,7 +461,12 @@ class Worker:
     def _say_what_burst_waits_for(self, left: tuple[Any, ...]) -> None:
         """Log once (and again when it changes) why a burst worker with nothing to claim does
         not exit yet: jobs scheduled for later, jobs of paused queues, jobs other workers run."""
-        _, _, scheduled, next_due, paused, running = left
+        _, jobs, scheduled, next_due, paused, running = left
+        if jobs > scheduled + paused + running:
+            # A job fell due since the last claim: claim it now, there is nothing to say.
+            self._woken = True
+            self._changed.set()
+            return
         waiting = (scheduled, next_due, paused)
         if waiting == self._burst_waiting:
             return
