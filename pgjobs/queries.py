@@ -637,6 +637,13 @@ SELECT (SELECT count(*) FROM archived),
 FROM waiting
 """
 
+#: NOTIFY each of ``queues`` as an enqueue does: a burst worker that found nothing left says so
+#: on its way out, so that the burst workers waiting for the jobs it ran look again at once
+#: rather than at their next poll. Rows: one, the count of queues notified.
+QUEUES_WAKE = f"""
+SELECT count(pg_notify('{NOTIFY_CHANNEL}', queue)) FROM unnest(%(queues)s::text[]) AS queue
+"""
+
 
 # -- Operations: triage, lookup and control (pgjobs.admin) --------------------------------------
 

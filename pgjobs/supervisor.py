@@ -6,11 +6,17 @@ asyncio loop or psycopg connection is not safe to use), with the same options, w
 and environment, and the database the supervisor resolved. It never connects to the database
 itself; every worker process registers in ``pgjobs_workers`` as a single worker does.
 
-A worker process and its supervisor share a socket pair (the hidden ``--supervisor-fd`` option):
+The N worker processes start at once, so that N start as fast as one. A worker process and its
+supervisor share a socket pair (the hidden ``--supervisor-fd`` option):
 
 - the worker process writes ``ready`` once its start-up checks passed (app imported, database
-  reached, schema current). An exit with the CLI's error codes 1 or 2 before any worker process
-  was ready means that the configuration is wrong: the supervisor exits with that code;
+  reached, schema current), or ``failed CODE MESSAGE`` when they failed, instead of printing the
+  error itself (N processes would print it N times). A failed start before any worker process
+  was ready means that the configuration is wrong: the supervisor stops the others and raises
+  that error, so the command prints it once and exits with its code (2 for a bad
+  configuration, 1 for the others); a worker process that exits with 1 or 2 before it was ready
+  without saying why ends it all alike. After one was ready, a failed start is logged with its
+  reason and replaced like any other exit;
 - the supervisor's end closes when the supervisor exits, even by kill -9: the worker process then
   stops itself as on SIGTERM, so that no worker runs on unsupervised.
 
@@ -36,7 +42,7 @@ from dataclasses import dataclass
 from types import FrameType
 
 from pgjobs.dsn import Dsn
-from pgjobs.errors import ConfigurationError
+from pgjobs.errors import ConfigurationError, PgjobsError
 
 log = logging.getLogger("pgjobs.supervisor")
 
@@ -55,6 +61,9 @@ DSN_ENV = "PGJOBS_SUPERVISOR_DSN"
 #: process that replaces it (`--http` adds it to the port).
 SLOT_ENV = "PGJOBS_SUPERVISOR_SLOT"
 _READY = b"ready\n"
+_FAILED = b"failed"
+#: Longest line a worker process may say (an error message is one line, far shorter).
+_LONGEST_LINE = 64 * 1024
 _FORWARDED = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -104,15 +113,19 @@ class _Slot:
     start_at: float | None = None
     #: Seconds waited before starting ``proc``; None for the slot's first process.
     delay: float | None = None
+    #: What ``proc`` said and the supervisor has not read as a whole line yet.
+    heard: bytes = b""
+    #: (exit code, message) of the error with which ``proc`` said its start failed.
+    failure: tuple[int, str] | None = None
 
 
 class Supervisor:
     """Runs ``processes`` worker processes of one `pgjobs work` command until they are all done.
 
     ``command`` starts one worker process (the supervisor adds ``--supervisor-fd``); ``dsn`` is
-    handed to every one of them. SIGTERM and SIGINT are forwarded (a second one too); a worker
-    process that dies is replaced after a delay (see ``restart_delay``), except with ``burst``,
-    where each one runs until it finds the queues empty.
+    handed to every one of them. They start at once. SIGTERM and SIGINT are forwarded (a second
+    one too); a worker process that dies is replaced after a delay (see ``restart_delay``),
+    except with ``burst``, where each one runs until it finds the queues empty.
 
     Example::
 
@@ -133,12 +146,16 @@ class Supervisor:
         self._stopping = False
         self._any_ready = False  # some worker process passed its start-up checks
         self._failed: int | None = None  # the exit code of a failed start, which ends it all
+        self._failure: str | None = None  # and the error it reported, if it did
         self._exits: list[int] = []  # exit codes of the processes not replaced, in exit order
         self._selector = selectors.DefaultSelector()
 
     def run(self) -> int:
         """Start the worker processes and look after them until they have all exited; returns 0
         when every one exited 0, else the first other exit code (a failed start's, if any).
+        Raises the error a worker process reported when it failed to start before any was
+        ready (``ConfigurationError`` for exit code 2, else ``PgjobsError``), once they have
+        all exited.
 
         Example: ``sys.exit(Supervisor(command, dsn, processes=2, burst=True).run())``
         """
@@ -152,9 +169,11 @@ class Supervisor:
         # signal to forward and for a worker process that exited (SIGCHLD): no polling.
         previous_wakeup = signal.set_wakeup_fd(wake_write.fileno(), warn_on_full_buffer=False)
         try:
-            # The first worker process starts alone: when the configuration is wrong only it
-            # fails, with one error line. The others start once it is ready.
-            self._slots[0].start_at = time.monotonic()
+            # All at once: a wrong configuration fails each of them, but they report their
+            # error here instead of printing it, and the first one reported is raised once.
+            now = time.monotonic()
+            for slot in self._slots:
+                slot.start_at = now
             while True:
                 self._forward_signals()  # may cancel the starts that were due
                 if self._done():
@@ -174,6 +193,9 @@ class Supervisor:
             wake.close()
             wake_write.close()
         if self._failed is not None:
+            if self._failure is not None:
+                error = ConfigurationError if self._failed == 2 else PgjobsError
+                raise error(self._failure)
             return self._failed
         return next((code for code in self._exits if code != 0), 0)
 
@@ -230,8 +252,10 @@ class Supervisor:
             raise
         finally:
             theirs.close()
+        ours.setblocking(False)
         slot.channel = ours
         slot.started_at, slot.start_at, slot.ready = now, None, False
+        slot.heard, slot.failure = b"", None
         self._selector.register(ours, selectors.EVENT_READ, slot)
 
     def _wait(self, wake: socket.socket) -> None:
@@ -247,21 +271,34 @@ class Supervisor:
                 self._hear(key.data)
 
     def _hear(self, slot: _Slot) -> None:
-        assert slot.channel is not None
-        try:
-            said = slot.channel.recv(64)
-        except OSError:
-            said = b""
-        if not said:  # the process is exiting: _reap collects it
-            self._close(slot)
-            return
-        slot.ready = True
-        if not self._any_ready:
+        """Read what ``slot``'s process said: ``ready``, or ``failed CODE MESSAGE``; its end
+        closing means that it is exiting (_reap collects it)."""
+        while slot.channel is not None:
+            try:
+                said = slot.channel.recv(4096)
+            except BlockingIOError:
+                return
+            except OSError:
+                said = b""
+            if not said:
+                self._close(slot)
+                return
+            slot.heard += said
+            while b"\n" in slot.heard:
+                line, _, slot.heard = slot.heard.partition(b"\n")
+                self._said(slot, line)
+            if len(slot.heard) > _LONGEST_LINE:  # not a worker process of ours: stop listening
+                self._close(slot)
+
+    def _said(self, slot: _Slot, line: bytes) -> None:
+        if line == _READY.rstrip():
+            slot.ready = True
             self._any_ready = True
-            now = time.monotonic()
-            for other in self._slots:
-                if other.proc is None and other.start_at is None and not self._stopping:
-                    other.start_at = now
+            return
+        word, _, rest = line.partition(b" ")
+        code, _, message = rest.partition(b" ")
+        if word == _FAILED and code.isdigit():
+            slot.failure = (int(code), message.decode(errors="replace"))
 
     def _close(self, slot: _Slot) -> None:
         if slot.channel is not None:
@@ -278,17 +315,21 @@ class Supervisor:
         now = time.monotonic()
         returncode = proc.returncode
         slot.proc = None
+        self._hear(slot)  # what it said just before it exited
         self._close(slot)
+        failure, slot.failure = slot.failure, None
         if self._stopping:
             self._exits.append(exit_code(returncode))
             return
-        if returncode in START_ERROR_CODES and not self._any_ready:
+        if (failure is not None or returncode in START_ERROR_CODES) and not self._any_ready:
             # A failed start (bad app, missing schema, unreachable database) before any worker
-            # process got past its checks: a replacement would fail alike. The process printed
-            # its own one-line error.
-            self._failed = returncode
+            # process got past its checks: a replacement would fail alike, and so do the
+            # others, which are stopped. Its error is raised once they have all exited.
+            self._failed, self._failure = returncode, failure[1] if failure else None
             self._stop(signal.SIGTERM)
             return
+        if failure is not None:
+            log.warning("worker process %d could not start: %s", proc.pid, failure[1])
         if self.burst:
             # In a burst each worker process runs once; a crash shows in the exit code.
             self._exits.append(exit_code(returncode))
@@ -334,6 +375,7 @@ class SupervisorLink:
             ) from None
         channel.set_inheritable(False)  # processes that handlers start must not hold it open
         self._channel = channel
+        self._ready = False
         self.dsn = Dsn(url, source)
         threading.Thread(
             target=self._stop_when_orphaned, name="pgjobs-supervisor-link", daemon=True
@@ -344,8 +386,26 @@ class SupervisorLink:
 
         Example: ``Worker(app, config).run(on_checked=link.ready)``
         """
+        self._ready = True
         with contextlib.suppress(OSError):  # the supervisor is gone: the watch stops us
             self._channel.sendall(_READY)
+
+    def failed(self, error: PgjobsError, code: int) -> bool:
+        """Tell the supervisor that this worker process could not start, with ``error`` (one
+        line) and the exit code it leaves with, rather than print it: the supervisor prints the
+        error of N failed starts once. False when it cannot be told (it is gone, or this
+        process said ``ready`` already): the caller reports the error itself.
+
+        Example: ``if not link.failed(exc, 2): raise exc``
+        """
+        if self._ready:
+            return False
+        message = " ".join(str(error).splitlines())[: _LONGEST_LINE // 2]
+        try:
+            self._channel.sendall(b"%s %d %s\n" % (_FAILED, code, message.encode()))
+        except OSError:
+            return False
+        return True
 
     def _stop_when_orphaned(self) -> None:
         with contextlib.suppress(OSError):

@@ -20,6 +20,7 @@ import logging
 import os
 import signal
 import socket
+import threading
 import time
 import uuid
 from collections import deque
@@ -163,7 +164,9 @@ class _ObservedRegistry(WorkerRegistry):
 
 
 class Worker:
-    """Runs the app's tasks until stopped by a signal (or, with ``burst``, until idle).
+    """Runs the app's tasks until stopped by a signal or ``stop()`` (or, with ``burst``, until
+    idle): ``run()`` in a program's own process, ``await run_async()`` inside an event loop
+    that the caller owns (a web application, a thread of its own).
 
     Example::
 
@@ -193,6 +196,12 @@ class Worker:
         self._sync_wakeup_due = False
         self._changed = asyncio.Event()
         self._stop = asyncio.Event()
+        # stop() was called before the loop started: the run stops as soon as it begins.
+        self._stop_requested = False
+        # The worker owns the process: it handles SIGTERM/SIGINT and may leave with os._exit
+        # (run() in the main thread); run_async() and run() in another thread leave both to
+        # the caller.
+        self._owns_process = False
         self._signals = 0
         self._connected = True
         self._outage = "database unreachable"  # why not connected (for /readyz)
@@ -219,20 +228,55 @@ class Worker:
         self._too_new: set[int] = set()
 
     def run(self, on_checked: Callable[[], None] | None = None) -> int:
-        """Work until stopped; returns the process exit code (0 after a graceful shutdown).
+        """Work until stopped, in an event loop of its own; returns the process exit code (0
+        after a graceful shutdown).
 
-        ``on_checked`` is called once the database schema has been found usable, before any
-        job is claimed (`pgjobs work --processes` tells the supervisor this process is ready).
+        From the program's main thread the worker handles SIGTERM and SIGINT (a second one
+        exits at once); from any other thread it installs no signal handler and stops on
+        ``stop()``. ``on_checked`` is called once the database schema has been found usable,
+        before any job is claimed (`pgjobs work --processes` tells the supervisor this process
+        is ready).
+
+        Example: ``sys.exit(Worker(app, WorkerConfig(concurrency=8)).run())``
         """
-        return asyncio.run(self._main(on_checked))
+        owns = threading.current_thread() is threading.main_thread()
+        return asyncio.run(self._main(on_checked, owns_process=owns))
+
+    async def run_async(self, on_checked: Callable[[], None] | None = None) -> int:
+        """Work until ``stop()`` (or, with ``burst``, until idle) inside the running event loop,
+        which the caller owns, in any thread; returns 0 after a graceful shutdown.
+
+        The caller owns the signals: no handler is installed, and the worker never ends the
+        process. Handlers run on this loop (async ones) or in the worker's thread pool (sync
+        ones), so a loop that also serves requests shares its time with them. Stop it with
+        ``stop()``, which lets running jobs finish within the grace period; cancelling the
+        awaiting task instead leaves the jobs it runs to their leases (they run again later).
+
+        Example (a FastAPI lifespan)::
+
+            @contextlib.asynccontextmanager
+            async def lifespan(api: FastAPI) -> AsyncIterator[None]:
+                worker = Worker(app, WorkerConfig(concurrency=4))
+                task = asyncio.create_task(worker.run_async())
+                yield
+                worker.stop()
+                await task
+        """
+        return await self._main(on_checked, owns_process=False)
 
     @property
     def http_address(self) -> tuple[str, int] | None:
         """(host, port) the worker's HTTP endpoint listens on, once it does (``http``)."""
         return self._http_address
 
-    async def _main(self, on_checked: Callable[[], None] | None) -> int:
+    async def _main(self, on_checked: Callable[[], None] | None, *, owns_process: bool) -> int:
+        if getattr(self, "_loop", None) is not None:
+            raise ConfigurationError("a Worker runs once: build a new one to run again")
+        self._owns_process = owns_process
         loop = self._loop = asyncio.get_running_loop()
+        # Read after _loop is set: a stop() that saw no loop set the flag before looking.
+        if self._stop_requested:
+            self._begin_stop("stop()")
         probe = await self._start_probe()
         try:
             return await self._run(on_checked, loop)
@@ -261,8 +305,9 @@ class Worker:
         migrate.require_head(dsn)
         if on_checked is not None:
             on_checked()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._on_signal, sig)
+        if self._owns_process:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self._on_signal, sig)
         if any(not t.is_async and t.external is None for t in self.tasks.values()):
             # Twice the slots: a sync handler given up at its timeout keeps its thread until it
             # returns, and the jobs started in its slot meanwhile need threads of their own.
@@ -312,28 +357,33 @@ class Worker:
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
+            with contextlib.suppress(PgjobsError):  # else the row goes stale and is removed
+                await registry.unregister(dsn, conn)
             with contextlib.suppress(Exception):
                 await conn.close()
-            with contextlib.suppress(PgjobsError):  # else the row goes stale and is removed
-                await registry.unregister(dsn)
         busy = self._abandoned > 0 or self._stray_threads() > 0
         log.info("worker %s stopped", self.id)
         if self._executor is not None:
             self._executor.shutdown(wait=not busy, cancel_futures=True)
-        if busy:
+        if busy and self._owns_process:
             # Handlers still running past the grace period were given back; their threads
-            # cannot be interrupted, so leave without waiting for them.
+            # cannot be interrupted, so leave without waiting for them. In a process the
+            # worker does not own, they run on until they return.
             logging.shutdown()
             os._exit(0)
         return 0
 
     def stop(self) -> None:
         """Stop as on SIGTERM: claim nothing more, let running jobs finish within the grace
-        period, then return from ``run()``. Callable from any thread; does nothing before
-        ``run()`` started its loop or after it ended.
+        period, then return from ``run()`` / ``run_async()``. Callable from any thread; called
+        before the run started, the run stops as soon as it begins; after it ended, it does
+        nothing.
 
         Example: ``threading.Timer(60, worker.stop).start(); worker.run()``
         """
+        # Set before looking at the loop: _main sets the loop, then reads the flag, so one of
+        # the two sees the other.
+        self._stop_requested = True
         loop = getattr(self, "_loop", None)
         if loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop is closed: the worker has ended
@@ -454,9 +504,20 @@ class Worker:
             return False
         if not jobs:
             log.info("burst: no job left in %s", ",".join(self.queues))
+            await self._wake_burst_peers(lanes[0])
             return True
         self._say_what_burst_waits_for(left)
         return False
+
+    async def _wake_burst_peers(self, lane: _Lane) -> None:
+        """NOTIFY this worker's queues on the way out of a burst, as an enqueue does: burst
+        workers that wait for the jobs this one ran (its last settle is committed) look again
+        now and exit with it, instead of at their next poll. One statement per exit, nothing
+        on the hot path; a failure only leaves the others to their poll."""
+        if lane.conn is None or lane.conn.closed:
+            return
+        with contextlib.suppress(PgjobsError):
+            await db.fetch_all_async(lane.conn, queries.QUEUES_WAKE, {"queues": self.queues})
 
     def _say_what_burst_waits_for(self, left: tuple[Any, ...]) -> None:
         """Log once (and again when it changes) why a burst worker with nothing to claim does

@@ -15,7 +15,7 @@ import psycopg
 
 from pgjobs import db, queries
 from pgjobs.dsn import Dsn
-from pgjobs.errors import ConfigurationError
+from pgjobs.errors import ConfigurationError, PgjobsError
 from pgjobs.maintenance import RoundResult, Service, ServiceConfig
 
 #: Seconds between heartbeats.
@@ -87,8 +87,16 @@ class WorkerRegistry(Service[Heartbeat]):
         )
         return Heartbeat(rows[0][0])
 
-    async def unregister(self, dsn: Dsn) -> None:
-        """Delete this worker's row, on a connection of its own (the worker's may be gone)."""
+    async def unregister(self, dsn: Dsn, conn: Any = None) -> None:
+        """Delete this worker's row: on ``conn`` (the worker's, idle) when given and usable,
+        which spares a connection's set-up on the way out, else on a connection of its own."""
+        if conn is not None and not conn.closed:
+            try:
+                with db.translate_errors(dsn):
+                    await conn.execute(queries.WORKER_UNREGISTER, {"id": self.identity.id})
+                return
+            except PgjobsError:
+                pass  # that connection is broken: try a new one
         conn = await db.connect_async(dsn)
         try:
             with db.translate_errors(dsn):

@@ -4,13 +4,14 @@ runs, and the supervisor's restart delays and exit codes."""
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from typing import ClassVar
 
 import pytest
 import typer.main
 
-from pgjobs import App, ConfigurationError, WorkerConfig, cli, supervisor
+from pgjobs import App, ConfigurationError, PgjobsError, WorkerConfig, cli, supervisor
 from pgjobs.dsn import Dsn
 from pgjobs.tasks import ExternalTarget
 from tests.helpers import assert_one_line_error, run
@@ -186,3 +187,57 @@ def test_exit_codes_read_as_a_shell_reports_them(returncode, code):
 def test_supervisor_needs_at_least_one_process():
     with pytest.raises(ConfigurationError, match="processes must be >= 1"):
         supervisor.Supervisor(["true"], Dsn(APP_DSN, "test"), 0)
+
+
+def _fake_worker(script: str) -> list[str]:
+    """A worker process's command that runs ``script`` with ``fd``, its end of the socket pair
+    (the supervisor appends --supervisor-fd=N), and ``slot``, its slot."""
+    prelude = (
+        "import os, sys, time; fd = int(sys.argv[-1].split('=')[1]); "
+        "slot = int(os.environ['PGJOBS_SUPERVISOR_SLOT'])\n"
+    )
+    return [sys.executable, "-c", prelude + script]
+
+
+def test_failed_starts_of_every_process_raise_the_first_error_once():
+    # Every process fails its start as a bad configuration does: the supervisor raises that
+    # error (once) with the exit code's type, after every process has exited.
+    command = _fake_worker("os.write(fd, b'failed 2 --app x: cannot import x\\n'); sys.exit(2)")
+    with pytest.raises(ConfigurationError, match=r"^--app x: cannot import x$"):
+        supervisor.Supervisor(command, Dsn(APP_DSN, "test"), 3).run()
+
+
+def test_a_failed_start_stops_the_processes_still_starting():
+    # Slot 0 fails at once; the others would take a minute to start: they are stopped.
+    command = _fake_worker(
+        "if slot == 0:\n"
+        "    os.write(fd, b'failed 1 cannot reach the database\\n'); sys.exit(1)\n"
+        "time.sleep(60)"
+    )
+    started = time.monotonic()
+    with pytest.raises(PgjobsError, match="cannot reach the database") as failed:
+        supervisor.Supervisor(command, Dsn(APP_DSN, "test"), 3).run()
+    assert not isinstance(failed.value, ConfigurationError)
+    assert time.monotonic() - started < 50, "the sleeping processes were stopped"
+
+
+def test_a_failed_start_after_another_process_was_ready_is_logged_and_not_raised(caplog):
+    # Slot 0 is ready; slot 1 fails its start: with burst nothing is replaced, and the failure
+    # shows as a warning with its reason, and in the exit code.
+    command = _fake_worker(
+        "if slot == 0:\n"
+        "    os.write(fd, b'ready\\n'); time.sleep(0.5); sys.exit(0)\n"
+        "time.sleep(0.2); os.write(fd, b'failed 1 too many connections\\n'); sys.exit(1)"
+    )
+    with caplog.at_level("WARNING", logger="pgjobs.supervisor"):
+        code = supervisor.Supervisor(command, Dsn(APP_DSN, "test"), 2, burst=True).run()
+    assert code == 1
+    assert "could not start: too many connections" in caplog.text
+
+
+def test_every_process_starts_at_once(tmp_path):
+    # Each process records its start and exits 0 without saying ready: had the supervisor
+    # waited for a first process to be ready before starting the others, one would have run.
+    command = _fake_worker(f"open(os.path.join({str(tmp_path)!r}, str(slot)), 'w').close()")
+    assert supervisor.Supervisor(command, Dsn(APP_DSN, "test"), 3, burst=True).run() == 0
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["0", "1", "2"]
