@@ -202,6 +202,9 @@ class Worker:
         # (run() in the main thread); run_async() and run() in another thread leave both to
         # the caller.
         self._owns_process = False
+        # run(exit_process=True), as `pgjobs work` runs it: end the process at once when
+        # handlers still run past the grace period.
+        self._exit_process = False
         self._signals = 0
         self._connected = True
         self._outage = "database unreachable"  # why not connected (for /readyz)
@@ -227,7 +230,9 @@ class Worker:
         # Jobs whose payload version was too new for this worker, logged once each.
         self._too_new: set[int] = set()
 
-    def run(self, on_checked: Callable[[], None] | None = None) -> int:
+    def run(
+        self, on_checked: Callable[[], None] | None = None, *, exit_process: bool = False
+    ) -> int:
         """Work until stopped, in an event loop of its own; returns the process exit code (0
         after a graceful shutdown).
 
@@ -235,12 +240,16 @@ class Worker:
         exits at once); from any other thread it installs no signal handler and stops on
         ``stop()``. ``on_checked`` is called once the database schema has been found usable,
         before any job is claimed (`pgjobs work --processes` tells the supervisor this process
-        is ready).
+        is ready). Sync handlers still running when the grace period ends were given back, but
+        their threads cannot be stopped: with ``exit_process`` (what `pgjobs work` does) the
+        process then ends at once with exit code 0; without it, ``run()`` returns and the
+        threads run on until their handlers return (the interpreter waits for them at exit).
 
         Example: ``sys.exit(Worker(app, WorkerConfig(concurrency=8)).run())``
         """
-        owns = threading.current_thread() is threading.main_thread()
-        return asyncio.run(self._main(on_checked, owns_process=owns))
+        signals = threading.current_thread() is threading.main_thread()
+        self._exit_process = exit_process
+        return asyncio.run(self._main(on_checked, owns_process=signals))
 
     async def run_async(self, on_checked: Callable[[], None] | None = None) -> int:
         """Work until ``stop()`` (or, with ``burst``, until idle) inside the running event loop,
@@ -365,10 +374,10 @@ class Worker:
         log.info("worker %s stopped", self.id)
         if self._executor is not None:
             self._executor.shutdown(wait=not busy, cancel_futures=True)
-        if busy and self._owns_process:
+        if busy and self._owns_process and self._exit_process:
             # Handlers still running past the grace period were given back; their threads
-            # cannot be interrupted, so leave without waiting for them. In a process the
-            # worker does not own, they run on until they return.
+            # cannot be interrupted, so `pgjobs work` leaves without waiting for them. In a
+            # program that runs a worker (a test suite, too), they run on until they return.
             logging.shutdown()
             os._exit(0)
         return 0

@@ -144,7 +144,9 @@ def work_command(
             command = [sys.executable, "-m", "pgjobs", *work_argv(app_ref, config, log_level)]
             code = supervisor.Supervisor(command, app.dsn, processes, burst=config.burst).run()
         else:
-            code = Worker(app, config).run(on_checked=link.ready if link else None)
+            code = Worker(app, config).run(
+                on_checked=link.ready if link else None, exit_process=True
+            )
     except PgjobsError as exc:
         # A worker process of --processes that is not ready yet tells the supervisor, which
         # prints the error of N failed starts once, instead of printing it here.

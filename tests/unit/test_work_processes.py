@@ -51,7 +51,10 @@ class _FakeWorker:
         self.app, self.config = app, config
         _FakeWorker.made.append(self)
 
-    def run(self, on_checked: Callable[[], None] | None = None) -> int:
+    def run(
+        self, on_checked: Callable[[], None] | None = None, *, exit_process: bool = False
+    ) -> int:
+        self.exit_process = exit_process
         return 0
 
 
@@ -64,7 +67,10 @@ class _FakeSupervisor:
         self.command, self.dsn, self.processes, self.burst = command, dsn, processes, burst
         _FakeSupervisor.made.append(self)
 
-    def run(self, on_checked: Callable[[], None] | None = None) -> int:
+    def run(
+        self, on_checked: Callable[[], None] | None = None, *, exit_process: bool = False
+    ) -> int:
+        self.exit_process = exit_process
         return 0
 
 
@@ -88,6 +94,7 @@ def test_one_process_runs_the_worker_here(capsys, fakes):
     code, _, err = run(capsys, "work", "--app", APP, "--processes", "1")
     assert code == 0, err
     assert len(_FakeWorker.made) == 1
+    assert _FakeWorker.made[0].exit_process, "pgjobs work owns its process"
     assert _FakeSupervisor.made == []
 
 
