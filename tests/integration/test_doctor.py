@@ -210,7 +210,8 @@ def test_dead_rows_in_queued_jobs_warn(capsys, create_database):
 
         def vacuumed() -> bool:
             conn.execute("SELECT 1")  # as above
-            return checks_of(capsys, private.url)[1]["queued_jobs_vacuum"]["status"] == "pass"
+            status = checks_of(capsys, private.url)[1]["queued_jobs_vacuum"]["status"]
+            return bool(status == "pass")
 
         wait_until(vacuumed, timeout=30, what="the vacuum counted")
 
