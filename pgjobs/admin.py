@@ -13,9 +13,8 @@ The SQL lives in ``queries``; ``db`` translates errors and builds the models.
 
 from __future__ import annotations
 
-import contextlib
 import re
-from collections.abc import Generator, Iterator
+from collections.abc import Generator
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -24,7 +23,6 @@ import psycopg
 
 from pgjobs import db, queries
 from pgjobs.completer import ReportedOutcome
-from pgjobs.dsn import Dsn
 from pgjobs.errors import ConfigurationError, JobNotFound, JobStateConflict, StaleOutcome
 from pgjobs.models import DeadGroup, DeadJob, JobHistory, JobStatus
 from pgjobs.tasks import RetryPolicy
@@ -38,7 +36,7 @@ _MAX_IDS_SHOWN = 10
 _FINGERPRINT_ID = re.compile(r"[0-9a-fA-F]{8}")
 
 #: Where an operation runs: a DSN (pgjobs opens and closes a connection) or a psycopg connection.
-Target = Dsn | psycopg.Connection[Any]
+Target = db.Target
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,20 +104,6 @@ class DeadSelection:
         return len(self.ids)
 
 
-@contextlib.contextmanager
-def _connection(target: Target) -> Iterator[psycopg.Connection[Any]]:
-    if isinstance(target, Dsn):
-        conn = db.connect(target)
-        try:
-            with db.translate_errors(target):
-                yield conn
-        finally:
-            conn.close()
-    else:
-        with db.translate_errors():
-            yield target
-
-
 # -- dead_letter --------------------------------------------------------------------------------
 
 
@@ -139,7 +123,7 @@ def dead_jobs(
         raise ConfigurationError(f"limit must be >= 1, got {limit}")
     params = {**(where or DeadFilter()).params(), "limit": limit}
     statement = queries.DEAD_LIST_WITH_TRACEBACK if tracebacks else queries.DEAD_LIST
-    with _connection(target) as conn:
+    with db.target_connection(target) as conn:
         rows = conn.execute(statement, params).fetchall()
     return [db.dead_job_from_row(row) for row in rows]
 
@@ -149,7 +133,7 @@ def dead_job(target: Target, job_id: int) -> DeadJob:
 
     Example: ``print(admin.dead_job(dsn, 42).traceback)``
     """
-    with _connection(target) as conn:
+    with db.target_connection(target) as conn:
         found = conn.execute(queries.DEAD_GET, {"id": job_id}).fetchone()
         if found is None:
             raise JobNotFound(_not_dead_message(conn, [job_id]))
@@ -162,7 +146,7 @@ def dead_groups(target: Target, where: DeadFilter | None = None) -> list[DeadGro
     Example: ``[(g.task, g.fingerprint, g.count) for g in admin.dead_groups(dsn)]``
     """
     params = (where or DeadFilter()).params()
-    with _connection(target) as conn:
+    with db.target_connection(target) as conn:
         rows = conn.execute(queries.DEAD_GROUP, params).fetchall()
     return [db.dead_group_from_row(row) for row in rows]
 
@@ -173,7 +157,7 @@ def select_dead(target: Target, where: DeadFilter) -> DeadSelection:
 
     Example: ``admin.select_dead(dsn, DeadFilter(task="billing.charge")).count``
     """
-    with _connection(target) as conn:
+    with db.target_connection(target) as conn:
         if where.ids is not None:
             found = conn.execute(queries.DEAD_FIND_IDS, {"ids": list(where.ids)}).fetchall()
             missing = sorted(set(where.ids) - {row[0] for row in found})
@@ -235,7 +219,7 @@ def _batches(
     if batch_size < 1:
         raise ConfigurationError(f"batch size must be >= 1, got {batch_size}")
     params = {**selection.filter.params(), "limit": batch_size}
-    with _connection(target) as conn:
+    with db.target_connection(target) as conn:
         for start in range(0, len(selection.ids), batch_size):
             params["ids"] = list(selection.ids[start : start + batch_size])
             with conn.transaction():
@@ -269,7 +253,7 @@ def job(target: Target, job_id: int) -> JobHistory:
 
     Example: ``admin.job(dsn, 42).status is JobStatus.RUNNING``
     """
-    with _connection(target) as conn:
+    with db.target_connection(target) as conn:
         found = conn.execute(queries.JOB_LOOKUP, {"id": job_id}).fetchone()
     if found is None:
         raise JobNotFound(
@@ -285,7 +269,7 @@ def replay(target: Target, job_id: int) -> int:
 
     Example: ``new_id = admin.replay(dsn, 42)``
     """
-    with _connection(target) as conn:
+    with db.target_connection(target) as conn:
         inserted = conn.execute(queries.JOB_REPLAY, {"id": job_id}).fetchone()
         if inserted is not None:
             return int(inserted[0])
@@ -308,7 +292,7 @@ def cancel(target: Target, job_id: int, *, force: bool = False) -> JobHistory:
 
     Example: ``admin.cancel(dsn, 42).status is JobStatus.CANCELLED``
     """
-    with _connection(target) as conn:
+    with db.target_connection(target) as conn:
         cancelled = conn.execute(queries.JOB_CANCEL, {"id": job_id, "force": force}).fetchone()
     found = job(target, job_id)
     if cancelled is not None:
@@ -351,7 +335,7 @@ def report_outcome(
     """
     outcome = ReportedOutcome.of(attempt, status, retryable, error, result)
     settled = False
-    with _connection(target) as conn, conn.transaction():
+    with db.target_connection(target) as conn, conn.transaction():
         holder = conn.execute(queries.JOB_LEASE_HOLDER, {"id": job_id}).fetchone()
         if holder is not None:
             attempts, max_attempts, owner, lease_live = holder

@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import dataclasses
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -27,7 +26,6 @@ import psycopg
 from psycopg.rows import dict_row
 
 from pgjobs import db, queries
-from pgjobs.dsn import Dsn
 from pgjobs.errors import ConfigurationError
 from pgjobs.models import DeadReason, JobHistory, JobStatus
 from pgjobs.tasks import check_name
@@ -38,7 +36,7 @@ MAX_PAGE_SIZE = 1000
 #: Ids one ``jobs_by_id`` call may name (a batch enqueue's answer).
 MAX_IDS = 10_000
 
-Target = Dsn | psycopg.Connection[Any]
+Target = db.Target
 
 _FIELDS = tuple(field.name for field in dataclasses.fields(JobHistory))
 
@@ -49,20 +47,6 @@ class Page:
 
     jobs: list[JobHistory]
     next_cursor: str | None
-
-
-@contextlib.contextmanager
-def _connection(target: Target) -> Iterator[psycopg.Connection[Any]]:
-    if isinstance(target, Dsn):
-        conn = db.connect(target)
-        try:
-            with db.translate_errors(target):
-                yield conn
-        finally:
-            conn.close()
-    else:
-        with db.translate_errors():
-            yield target
 
 
 def jobs(
@@ -117,7 +101,7 @@ def jobs(
         # One more than a page: whether it exists says whether there is a next page.
         "limit": limit + 1,
     }
-    with _connection(target) as conn, conn.cursor(row_factory=dict_row) as cur:
+    with db.target_connection(target) as conn, conn.cursor(row_factory=dict_row) as cur:
         # Never a generic plan: each call's NULL filters and time window change the best one
         # (which indexes, which archive partitions).
         rows = cur.execute(queries.BROWSE_JOBS, params, prepare=False).fetchall()
@@ -139,7 +123,7 @@ def jobs_by_id(target: Target, ids: Sequence[int]) -> list[JobHistory]:
         raise ConfigurationError(f"at most {MAX_IDS:,} ids at once, got {len(ids):,}", field="ids")
     if not ids:
         return []
-    with _connection(target) as conn, conn.cursor(row_factory=dict_row) as cur:
+    with db.target_connection(target) as conn, conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(queries.BROWSE_JOBS_BY_ID, {"ids": list(ids)}).fetchall()
     by_id = {row["id"]: _history(row) for row in rows}
     return [by_id[job_id] for job_id in ids if job_id in by_id]

@@ -80,6 +80,30 @@ async def connect_async(dsn: Dsn, *, generic_plans: bool = False) -> psycopg.Asy
         return conn
 
 
+#: Where an operation runs: a DSN (a connection is opened for it and closed) or a psycopg
+#: connection of the caller (used as it is, in its transaction if one is open).
+Target = Dsn | psycopg.Connection[Any]
+
+
+@contextlib.contextmanager
+def target_connection(target: Target) -> Iterator[psycopg.Connection[Any]]:
+    """A connection to ``target``, errors translated: a new autocommit one for a ``Dsn``
+    (closed afterwards), else the caller's own.
+
+    Example: ``with db.target_connection(dsn) as conn: conn.execute(...)``
+    """
+    if isinstance(target, Dsn):
+        conn = connect(target)
+        try:
+            with translate_errors(target):
+                yield conn
+        finally:
+            conn.close()
+    else:
+        with translate_errors():
+            yield target
+
+
 @contextlib.contextmanager
 def translate_errors(dsn: Dsn | None = None, *, connecting: bool = False) -> Iterator[None]:
     """Turn psycopg errors raised inside the block into ``pgjobs.errors``, by SQLSTATE: only a

@@ -21,13 +21,12 @@ from typing import Any
 import psycopg
 
 from pgjobs import db, queries
-from pgjobs.dsn import Dsn
 from pgjobs.errors import ConfigurationError
 from pgjobs.models import QueueState
 from pgjobs.tasks import check_name
 
 #: Where an operation runs: a DSN (pgjobs opens and closes a connection) or a psycopg connection.
-Target = Dsn | psycopg.Connection[Any]
+Target = db.Target
 #: Characters a pause reason and a "paused by" may have: a sentence, not a document.
 MAX_NOTE_LENGTH = 1000
 
@@ -52,7 +51,7 @@ def pause(target: Target, name: str, *, reason: str | None = None, by: str | Non
     check_name("queue", name)
     _check_note("reason", reason)
     _check_note("by", by)
-    with _connection(target) as conn, _transaction(conn):
+    with db.target_connection(target) as conn, _transaction(conn):
         rows = db.fetch_all(conn, queries.QUEUE_PAUSE, {"name": name, "reason": reason, "by": by})
         return Change(_get(conn, name), bool(rows[0][0]))
 
@@ -64,7 +63,7 @@ def resume(target: Target, name: str) -> Change:
     Example: ``resume(dsn, "emails")``
     """
     check_name("queue", name)
-    with _connection(target) as conn, _transaction(conn):
+    with db.target_connection(target) as conn, _transaction(conn):
         rows = db.fetch_all(conn, queries.QUEUE_RESUME, {"name": name})
         return Change(_get(conn, name), bool(rows))
 
@@ -75,7 +74,7 @@ def queue(target: Target, name: str) -> QueueState:
     Example: ``queue(dsn, "emails").paused``
     """
     check_name("queue", name)
-    with _connection(target) as conn:
+    with db.target_connection(target) as conn:
         return _get(conn, name)
 
 
@@ -85,7 +84,7 @@ def list_queues(target: Target) -> list[QueueState]:
 
     Example: ``[q.name for q in list_queues(dsn) if q.paused]``
     """
-    with _connection(target) as conn:
+    with db.target_connection(target) as conn:
         return [db.queue_state_from_row(row) for row in db.fetch_all(conn, queries.QUEUE_LIST)]
 
 
@@ -105,20 +104,6 @@ def _check_note(option: str, value: str | None) -> None:
 
 
 @contextlib.contextmanager
-def _connection(target: Target) -> Iterator[psycopg.Connection[Any]]:
-    if isinstance(target, Dsn):
-        conn = db.connect(target)
-        try:
-            with db.translate_errors(target):
-                yield conn
-        finally:
-            conn.close()
-    else:
-        with db.translate_errors():
-            yield target
-
-
-@contextlib.contextmanager
 def _transaction(conn: psycopg.Connection[Any]) -> Iterator[None]:
     """The change and the reading of its result in one transaction (a savepoint in the
     caller's)."""
@@ -135,6 +120,6 @@ def forget_schedule(target: Target, name: str) -> None:
 
     Example: ``forget_schedule(dsn, "reports.hourly")``
     """
-    with _connection(target) as conn:
+    with db.target_connection(target) as conn:
         if not db.fetch_all(conn, queries.SCHEDULE_DELETE, {"name": name}):
             raise ConfigurationError(f"no schedule named {name!r} in the database", field="name")
