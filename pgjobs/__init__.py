@@ -17,7 +17,7 @@ from pgjobs.errors import (
     UnknownTask,
 )
 from pgjobs.models import DeadGroup, DeadJob, Job, JobHistory, JobStatus, QueueStats
-from pgjobs.tasks import JobSpec, RetryPolicy, Task
+from pgjobs.tasks import JobSpec, Rate, RetryPolicy, Task
 from pgjobs.worker import Worker, WorkerConfig
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "PgjobsError",
     "QueryFailed",
     "QueueStats",
+    "Rate",
     "RetryPolicy",
     "SchemaMissing",
     "Task",

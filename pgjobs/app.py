@@ -22,6 +22,7 @@ from pgjobs.tasks import (
     DEFAULT_QUEUE,
     ExternalTarget,
     JobSpec,
+    Rate,
     Task,
     check_headers,
     check_name,
@@ -107,6 +108,8 @@ class App:
         version: int = 1,
         upgrade: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
         timeout: float | None = None,
+        concurrency: int | None = None,
+        rate: str | Rate | None = None,
     ) -> Callable[[Callable[..., Any]], Task]: ...
 
     def task(
@@ -124,6 +127,8 @@ class App:
         version: int = 1,
         upgrade: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
         timeout: float | None = None,
+        concurrency: int | None = None,
+        rate: str | Rate | None = None,
     ) -> Task | Callable[[Callable[..., Any]], Task]:
         """Register a handler; it receives the job's JSON payload keys as keyword arguments.
 
@@ -149,7 +154,15 @@ class App:
         with each job; ``upgrade`` maps each older version to a function returning the payload
         of the next version, which a worker applies, in order, to the jobs enqueued before.
 
+        ``concurrency`` caps the jobs of this task running at once across every worker and
+        host; ``rate`` ("100/s", "10/m", "5/10s") caps how many start per period (a token
+        bucket holding one period's jobs). Both are enforced by the claim itself: jobs held
+        back stay ready, and other tasks of the queue are claimed past them. Declare them the
+        same in every worker that runs the task (a worker enforces what its code declares).
+
         Example: ``@app.task(name="billing.charge", queue="billing", max_attempts=10)``
+
+        Example: ``@app.task(name="crm.sync", concurrency=5, rate="100/m")``
 
         Example: ``@app.task(name="reports.build", timeout=30, lease=120)``
 
@@ -175,6 +188,8 @@ class App:
                 version=version,
                 upgrade=upgrade,
                 timeout=timeout,
+                concurrency=concurrency,
+                rate=rate,
             )
             return self._register(task)
 
@@ -193,6 +208,8 @@ class App:
         retry_cap: float = 3600.0,
         lease: float = DEFAULT_LEASE,
         at_most_once: bool = False,
+        concurrency: int | None = None,
+        rate: str | Rate | None = None,
     ) -> Task:
         """Register a task whose jobs are not run by a Python handler: a worker delivers each
         job to a downstream HTTP service (a JSON ``POST`` to ``url``), which reports the outcome
@@ -208,6 +225,8 @@ class App:
         delivery (their values are never logged). ``url``, ``timeout`` and headers left out come
         from the worker (`pgjobs work --external-url ... --external-timeout ...
         --external-header ...`, or ``$PGJOBS_EXTERNAL_TOKEN`` for a bearer token).
+        ``concurrency`` caps the jobs the downstream holds at once (delivered and not yet
+        reported), ``rate`` the deliveries per period, as for ``task``.
 
         Example::
 
@@ -239,6 +258,8 @@ class App:
             lease=lease,
             at_most_once=at_most_once,
             external=target,
+            concurrency=concurrency,
+            rate=rate,
         )
         return self._register(task)
 

@@ -61,22 +61,34 @@ class ClaimParams:
     lease_seconds: list[float] = field(default_factory=list)
     #: Tasks whose jobs go to dead_letter, not back to the queue, when their lease expires.
     at_most_once_tasks: list[str] = field(default_factory=list)
+    #: Tasks with a concurrency limit or a rate, and those limits as parallel arrays (None where
+    #: a task has no such limit): ``JOB_CLAIM_LIMITED``'s ``limit_*`` parameters.
+    limit_tasks: list[str] = field(default_factory=list)
+    limit_concurrency: list[int | None] = field(default_factory=list)
+    limit_rate_jobs: list[int | None] = field(default_factory=list)
+    limit_rate_seconds: list[float | None] = field(default_factory=list)
 
     @classmethod
     def for_tasks(cls, owner: str, queues: Sequence[str], tasks: Iterable[Task]) -> ClaimParams:
         """The claim of a worker that runs ``tasks`` on ``queues``."""
         tasks = list(tasks)
+        limited = [t for t in tasks if t.limited]
         return cls(
             owner,
             list(queues),
             lease_tasks=[t.name for t in tasks],
             lease_seconds=[t.lease for t in tasks],
             at_most_once_tasks=[t.name for t in tasks if t.at_most_once],
+            limit_tasks=[t.name for t in limited],
+            limit_concurrency=[t.concurrency for t in limited],
+            limit_rate_jobs=[t.rate.jobs if t.rate else None for t in limited],
+            limit_rate_seconds=[t.rate.seconds if t.rate else None for t in limited],
         )
 
-    def bind(self, limit: int) -> dict[str, Any]:
-        """The statement's parameters, claiming at most ``limit`` jobs."""
-        return {
+    def bind(self, limit: int, *, limited: bool = False) -> dict[str, Any]:
+        """The statement's parameters, claiming at most ``limit`` jobs: ``JOB_CLAIM``'s, or with
+        ``limited`` ``JOB_CLAIM_LIMITED``'s."""
+        params = {
             "owner": self.owner,
             "queues": self.queues,
             "limit": limit,
@@ -85,6 +97,37 @@ class ClaimParams:
             "lease_seconds": self.lease_seconds,
             "at_most_once_tasks": self.at_most_once_tasks,
         }
+        if limited:
+            params["limit_tasks"] = self.limit_tasks
+            params["limit_concurrency"] = self.limit_concurrency
+            params["limit_rate_jobs"] = self.limit_rate_jobs
+            params["limit_rate_seconds"] = self.limit_rate_seconds
+        return params
+
+
+class ClaimStatus(NamedTuple):
+    """What a claim said besides the jobs it took (its status row; see ``JOB_CLAIM_LIMITED``)."""
+
+    #: Jobs of limited tasks it held back (out of their queue's range): claim again at once.
+    held: int = 0
+    #: Another worker was claiming under one of the limits: try again soon.
+    locked_out: bool = False
+    #: Seconds until a rate limit's bucket holds a token again (None: no bucket is empty).
+    retry_in: float | None = None
+    #: Some of the worker's queues have a concurrency limit or a rate.
+    queue_limits: bool = False
+
+    @classmethod
+    def of(cls, row: Sequence[Any]) -> ClaimStatus:
+        """The status row of a claim (id NULL, the JSON object in the payload column)."""
+        status = row[3]
+        retry_in = status.get("retry_in")
+        return cls(
+            int(status.get("held", 0)),
+            bool(status.get("locked_out", False)),
+            None if retry_in is None else float(retry_in),
+            bool(status.get("queue_limits", False)),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,11 +465,12 @@ class _ReportedAttempt(NamedTuple):
 
 class TripResult(NamedTuple):
     """What one round trip did: ids whose outcome was applied, ids whose lease was extended,
-    jobs claimed."""
+    jobs claimed, and the claim's status when it gave one."""
 
     settled: set[int]
     extended: set[int]
     claimed: list[Job]
+    status: ClaimStatus | None = None
 
 
 async def settle_and_claim(
@@ -435,9 +479,12 @@ async def settle_and_claim(
     extend: ExtendParams | None,
     claim: ClaimParams,
     limit: int,
+    *,
+    limited: bool = False,
 ) -> TripResult:
     """One round trip and one transaction of a worker: apply ``settle``'s outcomes, extend
-    leases, and claim up to ``limit`` jobs (0 claims none).
+    leases, and claim up to ``limit`` jobs (0 claims none); with ``limited``, under the limits
+    of the claim's tasks and queues (``JOB_CLAIM_LIMITED``).
 
     The usual trip, successes only and no extension, is one statement
     (``JOB_SUCCEED_AND_CLAIM``); any other pipelines ``JOB_SETTLE_MANY``, ``JOB_EXTEND_LEASES``
@@ -445,9 +492,10 @@ async def settle_and_claim(
 
     Example: ``await settle_and_claim(conn, outcomes.drain(), None, ClaimParams("w", ["q"]), 8)``
     """
+    limited = limited and limit > 0  # claiming nothing, nothing to limit
     with db.translate_errors():
         if extend is None and (settle is None or settle.only_successes):
-            return await _succeed_and_claim(conn, settle, claim.bind(limit))
+            return await _succeed_and_claim(conn, settle, claim.bind(limit, limited=limited))
         # One transaction, so one commit (the unit of cost) for the whole trip.
         async with conn.pipeline(), conn.transaction():
             settled = extended = claimed = None
@@ -458,31 +506,45 @@ async def settle_and_claim(
                     queries.JOB_EXTEND_LEASES, extend.bind(), prepare=True
                 )
             if limit > 0:
-                claimed = await conn.execute(queries.JOB_CLAIM, claim.bind(limit), prepare=True)
+                statement = queries.JOB_CLAIM_LIMITED if limited else queries.JOB_CLAIM
+                claimed = await conn.execute(
+                    statement, claim.bind(limit, limited=limited), prepare=True
+                )
+        rows = await claimed.fetchall() if claimed else []
+        status = ClaimStatus.of(rows.pop()) if rows and rows[-1][0] is None else None
         return TripResult(
             {row[0] for row in await settled.fetchall()} if settled else set(),
             {row[0] for row in await extended.fetchall()} if extended else set(),
-            [db.job_from_row(row) for row in await claimed.fetchall()] if claimed else [],
+            [db.job_from_row(row) for row in rows],
+            status,
         )
 
 
 async def _succeed_and_claim(
     conn: psycopg.AsyncConnection[Any], settle: SettleParams | None, params: dict[str, Any]
 ) -> TripResult:
-    """``JOB_SUCCEED_AND_CLAIM`` with the claim's ``params``."""
+    """``JOB_SUCCEED_AND_CLAIM`` (``_LIMITED`` when ``params`` are a limited claim's) with the
+    claim's ``params``."""
     ok_ids = settle.ok_ids if settle else []
     results = settle.ok_results if settle else []
     params["ok_ids"] = _int_array(ok_ids)
     params["ok_attempts"] = _int_array(settle.ok_attempts if settle else [])
     # NULL when no handler returned a value: unnest pads it, and it costs nothing to send.
     params["ok_results"] = results if any(r is not None for r in results) else None
-    cursor = await conn.execute(queries.JOB_SUCCEED_AND_CLAIM, params, prepare=True)
+    statement = (
+        queries.JOB_SUCCEED_AND_CLAIM_LIMITED
+        if "limit_tasks" in params
+        else queries.JOB_SUCCEED_AND_CLAIM
+    )
+    cursor = await conn.execute(statement, params, prepare=True)
     rows = await cursor.fetchall()
+    # The status row comes last, when there is one (its id is NULL).
+    status = ClaimStatus.of(rows.pop()) if rows and rows[-1][0] is None else None
     if not ok_ids:
-        return TripResult(set(), set(), [db.job_from_row(row) for row in rows])
+        return TripResult(set(), set(), [db.job_from_row(row) for row in rows], status)
     # Claimed rows have every column; archived ones only their id (queue is NULL).
     jobs = [db.job_from_row(row) for row in rows if row[1] is not None]
-    return TripResult({row[0] for row in rows if row[1] is None}, set(), jobs)
+    return TripResult({row[0] for row in rows if row[1] is None}, set(), jobs, status)
 
 
 def _int_array(values: list[int]) -> str:
@@ -490,6 +552,13 @@ def _int_array(values: list[int]) -> str:
     to choose the array type (~50 µs for two lists of 32 ints), which the worker's busiest
     statement does not need: its SQL casts the text to the array type."""
     return "{" + ",".join(map(str, values)) + "}"
+
+
+class Claimed(NamedTuple):
+    """What ``Completer.trip`` claimed: the jobs, and the claim's status when it gave one."""
+
+    jobs: list[Job]
+    status: ClaimStatus | None
 
 
 # --- the whole path, for one worker -------------------------------------------------------------
@@ -507,6 +576,13 @@ class Completer:
         self.claim = claim
         self.outcomes = Outcomes(claim.owner)
         self._extensions: dict[int, tuple[JobContext, float]] = {}
+        # Some of the worker's queues are limited (the last claim said so): claim under limits.
+        self._queue_limits = False
+
+    @property
+    def limited(self) -> bool:
+        """The worker claims under limits: some of its tasks, or of its queues, have one."""
+        return bool(self.claim.limit_tasks) or self._queue_limits
 
     @property
     def pending(self) -> bool:
@@ -598,16 +674,19 @@ class Completer:
         """Send a lease extension for ``context``'s job on the next trip."""
         self._extensions[context.job.id] = (context, seconds)
 
-    async def trip(self, conn: psycopg.AsyncConnection[Any], limit: int) -> list[Job]:
+    async def trip(self, conn: psycopg.AsyncConnection[Any], limit: int) -> Claimed:
         """Send everything pending and claim up to ``limit`` jobs, in one round trip; returns
-        the jobs claimed. On a lost connection (``DatabaseUnavailable``) or a schema changed
-        under the worker (``SchemaMissing``, a migration in progress) everything stays pending
-        for the next trip and the error is raised."""
+        the jobs claimed and what the claim said of the limits. On a lost connection
+        (``DatabaseUnavailable``) or a schema changed under the worker (``SchemaMissing``, a
+        migration in progress) everything stays pending for the next trip and the error is
+        raised."""
         settle = self.outcomes.drain() if len(self.outcomes) else None
         extensions, self._extensions = self._extensions, {}
         extend = ExtendParams.of(self.owner, extensions.values()) if extensions else None
         try:
-            done = await settle_and_claim(conn, settle, extend, self.claim, limit)
+            done = await settle_and_claim(
+                conn, settle, extend, self.claim, limit, limited=self.limited
+            )
         except (DatabaseUnavailable, SchemaMissing):
             if settle is not None:
                 self.outcomes.restore(settle)
@@ -618,17 +697,19 @@ class Completer:
             # outcomes apart, to find the one the database refuses. Claim on the next trip.
             if settle is None:
                 log.error("%s; lease extension(s) of job(s) %s not sent", exc, _ids(extensions))
-                return []
+                return Claimed([], None)
             self._extensions = {**extensions, **self._extensions}
             log.warning("%s; applying the %d outcome(s) of the batch apart", exc, len(settle))
             await self._settle_apart(conn, settle)
-            return []
+            return Claimed([], None)
         self._report_stale(settle, done.settled)
         for job_id, (context, _) in extensions.items():
             if job_id not in done.extended:
                 context.lease_lost = True
                 log.warning("job %d: lease extension refused, the lease was already lost", job_id)
-        return done.claimed
+        if limit > 0:  # every claim says whether some queues are limited (JOB_CLAIM: if so)
+            self._queue_limits = done.status is not None and done.status.queue_limits
+        return Claimed(done.claimed, done.status)
 
     def _report_stale(self, settle: SettleParams | None, settled: set[int]) -> None:
         if settle is not None and len(settled) != len(settle):

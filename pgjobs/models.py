@@ -107,6 +107,12 @@ class QueueStats:
     paused_at: datetime | None = None
     paused_by: str | None = None
     pause_reason: str | None = None
+    #: Ready jobs held back for their task's concurrency limit or rate (counted in ``ready``).
+    held: int = 0
+    #: The queue's own limits (`pgjobs queue limit`): see ``QueueState``.
+    concurrency: int | None = None
+    rate_jobs: int | None = None
+    rate_seconds: float | None = None
 
     @property
     def throughput(self) -> float:
@@ -296,10 +302,20 @@ class QueueState:
     pause_reason: str | None
     #: Whether queued_jobs holds a job of this queue (ready, scheduled or running).
     has_jobs: bool
+    #: `pgjobs queue limit`: the most jobs of the queue running at once across every worker
+    #: (None: no limit), and at most ``rate_jobs`` starts per ``rate_seconds`` (None: no rate).
+    concurrency: int | None = None
+    rate_jobs: int | None = None
+    rate_seconds: float | None = None
 
     @property
     def paused(self) -> bool:
         return self.paused_at is not None
+
+    @property
+    def limited(self) -> bool:
+        """The queue has a concurrency limit or a rate."""
+        return self.concurrency is not None or self.rate_jobs is not None
 
 
 @dataclass(frozen=True, slots=True)

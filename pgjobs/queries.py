@@ -191,48 +191,6 @@ COPY queued_jobs (id, queue, task, payload, priority, max_attempts) FROM STDIN
 #: db.connect_async): the worker's hot statements have one good plan whatever their parameters.
 SESSION_GENERIC_PLANS = "SET plan_cache_mode = force_generic_plan"
 
-#: Claim up to ``limit`` ready jobs of the given queues (priority, then run_at order across
-#: them), lease them to ``owner`` (for their task's lease, else ``lease`` seconds), mark the
-#: at-most-once ones, use up one attempt each and record when the attempt started.
-#: One index range per queue (LATERAL), so the claim stays flat however large the backlog.
-#: Paused queues (pgjobs_queues.paused_at) are left out before any of their rows is read or
-#: locked: one primary-key probe per queue, in the same statement, so a pause holds from the
-#: next claim on.
-JOB_CLAIM = f"""
-UPDATE queued_jobs
-SET attempts = attempts + 1,
-    lease_owner = %(owner)s,
-    lease_expires_at = now() + coalesce(
-        (SELECT t.lease FROM unnest(%(lease_tasks)s::text[], %(lease_seconds)s::float8[])
-             AS t(task, lease)
-         WHERE t.task = queued_jobs.task),
-        %(lease)s
-    ) * interval '1 second',
-    at_most_once = task = ANY(%(at_most_once_tasks)s::text[]),
-    started_at = now()
-WHERE id = ANY(ARRAY(
-    SELECT c.id
-    FROM unnest(%(queues)s::text[]) AS w(queue)
-    CROSS JOIN LATERAL (
-        SELECT id, priority, run_at
-        FROM queued_jobs
-        WHERE queue = w.queue
-          AND NOT EXISTS (
-              SELECT 1 FROM pgjobs_queues p WHERE p.name = w.queue AND p.paused_at IS NOT NULL
-          )
-          AND lease_expires_at IS NULL
-          AND run_at <= now()
-          AND (expires_at IS NULL OR expires_at > now())
-        ORDER BY priority DESC, run_at, id
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
-    ) c
-    ORDER BY c.priority DESC, c.run_at, c.id
-    LIMIT %(limit)s
-))
-RETURNING {JOB_COLUMNS}
-"""
-
 # Successes: archive each job whose lease (attempt and owner) the worker still holds.
 _SUCCEED_MANY = f"""
 succeeded AS (
@@ -249,18 +207,268 @@ archived AS (
 )
 """
 
+# What a claim sets on each job it takes: one attempt used, leased to ``owner`` for its task's
+# lease (else ``lease`` seconds), marked at-most-once for those tasks, and the attempt's start.
+_CLAIM_SET = """SET attempts = attempts + 1,
+    lease_owner = %(owner)s,
+    lease_expires_at = now() + coalesce(
+        (SELECT t.lease FROM unnest(%(lease_tasks)s::text[], %(lease_seconds)s::float8[])
+             AS t(task, lease)
+         WHERE t.task = queued_jobs.task),
+        %(lease)s
+    ) * interval '1 second',
+    at_most_once = task = ANY(%(at_most_once_tasks)s::text[]),
+    started_at = now()"""
+
+# The ready jobs of one queue of the claim (w.queue), in claim order.
+_READY_IN_QUEUE = """FROM queued_jobs
+        WHERE queue = w.queue
+          AND lease_expires_at IS NULL
+          AND run_at <= now()
+          AND (expires_at IS NULL OR expires_at > now())"""
+
+_CLAIM_ORDER = "ORDER BY priority DESC, run_at, id"
+
+# A queue with a setting that stops JOB_CLAIM (paused, or limited: JOB_CLAIM_LIMITED claims it).
+_QUEUE_RESTRICTED = (
+    "(p.paused_at IS NOT NULL OR p.concurrency IS NOT NULL OR p.rate_jobs IS NOT NULL)"
+)
+
+# JOB_CLAIM's UPDATE (see there).
+_CLAIM_PLAIN = f"""
+UPDATE queued_jobs
+{_CLAIM_SET}
+WHERE id = ANY(ARRAY(
+    SELECT c.id
+    FROM unnest(%(queues)s::text[]) AS w(queue)
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at
+        {_READY_IN_QUEUE}
+          AND limit_key IS NULL
+          AND NOT EXISTS (
+              SELECT 1 FROM pgjobs_queues p WHERE p.name = w.queue AND {_QUEUE_RESTRICTED}
+          )
+        {_CLAIM_ORDER}
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) c
+    ORDER BY c.priority DESC, c.run_at, c.id
+    LIMIT %(limit)s
+))
+RETURNING {JOB_COLUMNS}
+"""
+
+# JOB_CLAIM_LIMITED's steps (see there), as common table expressions ending with ``claimed``
+# (the jobs taken), ``held`` (ids held back) and ``spent`` (buckets that gave tokens).
+# {settled}: the ids the same statement archives (see pgjobs_limit_capacity).
+_CLAIM_LIMITED = f"""
+concurrency AS MATERIALIZED (
+    SELECT * FROM pgjobs_limit_capacity(
+        %(queues)s::text[], %(limit_tasks)s::text[], %(limit_concurrency)s::int[], {{settled}},
+        %(limit)s)
+),
+rated AS (
+    SELECT 'task' AS kind, t.name, t.jobs, t.seconds
+    FROM unnest(%(limit_tasks)s::text[], %(limit_rate_jobs)s::int[],
+                %(limit_rate_seconds)s::float8[]) AS t(name, jobs, seconds)
+    WHERE t.jobs IS NOT NULL
+    UNION ALL
+    SELECT 'queue', p.name, p.rate_jobs, p.rate_seconds
+    FROM pgjobs_queues p
+    WHERE p.name = ANY(%(queues)s::text[]) AND p.rate_jobs IS NOT NULL
+),
+buckets AS MATERIALIZED (
+    SELECT b.kind, b.name, r.jobs, r.seconds, b.at AS refilled_at,
+           least(r.jobs::float8, b.tokens + r.jobs / r.seconds
+                 * extract(epoch FROM b.at - b.refilled_at)) AS tokens
+    FROM (SELECT *, greatest(clock_timestamp(), refilled_at) AS at
+          FROM pgjobs_rate_buckets) b
+    JOIN rated r ON r.kind = b.kind AND r.name = b.name
+    FOR UPDATE OF b SKIP LOCKED
+),
+new_buckets AS (
+    INSERT INTO pgjobs_rate_buckets (kind, name, tokens, refilled_at)
+    SELECT r.kind, r.name, r.jobs, clock_timestamp()
+    FROM rated r
+    WHERE NOT EXISTS (
+        SELECT 1 FROM pgjobs_rate_buckets b WHERE b.kind = r.kind AND b.name = r.name
+    )
+    ON CONFLICT DO NOTHING
+),
+limits AS MATERIALIZED (
+    SELECT coalesce(c.kind, r.kind) AS kind,
+           coalesce(c.name, r.name) AS name,
+           least(coalesce(c.capacity, %(limit)s),
+                 CASE WHEN r.kind IS NULL THEN %(limit)s
+                      WHEN b.kind IS NULL THEN 0
+                      ELSE floor(b.tokens)::int END) AS capacity,
+           coalesce(c.limited, false) OR r.kind IS NOT NULL AS limited,
+           coalesce(c.locked_out, false) OR (r.kind IS NOT NULL AND b.kind IS NULL)
+               AS locked_out,
+           CASE WHEN b.tokens < 1 THEN (1 - b.tokens) * b.seconds / b.jobs END AS retry_in
+    FROM concurrency c
+    FULL JOIN rated r ON r.kind = c.kind AND r.name = c.name
+    LEFT JOIN buckets b ON b.kind = r.kind AND b.name = r.name
+),
+queue_caps AS (
+    SELECT w.queue, coalesce(l.capacity, %(limit)s) AS cap
+    FROM unnest(%(queues)s::text[]) AS w(queue)
+    LEFT JOIN limits l ON l.kind = 'queue' AND l.name = w.queue
+),
+task_caps AS (
+    SELECT l.name AS task, l.capacity FROM limits l WHERE l.kind = 'task'
+),
+candidates AS (
+    SELECT c.*, false AS was_held
+    FROM queue_caps w
+    CROSS JOIN LATERAL (
+        SELECT id, queue, task, priority, run_at
+        {_READY_IN_QUEUE}
+          AND limit_key IS NULL
+        {_CLAIM_ORDER}
+        LIMIT w.cap
+        FOR UPDATE SKIP LOCKED
+    ) c
+    UNION ALL
+    SELECT c.*, true
+    FROM queue_caps w
+    JOIN task_caps t ON w.cap > 0 AND t.capacity > 0
+    CROSS JOIN LATERAL (
+        SELECT id, queue, task, priority, run_at
+        {_READY_IN_QUEUE}
+          AND limit_key = t.task
+        {_CLAIM_ORDER}
+        LIMIT least(w.cap, t.capacity)
+        FOR UPDATE SKIP LOCKED
+    ) c
+),
+ranked AS (
+    SELECT c.*, t.capacity AS task_cap,
+           row_number() OVER (PARTITION BY c.task {_CLAIM_ORDER}) AS nth
+    FROM candidates c
+    LEFT JOIN task_caps t ON t.task = c.task
+),
+allowed AS (
+    SELECT r.id, r.queue, r.priority, r.run_at,
+           row_number() OVER (PARTITION BY r.queue {_CLAIM_ORDER}) AS nth
+    FROM ranked r
+    WHERE r.task_cap IS NULL OR r.nth <= r.task_cap
+),
+claimed AS (
+    UPDATE queued_jobs
+    {_CLAIM_SET},
+    limit_key = CASE WHEN task = ANY(%(limit_tasks)s::text[]) THEN task END
+    WHERE id = ANY(ARRAY(
+        SELECT a.id
+        FROM allowed a
+        JOIN queue_caps w ON w.queue = a.queue
+        WHERE a.nth <= w.cap
+        ORDER BY a.priority DESC, a.run_at, a.id
+        LIMIT %(limit)s
+    ))
+    RETURNING {JOB_COLUMNS}
+),
+held AS (
+    UPDATE queued_jobs
+    SET limit_key = task
+    WHERE id = ANY(ARRAY(SELECT r.id FROM ranked r WHERE NOT r.was_held AND r.nth > r.task_cap))
+    RETURNING id
+),
+spent AS (
+    UPDATE pgjobs_rate_buckets b
+    SET tokens = k.tokens - u.used, refilled_at = k.refilled_at
+    FROM buckets k
+    JOIN (
+        SELECT 'task' AS kind, task AS name, count(*) AS used FROM claimed GROUP BY task
+        UNION ALL
+        SELECT 'queue', queue, count(*) FROM claimed GROUP BY queue
+    ) u ON u.kind = k.kind AND u.name = k.name
+    WHERE b.kind = k.kind AND b.name = k.name
+    RETURNING b.name
+)"""
+
+# The claimed jobs in JOB_COLUMNS, then (with ``archived``) one row per archived job, id only,
+# then the claim's status row: id NULL, its JSON in the payload column. {status}: its JSON;
+# {when}: the condition for the row (it comes only when there is something to say).
+_NULLS = ", ".join(["NULL"] * JOB_COLUMNS.count(","))
+_STATUS_ROW = "SELECT NULL, NULL, NULL, {status}, " + ", ".join(
+    ["NULL"] * (JOB_COLUMNS.count(",") - 3)
+)
+
+
+def _claim_statement(*, limited: bool, succeed: bool) -> str:
+    ctes = [_SUCCEED_MANY.strip()] if succeed else []
+    if limited:
+        settled = "%(ok_ids)s::bigint[]" if succeed else "'{}'::bigint[]"
+        ctes.append(_CLAIM_LIMITED.format(settled=settled).strip())
+        status = _STATUS_ROW.format(
+            status="""jsonb_build_object(
+    'held', (SELECT count(*) FROM held),
+    'locked_out', (SELECT coalesce(bool_or(locked_out), false) FROM limits),
+    'retry_in', (SELECT min(retry_in) FROM limits),
+    'queue_limits', (SELECT coalesce(bool_or(limited), false) FROM limits WHERE kind = 'queue'),
+    'spent', (SELECT count(*) FROM spent))"""
+        )
+    else:
+        ctes.append(f"claimed AS ({_CLAIM_PLAIN})")
+        status = (
+            _STATUS_ROW.format(status="""'{"queue_limits": true}'::jsonb""")
+            + """
+WHERE EXISTS (
+    SELECT 1 FROM pgjobs_queues
+    WHERE name = ANY(%(queues)s::text[]) AND (concurrency IS NOT NULL OR rate_jobs IS NOT NULL)
+)"""
+        )
+    select = f"SELECT {JOB_COLUMNS} FROM claimed"
+    if succeed:
+        select += f"\nUNION ALL\nSELECT id, {_NULLS} FROM archived"
+    joined = ",\n".join(ctes)
+    return f"WITH {joined}\n{select}\nUNION ALL\n{status}\n"
+
+
+#: Claim up to ``limit`` ready jobs of the given queues (priority, then run_at order across
+#: them), lease them to ``owner`` (for their task's lease, else ``lease`` seconds), mark the
+#: at-most-once ones, use up one attempt each and record when the attempt started. One index
+#: range per queue (LATERAL), so the claim stays flat however large the backlog. A queue that is
+#: paused or limited (pgjobs_queues) is left out before any of its rows is read or locked: one
+#: primary-key probe per queue, in the same statement, so a pause holds from the next claim on.
+#: Jobs held back for a task's limit (limit_key set) are not in these ranges.
+#: Returns the claimed jobs (JOB_COLUMNS), then, only when some of the queues are limited, a
+#: status row (id NULL, payload ``{"queue_limits": true}``): the worker claims with
+#: JOB_CLAIM_LIMITED from then on.
+JOB_CLAIM = _claim_statement(limited=False, succeed=False)
+
+#: JOB_CLAIM for a worker that limits some of its tasks (``limit_tasks`` with their
+#: ``limit_concurrency``, ``limit_rate_jobs`` and ``limit_rate_seconds``; NULL where a task has
+#: no such limit) or serves limited queues. In one statement:
+#:   1. ``pgjobs_limit_capacity`` (migration 0009) says how many jobs each limited task and queue
+#:      allows: it takes the limit's lock and counts its running jobs in a view of the table
+#:      taken after the lock (a statement's own view predates it), and refills rate buckets;
+#:   2. each queue's range gives at most its capacity, and each limited task's held-back range in
+#:      that queue at most the task's capacity (FOR UPDATE SKIP LOCKED);
+#:   3. of those, at most each task's and each queue's capacity are taken, ``limit`` in all, in
+#:      claim order; the jobs taken of limited tasks keep their limit_key (it counts them);
+#:   4. jobs of a limited task met in a queue's range beyond its capacity are held back: their
+#:      limit_key is set, which moves them out of the queue's range into the task's own, so the
+#:      queue's other jobs are reached past them from the next claim on;
+#:   5. every bucket that gave tokens is written back, less one per job taken.
+#: Returns the claimed jobs, then one status row (id NULL, payload a JSON object): ``held`` (jobs
+#: held back now: claim again at once), ``locked_out`` (another worker claims under one of the
+#: limits right now: try again soon), ``retry_in`` (seconds until an empty bucket has a token),
+#: ``queue_limits`` (some of the queues are limited), ``spent`` (buckets written).
+JOB_CLAIM_LIMITED = _claim_statement(limited=True, succeed=False)
+
 #: The worker's usual round trip in one statement, so one commit and no pipeline: archive the
 #: successes of the last batch (fenced as in JOB_SETTLE_MANY) and claim the next batch (as
 #: JOB_CLAIM; ``limit`` 0 claims nothing). The two parts touch different rows: a job being
 #: archived is leased, a claimable one is not. ``ok_results`` may be NULL (no handler returned
-#: a value). Returns the claimed jobs (JOB_COLUMNS), then one row per archived job, id only.
-JOB_SUCCEED_AND_CLAIM = f"""
-WITH {_SUCCEED_MANY},
-claimed AS ({JOB_CLAIM})
-SELECT {JOB_COLUMNS} FROM claimed
-UNION ALL
-SELECT id, {", ".join(["NULL"] * (JOB_COLUMNS.count(",")))} FROM archived
-"""
+#: a value). Returns the claimed jobs (JOB_COLUMNS), then one row per archived job, id only,
+#: then JOB_CLAIM's status row when there is one.
+JOB_SUCCEED_AND_CLAIM = _claim_statement(limited=False, succeed=True)
+
+#: JOB_SUCCEED_AND_CLAIM with JOB_CLAIM_LIMITED's claim. The jobs it archives no longer count
+#: against their limits.
+JOB_SUCCEED_AND_CLAIM_LIMITED = _claim_statement(limited=True, succeed=True)
 
 # Burials: move each job whose lease (attempt and owner) the worker still holds to dead_letter.
 _BURY_MANY = f"""
@@ -373,6 +581,22 @@ requeued AS (
 SELECT (SELECT count(*) FROM requeued), (SELECT count(*) FROM buried)
 """
 
+#: Give back to their queue's claim range up to ``limit`` ready jobs of ``queues`` held back for
+#: the limit of one of ``tasks`` (tasks the calling worker runs without a limit). Returns their
+#: ids.
+JOB_RELEASE_LAPSED_LIMITS = """
+UPDATE queued_jobs
+SET limit_key = NULL
+WHERE id = ANY(ARRAY(
+    SELECT id FROM queued_jobs
+    WHERE queue = ANY(%(queues)s::text[]) AND limit_key = ANY(%(tasks)s::text[])
+      AND lease_expires_at IS NULL
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+))
+RETURNING id
+"""
+
 #: Archive up to ``limit`` unleased jobs whose expires_at has passed, as expired, unrun.
 JOB_EXPIRE_MANY = f"""
 WITH gone AS (
@@ -395,8 +619,9 @@ SELECT count(*) FROM archived
 
 #: Per-queue counts for `pgjobs stats`; ages in seconds. The last-minute columns give throughput
 #: (archived per second) and retry rate (of the jobs that ran and finished, archived or dead, the
-#: share that needed more than one attempt). A paused queue is listed even without jobs, with
-#: when, by whom and why it was paused.
+#: share that needed more than one attempt). A paused or limited queue is listed even without
+#: jobs, with when, by whom and why it was paused, and its limits; ``held`` counts the ready jobs
+#: held back for their task's limit.
 QUEUE_STATS = """
 WITH hot AS (
     SELECT queue,
@@ -405,7 +630,9 @@ WITH hot AS (
            count(*) FILTER (WHERE lease_expires_at IS NOT NULL) AS running,
            extract(epoch FROM now() - min(run_at)
                    FILTER (WHERE lease_expires_at IS NULL AND run_at <= now()))::float8
-               AS oldest_ready_age
+               AS oldest_ready_age,
+           count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at <= now()
+                              AND limit_key IS NOT NULL) AS held
     FROM queued_jobs
     GROUP BY queue
 ),
@@ -440,9 +667,11 @@ SELECT q.queue,
        coalesce(finished.finished_last_minute, 0), coalesce(dead.failed_last_minute, 0),
        coalesce(finished.retried_last_minute, 0) + coalesce(dead.retried_last_minute, 0),
        coalesce(finished.ran_last_minute, 0) + coalesce(dead.ran_last_minute, 0),
-       p.paused_at IS NOT NULL, p.paused_at, p.paused_by, p.pause_reason
+       p.paused_at IS NOT NULL, p.paused_at, p.paused_by, p.pause_reason,
+       coalesce(hot.held, 0), p.concurrency, p.rate_jobs, p.rate_seconds
 FROM (SELECT queue FROM hot UNION SELECT queue FROM dead UNION SELECT queue FROM finished
-      UNION SELECT name FROM pgjobs_queues WHERE paused_at IS NOT NULL) q
+      UNION SELECT name FROM pgjobs_queues
+            WHERE paused_at IS NOT NULL OR concurrency IS NOT NULL OR rate_jobs IS NOT NULL) q
 LEFT JOIN hot USING (queue)
 LEFT JOIN dead USING (queue)
 LEFT JOIN finished USING (queue)
@@ -461,16 +690,29 @@ SCHEMA_REVISION = "SELECT version_num FROM pgjobs_alembic_version"
 # jobs' queues from the lease index (running jobs are few: at most the workers' slots).
 _QUEUES_WITH_JOBS = """
 RECURSIVE waiting(queue) AS (
-    (SELECT queue FROM queued_jobs WHERE lease_expires_at IS NULL ORDER BY queue LIMIT 1)
+    (SELECT queue FROM queued_jobs WHERE lease_expires_at IS NULL AND limit_key IS NULL
+     ORDER BY queue LIMIT 1)
     UNION ALL
     SELECT (SELECT j.queue FROM queued_jobs j
-            WHERE j.lease_expires_at IS NULL AND j.queue > w.queue
+            WHERE j.lease_expires_at IS NULL AND j.limit_key IS NULL AND j.queue > w.queue
             ORDER BY j.queue LIMIT 1)
     FROM waiting w
     WHERE w.queue IS NOT NULL
 ),
+held(queue) AS (
+    (SELECT queue FROM queued_jobs WHERE lease_expires_at IS NULL AND limit_key IS NOT NULL
+     ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM queued_jobs j
+            WHERE j.lease_expires_at IS NULL AND j.limit_key IS NOT NULL AND j.queue > h.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM held h
+    WHERE h.queue IS NOT NULL
+),
 with_jobs AS (
     SELECT queue FROM waiting WHERE queue IS NOT NULL
+    UNION
+    SELECT queue FROM held WHERE queue IS NOT NULL
     UNION
     SELECT queue FROM queued_jobs WHERE lease_expires_at IS NOT NULL
 )
@@ -478,18 +720,23 @@ with_jobs AS (
 
 # Whether queue %(name)s holds a job (ready, scheduled or running), through the same indexes.
 _QUEUE_HAS_JOBS = """
-(EXISTS (SELECT 1 FROM queued_jobs WHERE queue = %(name)s AND lease_expires_at IS NULL)
+(EXISTS (SELECT 1 FROM queued_jobs
+         WHERE queue = %(name)s AND lease_expires_at IS NULL AND limit_key IS NULL)
+ OR EXISTS (SELECT 1 FROM queued_jobs
+            WHERE queue = %(name)s AND lease_expires_at IS NULL AND limit_key IS NOT NULL)
  OR EXISTS (SELECT 1 FROM queued_jobs WHERE queue = %(name)s AND lease_expires_at IS NOT NULL))
 """
 
-# Columns of a queue's settings, in the order of models.QueueState.
-_QUEUE_STATE_COLUMNS = "paused_at, paused_by, pause_reason"
+# Columns of a queue's limits (pgjobs_queues p), in the order of models.QueueState.
+_QUEUE_LIMIT_COLUMNS = "p.concurrency, p.rate_jobs, p.rate_seconds"
 
 #: Every known queue (one that holds a job, or has settings) with its settings, by name.
-#: Rows: (name, paused_at, paused_by, pause_reason, holds jobs).
+#: Rows: (name, paused_at, paused_by, pause_reason, holds jobs, concurrency, rate_jobs,
+#: rate_seconds).
 QUEUE_LIST = f"""
 WITH {_QUEUES_WITH_JOBS}
-SELECT coalesce(j.queue, p.name), p.paused_at, p.paused_by, p.pause_reason, j.queue IS NOT NULL
+SELECT coalesce(j.queue, p.name), p.paused_at, p.paused_by, p.pause_reason, j.queue IS NOT NULL,
+       {_QUEUE_LIMIT_COLUMNS}
 FROM with_jobs j
 FULL JOIN pgjobs_queues p ON p.name = j.queue
 ORDER BY 1
@@ -497,9 +744,52 @@ ORDER BY 1
 
 #: One queue's settings, known or not. Rows: one, as QUEUE_LIST's.
 QUEUE_GET = f"""
-SELECT %(name)s::text, p.paused_at, p.paused_by, p.pause_reason, {_QUEUE_HAS_JOBS}
+SELECT %(name)s::text, p.paused_at, p.paused_by, p.pause_reason, {_QUEUE_HAS_JOBS},
+       {_QUEUE_LIMIT_COLUMNS}
 FROM (SELECT 1) one
 LEFT JOIN pgjobs_queues p ON p.name = %(name)s
+"""
+
+#: Set queue ``name``'s concurrency limit (when ``set_concurrency``) and rate (when
+#: ``set_rate``) to the values given, NULL removing one; the other setting stays as it was. A
+#: new or changed rate starts the queue's token bucket full; a rate removed drops it.
+#: Wakes the idle workers of the queue (a limit raised lets them claim more). Rows: (whether a
+#: setting changed).
+QUEUE_LIMIT = f"""
+WITH before AS (
+    SELECT concurrency, rate_jobs, rate_seconds FROM pgjobs_queues WHERE name = %(name)s
+),
+limited AS (
+    INSERT INTO pgjobs_queues AS q (name, concurrency, rate_jobs, rate_seconds, updated_at)
+    VALUES (%(name)s, %(concurrency)s::int, %(rate_jobs)s::int, %(rate_seconds)s::float8, now())
+    ON CONFLICT (name) DO UPDATE
+    SET concurrency = CASE WHEN %(set_concurrency)s THEN excluded.concurrency
+                           ELSE q.concurrency END,
+        rate_jobs = CASE WHEN %(set_rate)s THEN excluded.rate_jobs ELSE q.rate_jobs END,
+        rate_seconds = CASE WHEN %(set_rate)s THEN excluded.rate_seconds ELSE q.rate_seconds END,
+        updated_at = now()
+    RETURNING concurrency, rate_jobs, rate_seconds
+),
+refilled AS (
+    INSERT INTO pgjobs_rate_buckets (kind, name, tokens, refilled_at)
+    SELECT 'queue', %(name)s, l.rate_jobs, clock_timestamp()
+    FROM limited l
+    LEFT JOIN before b ON true
+    WHERE l.rate_jobs IS NOT NULL
+      AND (l.rate_jobs, l.rate_seconds) IS DISTINCT FROM (b.rate_jobs, b.rate_seconds)
+    ON CONFLICT (kind, name) DO UPDATE
+    SET tokens = excluded.tokens, refilled_at = excluded.refilled_at
+),
+dropped AS (
+    DELETE FROM pgjobs_rate_buckets b
+    USING limited l
+    WHERE b.kind = 'queue' AND b.name = %(name)s AND l.rate_jobs IS NULL
+)
+SELECT (l.concurrency, l.rate_jobs, l.rate_seconds)
+       IS DISTINCT FROM (b.concurrency, b.rate_jobs, b.rate_seconds)
+FROM limited l
+LEFT JOIN before b ON true
+CROSS JOIN pg_notify('{NOTIFY_CHANNEL}', %(name)s)
 """
 
 #: Pause queue ``name`` (known or not): from the next claim on, no worker claims its jobs. A
@@ -603,7 +893,8 @@ SCHEDULE_DELETE = "DELETE FROM pgjobs_schedules WHERE name = %(name)s RETURNING 
 #: What a burst worker with nothing to claim still waits for in ``queues``, after archiving (as
 #: expired, up to ``limit``) the unleased jobs of those queues past their expires_at, so that it
 #: never leaves them behind. Rows: one, (expired now, jobs left, scheduled for later in active
-#: queues, the next one's run_at, ready or scheduled in paused queues, running).
+#: queues, the next one's run_at, ready or scheduled in paused queues, running, ready but
+#: waiting for a limit: held back for their task's, or in a limited queue).
 QUEUES_LEFT_FOR_BURST = f"""
 WITH expired AS (
     DELETE FROM queued_jobs
@@ -622,9 +913,12 @@ archived AS (
     RETURNING id
 ),
 waiting AS (
-    SELECT q.run_at, q.lease_expires_at, p.name IS NOT NULL AS paused
+    SELECT q.run_at, q.lease_expires_at, coalesce(p.paused_at IS NOT NULL, false) AS paused,
+           q.limit_key IS NOT NULL
+               OR coalesce(p.concurrency IS NOT NULL OR p.rate_jobs IS NOT NULL, false)
+               AS limited
     FROM queued_jobs q
-    LEFT JOIN pgjobs_queues p ON p.name = q.queue AND p.paused_at IS NOT NULL
+    LEFT JOIN pgjobs_queues p ON p.name = q.queue
     WHERE q.queue = ANY(%(queues)s::text[])
       AND (q.expires_at IS NULL OR q.expires_at > now() OR q.lease_expires_at IS NOT NULL)
 )
@@ -633,7 +927,9 @@ SELECT (SELECT count(*) FROM archived),
        count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at > now() AND NOT paused),
        min(run_at) FILTER (WHERE lease_expires_at IS NULL AND run_at > now() AND NOT paused),
        count(*) FILTER (WHERE lease_expires_at IS NULL AND paused),
-       count(*) FILTER (WHERE lease_expires_at IS NOT NULL)
+       count(*) FILTER (WHERE lease_expires_at IS NOT NULL),
+       count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at <= now() AND NOT paused
+                          AND limited)
 FROM waiting
 """
 
@@ -1408,9 +1704,11 @@ TESTING_CREATE_DATABASE = "CREATE DATABASE {database}"
 #: Drop the throwaway database {database}, ending the sessions still connected to it.
 TESTING_DROP_DATABASE = "DROP DATABASE IF EXISTS {database} WITH (FORCE)"
 
-#: Empty every pgjobs table between two tests.
+#: Empty pgjobs' tables between two tests: jobs, workers, queue settings (a pause or a limit
+#: left by one test would hold the next one's jobs back) and rate buckets.
 TESTING_EMPTY_TABLES = (
-    "TRUNCATE queued_jobs, archived_jobs, dead_letter, pgjobs_workers RESTART IDENTITY"
+    "TRUNCATE queued_jobs, archived_jobs, dead_letter, pgjobs_workers, pgjobs_queues, "
+    "pgjobs_rate_buckets RESTART IDENTITY"
 )
 
 #: Every job in queued_jobs (ready, scheduled or running), oldest first, as models.Job.

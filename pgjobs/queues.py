@@ -1,11 +1,13 @@
-"""Queue settings: pause and resume a queue, and list every known queue with its settings; and
-forgetting the record of a periodic schedule.
+"""Queue settings: pause and resume a queue, limit how many of its jobs run at once and how
+many start per period, and list every known queue with its settings; and forgetting the record
+of a periodic schedule.
 
 A paused queue's jobs stay in ``queued_jobs``, ready; no worker claims them. The claim reads the
 setting in the same statement that takes the jobs (no cache), so a pause holds from each
 worker's next claim, and jobs already running finish as usual. Pausing does not wake idle
 workers (they have nothing to do with it); resuming NOTIFYs the queue, so idle workers claim its
-jobs at once. Enqueueing into a paused queue works: the jobs wait for the resume.
+jobs at once. Enqueueing into a paused queue works: the jobs wait for the resume. A queue's
+limits are read by every claim too, in the claim's own statement (see ``queries.JOB_CLAIM``).
 
 Every function takes a ``Dsn`` (it opens a connection and closes it) or a psycopg connection of
 the caller (used as is, in its transaction if one is open).
@@ -23,7 +25,7 @@ import psycopg
 from pgjobs import db, queries
 from pgjobs.errors import ConfigurationError
 from pgjobs.models import QueueState
-from pgjobs.tasks import check_name
+from pgjobs.tasks import Rate, check_limit, check_name
 
 #: Where an operation runs: a DSN (pgjobs opens and closes a connection) or a psycopg connection.
 Target = db.Target
@@ -66,6 +68,53 @@ def resume(target: Target, name: str) -> Change:
     with db.target_connection(target) as conn, _transaction(conn):
         rows = db.fetch_all(conn, queries.QUEUE_RESUME, {"name": name})
         return Change(_get(conn, name), bool(rows))
+
+
+class _Keep:
+    """``limit``'s default: leave that setting as it is."""
+
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+#: ``limit(..., concurrency=KEEP)``: leave the setting as it is (None removes it).
+KEEP: Any = _Keep()
+
+
+def limit(
+    target: Target,
+    name: str,
+    *,
+    concurrency: int | None = KEEP,
+    rate: Rate | str | None = KEEP,
+) -> Change:
+    """Set queue ``name``'s limits, obeyed by every worker from its next claim on (no restart):
+    ``concurrency``, the most of its jobs running at once across every worker and host, and
+    ``rate`` ("100/s", "10/m", "5/10s"; a ``Rate``), the most that start per period. None
+    removes a limit; a setting not given stays as it is. Jobs held back stay ready. The queue
+    need not exist yet.
+
+    Example: ``limit(dsn, "emails", concurrency=10, rate="100/s").changed``
+    """
+    check_name("queue", name)
+    if concurrency is KEEP and rate is KEEP:
+        raise ConfigurationError(
+            "give a concurrency limit or a rate to set (None removes one)", field="concurrency"
+        )
+    if concurrency is not KEEP and concurrency is not None:
+        check_limit("concurrency", concurrency)
+    parsed = None if rate is KEEP or rate is None else Rate.parse(rate)
+    params = {
+        "name": name,
+        "set_concurrency": concurrency is not KEEP,
+        "concurrency": None if concurrency is KEEP else concurrency,
+        "set_rate": rate is not KEEP,
+        "rate_jobs": None if parsed is None else parsed.jobs,
+        "rate_seconds": None if parsed is None else parsed.seconds,
+    }
+    with db.target_connection(target) as conn, _transaction(conn):
+        rows = db.fetch_all(conn, queries.QUEUE_LIMIT, params)
+        return Change(_get(conn, name), bool(rows[0][0]))
 
 
 def queue(target: Target, name: str) -> QueueState:

@@ -20,6 +20,7 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     DateTime,
+    Float,
     Identity,
     Index,
     Integer,
@@ -97,6 +98,12 @@ queued_jobs = Table(
     # instead of running it again.
     Column("at_most_once", Boolean, nullable=False, server_default=text("false")),
     *_operations_columns("queued_jobs"),
+    # The limit (concurrency or rate) the job counts against and waits for: its task's name,
+    # set by the claim of a worker that limits the task (on the jobs it claims, and on those it
+    # holds back because the task is at its limit); NULL for every other job. A ready job with
+    # a limit_key leaves the queue's claim range for its task's own range, so that jobs held
+    # back never stand in the way of the queue's other tasks. Migration 0009.
+    Column("limit_key", Text),
     CheckConstraint("max_attempts >= 1", name="max_attempts_positive"),
     CheckConstraint("attempts >= 0", name="attempts_not_negative"),
     # The claim: ready rows of a queue in priority, then run_at, order.
@@ -106,11 +113,29 @@ queued_jobs = Table(
         text("priority DESC"),
         "run_at",
         "id",
-        postgresql_where=text("lease_expires_at IS NULL"),
+        postgresql_where=text("lease_expires_at IS NULL AND limit_key IS NULL"),
     ),
-    # The lease rescuer: leased rows by expiry.
+    # The claim of a limited task: its ready rows held back, per queue, in the same order.
     Index(
-        "ix_queued_jobs_lease_expires_at",
+        "ix_queued_jobs_limit_ready",
+        "queue",
+        "limit_key",
+        text("priority DESC"),
+        "run_at",
+        "id",
+        postgresql_where=text("lease_expires_at IS NULL AND limit_key IS NOT NULL"),
+    ),
+    # A limited task's running jobs, counted against its concurrency by each limited claim.
+    Index(
+        "ix_queued_jobs_limit_leased",
+        "limit_key",
+        postgresql_where=text("lease_expires_at IS NOT NULL AND limit_key IS NOT NULL"),
+    ),
+    # The lease rescuer (leased rows by expiry) and a queue's running jobs (counted against the
+    # queue's concurrency limit).
+    Index(
+        "ix_queued_jobs_queue_lease_expires_at",
+        "queue",
         "lease_expires_at",
         postgresql_where=text("lease_expires_at IS NOT NULL"),
     ),
@@ -242,6 +267,33 @@ pgjobs_queues = Table(
     Column("paused_by", Text),
     Column("pause_reason", Text),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    # `pgjobs queue limit`: the most jobs of the queue leased at once across every worker (NULL:
+    # no limit), and at most rate_jobs starts per rate_seconds (both NULL: no rate). Read by
+    # every claim, in the claim's own statement. Migration 0009.
+    Column("concurrency", Integer),
+    Column("rate_jobs", Integer),
+    Column("rate_seconds", Float),
+    CheckConstraint("concurrency >= 1", name="concurrency_positive"),
+    CheckConstraint(
+        "(rate_jobs IS NULL) = (rate_seconds IS NULL) AND rate_jobs >= 1 AND rate_seconds > 0",
+        name="rate_complete",
+    ),
+)
+
+# The token buckets of rate limits (a task's ``rate``, a queue's ``rate_jobs``/``rate_seconds``),
+# one row per limited task or queue, created by the first claim that needs it. A claim locks the
+# row (FOR UPDATE SKIP LOCKED, in pgjobs_limit_capacity), refills it for the time passed, and
+# takes one token per job it starts, all in its own statement. Migration 0009.
+pgjobs_rate_buckets = Table(
+    "pgjobs_rate_buckets",
+    metadata,
+    # 'task' or 'queue', and the task's or queue's name.
+    Column("kind", Text, primary_key=True),
+    Column("name", Text, primary_key=True),
+    # Tokens left at refilled_at (fractional: the bucket refills continuously).
+    Column("tokens", Float, nullable=False),
+    Column("refilled_at", DateTime(timezone=True), nullable=False),
+    CheckConstraint("kind IN ('task', 'queue')", name="kind"),
 )
 
 # Periodic schedules (`@app.periodic`), one row per schedule name, written by the scheduler of

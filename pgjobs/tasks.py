@@ -595,6 +595,11 @@ class Task:
     #: Seconds one run may take before the worker stops it and counts the attempt as failed
     #: (reason "timeout"); None: no limit but the lease.
     timeout: float | None = None
+    #: The most jobs of this task leased at once across every worker and host; None: no limit.
+    #: Enforced by the claim (see ``queries.JOB_CLAIM_LIMITED``).
+    concurrency: int | None = None
+    #: At most so many starts of this task's jobs per period across every worker; None: no limit.
+    rate: Rate | None = None
     is_async: bool = False
     signature: inspect.Signature | None = None
     #: Set for an external task: its jobs are delivered over HTTP, not run by ``fn``.
@@ -616,6 +621,11 @@ class Task:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
+
+    @property
+    def limited(self) -> bool:
+        """The task has a concurrency limit or a rate: its jobs are claimed under them."""
+        return self.concurrency is not None or self.rate is not None
 
     def check_payload(self, payload: Any) -> str | None:
         """Why ``payload`` cannot be this handler's keyword arguments (or its model), with the
@@ -722,6 +732,8 @@ def make_task(
     version: int = 1,
     upgrade: Mapping[int, Callable[..., Any]] | None = None,
     timeout: float | None = None,
+    concurrency: int | None = None,
+    rate: Rate | str | None = None,
 ) -> Task:
     check_queue(queue)
     check_max_attempts(max_attempts)
@@ -731,6 +743,8 @@ def make_task(
     if timeout is not None:
         timeout = check_timeout_fits_lease(task_name, timeout, lease)
     upgrades = check_versions(task_name, version, upgrade)
+    if concurrency is not None:
+        check_limit("concurrency", concurrency)
     signature: inspect.Signature | None = None
     types_: PayloadTypes | None = None
     model: PayloadModel | None = None
@@ -751,6 +765,8 @@ def make_task(
         lease=float(lease),  # bound as float8[] by the claim: an int among floats cannot be
         at_most_once=at_most_once,
         timeout=timeout,
+        concurrency=concurrency,
+        rate=None if rate is None else Rate.parse(rate),
         is_async=external is None and inspect.iscoroutinefunction(fn),
         signature=signature,
         external=external,
@@ -890,6 +906,78 @@ def check_seconds(name: str, value: object, *, positive: bool = False) -> float:
             field=name,
         )
     return float(seconds)
+
+
+#: The most jobs a concurrency limit may allow in flight at once, and the most starts a rate may
+#: allow per period: far above what one database serves, and within an int4.
+MAX_LIMIT = 1_000_000
+#: The shortest and longest period of a rate, in seconds: a millisecond is finer than a claim
+#: can act on; a rate over more than a day is a schedule, not a rate.
+RATE_PERIOD_RANGE = (0.001, 86400.0)
+_RATE_UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+_RATE = re.compile(r"\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)?\s*([a-z]+)\s*")
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """At most ``jobs`` job starts per ``seconds``, across every worker: a token bucket that
+    holds up to ``jobs`` tokens and refills at ``jobs / seconds`` per second. After a quiet
+    spell a burst of ``jobs`` may start at once; sustained, starts follow the rate. Written
+    ``"100/s"``, ``"10/m"``, ``"5/10s"``, ``"1000/h"`` (units ms, s, m or min, h, d).
+
+    Example: ``Rate.parse("100/s") == Rate(100, 1.0)``
+    """
+
+    jobs: int
+    seconds: float
+
+    def __post_init__(self) -> None:
+        check_limit("rate", self.jobs)
+        low, high = RATE_PERIOD_RANGE
+        if (
+            isinstance(self.seconds, bool)
+            or not isinstance(self.seconds, int | float)
+            or not low <= self.seconds <= high
+        ):
+            raise ConfigurationError(
+                f"a rate's period must be {low:g}s to {high:g}s (a day), got {self.seconds!r}",
+                field="rate",
+            )
+
+    @classmethod
+    def parse(cls, text: object) -> Rate:
+        """``text`` ("100/s", "10/m", "5/10s") as a Rate; anything else is refused with the
+        forms it takes (``field="rate"``)."""
+        if isinstance(text, Rate):
+            return text
+        match = _RATE.fullmatch(text.lower()) if isinstance(text, str) else None
+        unit = _RATE_UNITS.get(match.group(3)) if match else None
+        if match is None or unit is None:
+            raise ConfigurationError(
+                f"rate must be JOBS/PERIOD such as 100/s, 10/m, 5/10s or 1000/h, got {text!r}",
+                field="rate",
+            )
+        count = float(match.group(2)) if match.group(2) else 1.0
+        return cls(int(match.group(1)), count * unit)
+
+    def __str__(self) -> str:
+        for name in ("d", "h", "m", "s"):
+            if self.seconds == _RATE_UNITS[name]:
+                return f"{self.jobs}/{name}"
+        return f"{self.jobs}/{self.seconds:g}s"
+
+
+def check_limit(name: str, value: object) -> int:
+    """A concurrency limit or a rate's number of jobs: a whole number in 1..``MAX_LIMIT``;
+    anything else is refused naming ``name``.
+
+    Example: ``check_limit("concurrency", 5)`` returns ``5``.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_LIMIT:
+        raise ConfigurationError(
+            f"{name} must be a whole number in 1..{MAX_LIMIT:,}, got {value!r}", field=name
+        )
+    return value
 
 
 def check_moment(name: str, value: object) -> datetime:

@@ -47,7 +47,7 @@ import tempfile
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -168,7 +168,8 @@ def _url_with_database(url: str, name: str) -> str:
 
 
 def empty_tables(dsn: Dsn) -> None:
-    """Delete every job and worker row of ``dsn``'s pgjobs tables (and reset the id sequence)."""
+    """Delete every job, worker row, queue setting (pause, limits) and rate bucket of ``dsn``'s
+    pgjobs tables (and reset the id sequence)."""
     with db.connect(dsn) as conn, db.translate_errors(dsn):
         conn.execute(queries.TESTING_EMPTY_TABLES)
 
@@ -467,7 +468,8 @@ def drain(
 
     ``max_jobs`` bounds the handler runs (``stopped_at_max_jobs`` says it was reached);
     ``queues`` defaults to those of the app's tasks. Jobs of external tasks are not delivered:
-    they stay queued as they were (``skipped``).
+    they stay queued as they were (``skipped``). Tasks' concurrency limits and rates do not
+    hold jobs back (one runs at a time); a queue's limits, set in the database, do.
 
     Example::
 
@@ -515,7 +517,18 @@ class _Drain:
         self.max_jobs = max_jobs
         self.now = now
         owner = f"pgjobs.testing:{os.getpid()}:{secrets.token_hex(4)}"
-        self.completer = Completer(ClaimParams.for_tasks(owner, queues, tasks.values()))
+        # One job at a time, and no task's rate holds a test back: tasks' limits are not
+        # claimed under (a queue's limit, set in the database, is).
+        claim = ClaimParams.for_tasks(owner, queues, tasks.values())
+        self.completer = Completer(
+            replace(
+                claim,
+                limit_tasks=[],
+                limit_concurrency=[],
+                limit_rate_jobs=[],
+                limit_rate_seconds=[],
+            )
+        )
         self.result = DrainResult()
         self.jobs: dict[int, Job] = {}
         #: Jobs of external tasks claimed so far: held (so that the next claim passes them by)
@@ -553,7 +566,7 @@ class _Drain:
             batch = outcomes.drain()
             self.result._record(batch, self.jobs)
             outcomes.restore(batch)
-        claimed = await self.completer.trip(conn, limit)
+        claimed = (await self.completer.trip(conn, limit)).jobs
         for job in claimed:
             self.jobs[job.id] = job
         return claimed

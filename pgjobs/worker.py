@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pgjobs import db, external, migrate, queries, tracing
-from pgjobs.completer import ClaimParams, Completer
+from pgjobs.completer import Claimed, ClaimParams, ClaimStatus, Completer
 from pgjobs.context import HandlerExit, JobContext, call_async, call_sync
 from pgjobs.dsn import Dsn
 from pgjobs.errors import (
@@ -44,6 +44,7 @@ from pgjobs.errors import (
 from pgjobs.maintenance import Service, ServiceConfig, run_services
 from pgjobs.maintenance.expirer import Expirer
 from pgjobs.maintenance.leases import LeaseRescuer
+from pgjobs.maintenance.limits import LapsedLimits
 from pgjobs.maintenance.partitions import ArchivePartitions
 from pgjobs.maintenance.registry import Heartbeat, WorkerIdentity, WorkerRegistry
 from pgjobs.maintenance.scheduler import Scheduler
@@ -65,6 +66,9 @@ RECONNECT_DELAYS = (0.5, 1.0, 2.0, 5.0, 10.0)
 #: Seconds without a turn of the claim loop (or with one round trip in flight) after which
 #: `--http`'s /healthz answers 503.
 STUCK_AFTER = 60.0
+#: Seconds before a claim tries again a limit that another worker's claim held (its lock or its
+#: rate bucket), and the shortest wait for a rate's next token.
+LOCKED_OUT_RETRY = 0.02
 #: Seconds an async handler cancelled at its timeout (or by `pgjobs cancel --force`) may take to
 #: unwind (its ``finally`` blocks) before its slot is given back anyway.
 STOP_GRACE = 5.0
@@ -144,7 +148,7 @@ class _Lane:
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
-        self.trip: asyncio.Task[list[Job]] | None = None
+        self.trip: asyncio.Task[Claimed] | None = None
         self.asked = 0  # slots reserved for the claim in flight
         self.ready_at = 0.0  # loop time before which no trip starts (reconnection backoff)
         self.sent_at = 0.0  # loop time the trip in flight started
@@ -213,7 +217,7 @@ class Worker:
         self._abandoned = 0
         self._woken = False  # a NOTIFY arrived for one of our queues since the last claim
         # What a burst worker last said it waits for (said once until it changes).
-        self._burst_waiting: tuple[int, datetime | None, int] | None = None
+        self._burst_waiting: tuple[int, datetime | None, int, int] | None = None
         # External tasks served here (their jobs are in this worker's queues); refused at once
         # when one is left without a URL.
         self._deliveries = external.deliveries(self.tasks, self.config.external, self.queues)
@@ -345,6 +349,9 @@ class Worker:
                 Expirer(self.config.expirer_config()),
                 ArchivePartitions(),
             ]
+            unlimited = [t.name for t in self.tasks.values() if not t.limited]
+            if unlimited:
+                services.append(LapsedLimits(self.queues, unlimited))
             # Whatever queues this worker serves: the schedules' row locks let any number of
             # workers run it.
             if self.app.periodics:
@@ -448,14 +455,28 @@ class Worker:
 
     async def _take_landed(self, lanes: list[_Lane], dsn: Dsn, pace: _Pace) -> None:
         """Start the jobs of every trip that landed; learn from each claim how busy the
-        queues are."""
+        queues are, and from its status when limits held it back."""
         for lane in lanes:
             if lane.trip is not None and lane.trip.done():
                 claimed, asked = await self._landed(lane, dsn)
                 if asked > 0:
-                    pace.idle = len(claimed) < asked  # the queues ran dry: poll from now on
+                    pace.idle = len(claimed.jobs) < asked  # the queues ran dry: poll from now on
                     pace.backlog = not pace.idle
                     pace.poll_at = self._loop.time() + self.config.poll_interval
+                    if claimed.status is not None:
+                        self._limits_said(claimed.status, pace)
+
+    def _limits_said(self, status: ClaimStatus, pace: _Pace) -> None:
+        """Claim again sooner than the poll when limits held the claim back: at once after it
+        held jobs back (the queues' other jobs lie past them), soon when another worker was
+        claiming under the same limit, when a rate's bucket has a token again."""
+        now = self._loop.time()
+        if status.held:
+            pace.idle = False
+        if status.locked_out:
+            pace.poll_at = min(pace.poll_at, now + LOCKED_OUT_RETRY)
+        if status.retry_in is not None:
+            pace.poll_at = min(pace.poll_at, now + max(status.retry_in, LOCKED_OUT_RETRY))
 
     def _dispatch(self, lanes: list[_Lane], dsn: Dsn, pace: _Pace) -> float:
         """Start a round trip on a free lane when one is due; returns how long the loop may
@@ -530,14 +551,15 @@ class Worker:
 
     def _say_what_burst_waits_for(self, left: tuple[Any, ...]) -> None:
         """Log once (and again when it changes) why a burst worker with nothing to claim does
-        not exit yet: jobs scheduled for later, jobs of paused queues, jobs other workers run."""
-        _, jobs, scheduled, next_due, paused, running = left
-        if jobs > scheduled + paused + running:
+        not exit yet: jobs scheduled for later, jobs of paused queues, jobs waiting for a
+        concurrency limit or a rate, jobs other workers run."""
+        _, jobs, scheduled, next_due, paused, running, limited = left
+        if jobs > scheduled + paused + running + limited:
             # A job fell due since the last claim: claim it now, there is nothing to say.
             self._woken = True
             self._changed.set()
             return
-        waiting = (scheduled, next_due, paused)
+        waiting = (scheduled, next_due, paused, limited)
         if waiting == self._burst_waiting:
             return
         self._burst_waiting = waiting
@@ -547,6 +569,8 @@ class Worker:
             parts.append(f"{scheduled} scheduled job(s), the next due at {due}")
         if paused:
             parts.append(f"{paused} job(s) of paused queues (`pgjobs queue resume`)")
+        if limited:
+            parts.append(f"{limited} job(s) waiting for a concurrency limit or a rate")
         if running:
             parts.append(f"{running} job(s) other workers run")
         log.info("burst: waiting for %s in %s", "; ".join(parts), ",".join(self.queues))
@@ -563,12 +587,12 @@ class Worker:
             await asyncio.wait_for(self._changed.wait(), max(wait, 0.0))
         self._changed.clear()
 
-    async def _lane_trip(self, lane: _Lane, dsn: Dsn, free: int) -> list[Job]:
+    async def _lane_trip(self, lane: _Lane, dsn: Dsn, free: int) -> Claimed:
         if lane.conn is None or lane.conn.closed:
             lane.conn = await db.connect_async(dsn, generic_plans=True)
         return await self._completer.trip(lane.conn, free)
 
-    async def _landed(self, lane: _Lane, dsn: Dsn) -> tuple[list[Job], int]:
+    async def _landed(self, lane: _Lane, dsn: Dsn) -> tuple[Claimed, int]:
         """Take the result of ``lane``'s finished trip: start the jobs it claimed."""
         assert lane.trip is not None
         trip, asked = lane.trip, lane.asked
@@ -579,7 +603,7 @@ class Worker:
             await self._lost_connection(lane.conn, exc)
             lane.conn = None
             lane.ready_at = asyncio.get_running_loop().time() + self._reconnect_delay()
-            return [], 0
+            return Claimed([], None), 0
         if not self._connected:
             self._connected = True
             self._reconnect_attempt = 0
@@ -588,9 +612,9 @@ class Worker:
         if metrics is not None:
             metrics.trip()
             now = time.time()
-            for job in claimed:
+            for job in claimed.jobs:
                 metrics.claimed(job, now)
-        for job in claimed:
+        for job in claimed.jobs:
             self._start(job)
         return claimed, asked
 
@@ -787,6 +811,10 @@ class Worker:
             return  # already given back (shutdown, or a stopped run that ended late)
         del self._running[job.id]
         self._changed.set()
+        if self._completer.limited:
+            # Its slot under a limit is free again: claim with the trip that settles it,
+            # rather than at the next poll (the claim itself tells whether the limit allows).
+            self._woken = True
         deadline = self._deadlines.pop(job.id, None)
         if deadline is not None:
             deadline.cancel()

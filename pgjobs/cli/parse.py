@@ -14,7 +14,7 @@ import re
 from datetime import UTC, datetime, timedelta
 
 from pgjobs.errors import ConfigurationError
-from pgjobs.tasks import YEAR_RANGE
+from pgjobs.tasks import YEAR_RANGE, check_limit
 
 _AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
 _MILLISECONDS = re.compile(r"(\d+(?:\.\d+)?)\s*ms")
@@ -113,3 +113,19 @@ def _aware(option: str, value: str, parsed: datetime) -> datetime:
             f"{option} {value!r} is outside years {YEAR_RANGE[0]}..{YEAR_RANGE[1]} in UTC"
         ) from None
     return parsed
+
+
+def limit(value: str) -> int | None:
+    """A concurrency limit on the command line: a whole number, or ``none`` (no limit).
+
+    Example: ``limit("10") == 10``; ``limit("none") is None``
+    """
+    text = value.strip().lower()
+    if text == "none":
+        return None
+    if not text.isdigit():
+        raise ConfigurationError(
+            f"concurrency {value!r}: expected a whole number such as 10, or none",
+            field="concurrency",
+        )
+    return check_limit("concurrency", int(text))

@@ -10,12 +10,14 @@ from typing import Annotated, Any
 import typer
 
 from pgjobs import queues
-from pgjobs.cli import render
+from pgjobs.cli import parse, render
 from pgjobs.cli.options import DsnOption, JsonFlag, database
+from pgjobs.errors import ConfigurationError
 from pgjobs.models import QueueState
 
 queue_cli = typer.Typer(
-    help="Pause and resume queues; list every queue with its settings.", no_args_is_help=True
+    help="Pause and resume queues, limit them; list every queue with its settings.",
+    no_args_is_help=True,
 )
 
 QueueArgument = Annotated[str, typer.Argument(help="The queue's name.", show_default=False)]
@@ -43,6 +45,51 @@ def resume_command(name: QueueArgument, as_json: JsonFlag = False, dsn: DsnOptio
     _report(change, as_json, "resumed" if change.changed else "was not paused")
 
 
+@queue_cli.command("limit")
+def limit_command(
+    name: QueueArgument,
+    concurrency: Annotated[
+        str | None,
+        typer.Argument(
+            help="The most jobs of the queue running at once across every worker, or 'none' "
+            "to remove the limit. Left out: unchanged.",
+            show_default=False,
+        ),
+    ] = None,
+    rate: Annotated[
+        str | None,
+        typer.Option(
+            "--rate",
+            help="The most jobs that start per period: 100/s, 10/m, 5/10s, 1000/h; 'none' "
+            "removes it. Left out: unchanged.",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: JsonFlag = False,
+    dsn: DsnOption = None,
+) -> None:
+    """Limit how many of the queue's jobs run at once and how many start per period, for every
+    worker from its next claim on (no restart). Jobs held back stay ready.
+
+    Example: pgjobs queue limit emails 10 --rate 100/s"""
+    if concurrency is None and rate is None:
+        raise ConfigurationError(
+            "give a concurrency limit (a number, or none) and/or --rate (e.g. 100/s, or none)",
+            field="concurrency",
+        )
+    change = queues.limit(
+        database(dsn),
+        name,
+        concurrency=queues.KEEP if concurrency is None else parse.limit(concurrency),
+        rate=queues.KEEP if rate is None else (None if _is_none(rate) else rate),
+    )
+    _report(change, as_json, "limits set" if change.changed else "limits unchanged")
+
+
+def _is_none(value: str) -> bool:
+    return value.strip().lower() == "none"
+
+
 @queue_cli.command("list")
 def list_command(as_json: JsonFlag = False, dsn: DsnOption = None) -> None:
     """Every known queue (holding jobs, or with settings): paused or active, since when, by
@@ -60,13 +107,19 @@ def _report(change: queues.Change, as_json: bool, what: str) -> None:
         return
     state = change.queue
     line = f"queue {render.printable(state.name)} {what}"
+    if state.limited:
+        line += f": {render.queue_limits(state)}"
     if not state.has_jobs:
         line += " (it holds no job now)"
     typer.echo(line)
 
 
 def _state_json(state: QueueState) -> dict[str, Any]:
-    return {**dataclasses.asdict(state), "paused": state.paused}
+    return {
+        **dataclasses.asdict(state),
+        "paused": state.paused,
+        "rate": render.rate_text(state.rate_jobs, state.rate_seconds),
+    }
 
 
 def _who() -> str:

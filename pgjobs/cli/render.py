@@ -22,8 +22,9 @@ from rich.table import Table
 from rich.text import Text
 
 from pgjobs.maintenance.registry import STALE_AFTER
-from pgjobs.models import DeadGroup, DeadJob, QueueState, ScheduleInfo
+from pgjobs.models import DeadGroup, DeadJob, QueueState, QueueStats, ScheduleInfo
 from pgjobs.stats import Snapshot
+from pgjobs.tasks import Rate
 
 # -- values --------------------------------------------------------------------------------------
 
@@ -129,9 +130,12 @@ def _queues_table(snap: Snapshot, title: str) -> Table:
     table.add_column("retry 1m", justify="right")
     table.add_column("oldest ready", justify="right")
     for s in snap.queues:
+        name = cell(s.queue) + (" [bold yellow](paused)[/bold yellow]" if s.paused else "")
+        if s.concurrency is not None or s.rate_jobs is not None:
+            name += f" [cyan]({queue_limits(s)})[/cyan]"
         table.add_row(
-            cell(s.queue) + (" [bold yellow](paused)[/bold yellow]" if s.paused else ""),
-            f"{s.ready:,}",
+            name,
+            f"{s.ready:,}" + (f" [cyan]({s.held:,} held by limits)[/cyan]" if s.held else ""),
             f"{s.scheduled:,}",
             f"{s.running:,}",
             f"[red]{s.dead:,}[/red]" if s.dead else "0",
@@ -168,16 +172,42 @@ def schedules_table(schedules: list[ScheduleInfo]) -> Table:
     return table
 
 
+def rate_text(jobs: int | None, seconds: float | None) -> str | None:
+    """A rate as the CLI takes it ("100/s", "5/10s"), or None without one."""
+    return None if jobs is None or seconds is None else str(Rate(jobs, seconds))
+
+
+def queue_limits(state: QueueState | QueueStats) -> str:
+    """A queue's limits in words: "at most 10 running, 100/s", or "-"."""
+    parts = []
+    if state.concurrency is not None:
+        parts.append(f"at most {state.concurrency} running")
+    rate = rate_text(state.rate_jobs, state.rate_seconds)
+    if rate is not None:
+        parts.append(f"{rate} starts")
+    return ", ".join(parts) or "-"
+
+
 def queue_states_table(states: list[QueueState]) -> Table:
     """Every known queue and its settings (`pgjobs queue list`)."""
     table = Table(title="queues", title_justify="left")
-    for column in ("queue", "state", "holds jobs", "paused since (UTC)", "paused by", "reason"):
+    columns = (
+        "queue",
+        "state",
+        "holds jobs",
+        "limits",
+        "paused since (UTC)",
+        "paused by",
+        "reason",
+    )
+    for column in columns:
         table.add_column(column)
     for q in states:
         table.add_row(
             cell(q.name),
             "[bold yellow]paused[/bold yellow]" if q.paused else "active",
             "yes" if q.has_jobs else "no",
+            queue_limits(q),
             "-" if q.paused_at is None else cell_time(q.paused_at),
             cell(q.paused_by or "-"),
             cell(q.pause_reason or "-"),

@@ -299,6 +299,12 @@ class QueueStats(BaseModel):
     paused_at: datetime | None = None
     paused_by: str | None = None
     pause_reason: str | None = None
+    #: Ready jobs held back for their task's concurrency limit or rate (counted in ready).
+    held: int = 0
+    #: The queue's limits (`pgjobs queue limit`): running at once, and starts per period.
+    concurrency: int | None = None
+    rate_jobs: int | None = None
+    rate_seconds: float | None = None
 
 
 class StatsVerbose(BaseModel):

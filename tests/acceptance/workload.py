@@ -28,6 +28,11 @@ CREATE TABLE runs (
 )
 """
 
+#: The most jobs of ``accept.limited`` running at once, across every worker.
+LIMITED_CONCURRENCY = 3
+#: The rate of ``accept.rated``: a bucket of RATED_JOBS tokens, refilled RATED_JOBS a second.
+RATED_JOBS = 20
+
 #: Seconds a job of ``accept.slow_short_lease`` is leased: short, so that the kill -9 test sees
 #: the lease run out quickly; longer than the handler's default sleep.
 SHORT_LEASE = 4.0
@@ -81,4 +86,30 @@ def slow_short_lease(key: int, seconds: float = 1.5) -> int:
 @app.task(name="accept.echo")
 def echo(key: int) -> int:
     """Touches no table of its own (the embedded test has no side table)."""
+    return key
+
+
+@app.task(name="accept.limited", concurrency=LIMITED_CONCURRENCY)
+def limited(key: int, seconds: float = 0.05) -> int:
+    """Slow-ish, at most LIMITED_CONCURRENCY at once across every worker."""
+    _record(key, "start")
+    time.sleep(seconds)
+    _record(key, "done")
+    return key
+
+
+@app.task(name="accept.narrow", queue="narrow")
+def narrow(key: int, seconds: float = 0.05) -> int:
+    """Slow-ish, in the queue "narrow" (the tests give that queue its limits)."""
+    _record(key, "start")
+    time.sleep(seconds)
+    _record(key, "done")
+    return key
+
+
+@app.task(name="accept.rated", rate=f"{RATED_JOBS}/s")
+def rated(key: int) -> int:
+    """Quick, at most RATED_JOBS starts a second (after a first bucketful) across every worker."""
+    _record(key, "start")
+    _record(key, "done")
     return key

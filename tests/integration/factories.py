@@ -15,10 +15,11 @@ import psycopg
 from psycopg.rows import dict_row
 
 from pgjobs import App, Worker, WorkerConfig, db, queries
-from pgjobs.completer import ClaimParams, Outcomes
+from pgjobs.completer import ClaimParams, ClaimStatus, Outcomes
 from pgjobs.dsn import Dsn
 from pgjobs.maintenance import R, Service
 from pgjobs.models import Job
+from pgjobs.tasks import Task
 from tests.helpers import TABLES, scalar
 
 
@@ -52,7 +53,23 @@ def claim(
         owner, list(queues), lease=lease, at_most_once_tasks=list(at_most_once_tasks)
     )
     rows = conn.execute(queries.JOB_CLAIM, params.bind(limit)).fetchall()
-    return [db.job_from_row(r) for r in rows]
+    return [db.job_from_row(r) for r in rows if r[0] is not None]  # not the status row
+
+
+def claim_limited(
+    conn: psycopg.Connection[Any],
+    tasks: Sequence[Task] = (),
+    *,
+    owner: str = "fake-worker",
+    queues: Sequence[str] = ("default",),
+    limit: int = 10,
+) -> tuple[list[Job], ClaimStatus]:
+    """Claim like a worker that runs ``tasks`` (their limits) does (``JOB_CLAIM_LIMITED``),
+    without running anything; returns the jobs and the claim's status."""
+    params = ClaimParams.for_tasks(owner, queues, tasks)
+    rows = conn.execute(queries.JOB_CLAIM_LIMITED, params.bind(limit, limited=True)).fetchall()
+    assert rows and rows[-1][0] is None, "the limited claim ends with its status row"
+    return [db.job_from_row(r) for r in rows[:-1]], ClaimStatus.of(rows[-1])
 
 
 def settle(conn: psycopg.Connection[Any], outcomes: Outcomes) -> set[int]:

@@ -29,7 +29,13 @@ CLAIM = ClaimParams(OWNER, ["default"], lease=300.0)
 
 
 def trip(
-    dsn: Dsn, outcomes: Outcomes | None, limit: int, extend: ExtendParams | None = None
+    dsn: Dsn,
+    outcomes: Outcomes | None,
+    limit: int,
+    extend: ExtendParams | None = None,
+    *,
+    claim: ClaimParams = CLAIM,
+    limited: bool = False,
 ) -> TripResult:
     """One ``settle_and_claim`` on a fresh worker connection."""
 
@@ -37,7 +43,7 @@ def trip(
         aconn = await db.connect_async(dsn, generic_plans=True)
         try:
             settle = outcomes.drain() if outcomes is not None else None
-            return await settle_and_claim(aconn, settle, extend, CLAIM, limit)
+            return await settle_and_claim(aconn, settle, extend, claim, limit, limited=limited)
         finally:
             await aconn.close()
 
@@ -50,7 +56,7 @@ def completer_trip(dsn: Dsn, completer: Completer, limit: int) -> list[int]:
     async def once() -> list[int]:
         aconn = await db.connect_async(dsn, generic_plans=True)
         try:
-            return [job.id for job in await completer.trip(aconn, limit)]
+            return [job.id for job in (await completer.trip(aconn, limit)).jobs]
         finally:
             await aconn.close()
 
@@ -78,7 +84,7 @@ def test_successes_are_archived_and_the_next_batch_claimed_in_one_trip(dsn, conn
     outcomes.succeed(first[0], None)
     outcomes.succeed(first[1], '{"sent": 3}')
 
-    applied, extended, jobs = trip(dsn, outcomes, limit=2)
+    applied, extended, jobs, _ = trip(dsn, outcomes, limit=2)
 
     assert applied == {first[0].id, first[1].id}
     assert extended == set()
@@ -98,7 +104,7 @@ def test_a_trip_that_only_settles_claims_nothing(dsn, conn, enqueue):
     outcomes = Outcomes(OWNER)
     outcomes.succeed(job, None)
 
-    assert trip(dsn, outcomes, limit=0) == ({job.id}, set(), [])
+    assert trip(dsn, outcomes, limit=0)[:3] == ({job.id}, set(), [])
     assert row(conn, "queued_jobs", ids[1])["lease_owner"] is None  # type: ignore[index]
 
 
@@ -108,7 +114,7 @@ def test_a_stale_success_is_refused_and_the_claim_still_happens(dsn, conn, enque
     outcomes = Outcomes(OWNER)
     outcomes.succeed(job._replace(attempts=job.attempts + 1), None)
 
-    applied, _, jobs = trip(dsn, outcomes, limit=5)
+    applied, _, jobs, _ = trip(dsn, outcomes, limit=5)
 
     assert applied == set()
     assert [j.id for j in jobs] == [ids[1]]
@@ -123,7 +129,7 @@ def test_mixed_outcomes_and_extensions_take_the_pipelined_path(dsn, conn, enqueu
     outcomes.retry(failed, 60.0, "ValueError: try later")
     extend = ExtendParams(OWNER, [running.id], [1], [900.0])
 
-    applied, extended, jobs = trip(dsn, outcomes, limit=1, extend=extend)
+    applied, extended, jobs, _ = trip(dsn, outcomes, limit=1, extend=extend)
 
     assert applied == {ok.id, failed.id}
     assert extended == {running.id}

@@ -94,7 +94,7 @@ def test_an_outcome_the_database_refuses_is_buried_and_the_rest_of_the_batch_app
     completer = Completer(ClaimParams("w", ["default"]))
 
     async def steps(aconn: Any) -> tuple[list[Job], list[Job]]:
-        claimed = await completer.trip(aconn, 9)
+        claimed = (await completer.trip(aconn, 9)).jobs
         by_id = {job.id: job for job in claimed}
         bad = by_id[ids[4]]
         for job in claimed:
@@ -109,7 +109,7 @@ def test_an_outcome_the_database_refuses_is_buried_and_the_rest_of_the_batch_app
                 completer.outcomes.bury(job, DeadReason.NON_RETRYABLE, "ValueError: no")
             else:
                 completer.outcomes.release(job, refund=True)
-        again = await completer.trip(aconn, 0)
+        again = (await completer.trip(aconn, 0)).jobs
         return claimed, again
 
     claimed, again = _run(dsn, steps)
@@ -166,7 +166,7 @@ def test_successes_refused_by_a_revoked_privilege_are_recorded_not_run_again(
     completer = Completer(ClaimParams("w", ["default"]))
 
     async def steps(aconn: Any) -> list[Job]:
-        claimed = await completer.trip(aconn, 6)
+        claimed = (await completer.trip(aconn, 6)).jobs
         conn.execute(f"REVOKE INSERT ON archived_jobs FROM {role}")
         for job in claimed:
             completer.finished(job, TASK, job.id, None)

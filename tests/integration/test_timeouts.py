@@ -312,7 +312,7 @@ def test_migration_0008_widens_and_narrows_the_reason_check(create_database) -> 
         with pytest.raises(psycopg.errors.CheckViolation):
             c.execute(insert.replace("(1,", "(2,"))
         migrate.upgrade(fresh)
-        assert migrate.current(fresh) == "0008"
+        assert migrate.current(fresh) == migrate.head()
 
 
 def test_the_worker_metrics_count_timed_out_attempts_as_retried_then_dead(
