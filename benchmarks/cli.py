@@ -25,6 +25,7 @@ from benchmarks import (
     growth,
     harness,
     latency,
+    limits,
     memory,
     pgcpu,
     processing,
@@ -46,6 +47,7 @@ GROUPS: dict[str, tuple[str, Callable[[Context], list[Row]]]] = {
     "prune": ("g", prune.run),  # issue 5: retention of a 1M-row archive
     "api": ("h", api.run),  # issue 12: enqueue through `pgjobs serve`
     "dashboard": ("i", dashboard.run),  # issue 13: the dashboard's pages on a big database
+    "limits": ("j", limits.run),  # issue 14: a task at its limit beside the queue's other jobs
 }
 #: Environment variable naming the server to benchmark on (before pgjobs' own variables).
 ENV_DSN = "PGJOBS_BENCH_DSN"
@@ -68,7 +70,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         action="append",
         metavar="NAME",
         help=f"run only this group (repeatable, or comma-separated): {', '.join(GROUPS)} "
-        "(or their letters a-i)",
+        "(or their letters a-j)",
     )
     parser.add_argument(
         "--repeats",

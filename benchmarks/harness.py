@@ -375,9 +375,11 @@ def subprocess_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def pgjobs_worker(dsn: str, concurrency: int, *, burst: bool = True) -> list[str]:
-    """The command line of one `pgjobs work` process on the benchmark app."""
-    command = [sys.executable, "-m", "pgjobs", "work", "--app", "benchmarks.tasks:app"]
+def pgjobs_worker(
+    dsn: str, concurrency: int, *, burst: bool = True, app: str = "benchmarks.tasks:app"
+) -> list[str]:
+    """The command line of one `pgjobs work` process on the benchmark app (or ``app``)."""
+    command = [sys.executable, "-m", "pgjobs", "work", "--app", app]
     command += ["--dsn", dsn, "--concurrency", str(concurrency), "--log-level", "warning"]
     return [*command, "--burst"] if burst else command
 

@@ -53,3 +53,19 @@ async def latency(n: int) -> None:
         _latency_file = open(os.environ[LATENCY_FILE_ENV], "a")  # noqa: SIM115 (kept open)
     _latency_file.write(f"{n} {started!r}\n")
     _latency_file.flush()
+
+
+#: The benchmark app with one more task, limited: ``bench.noop`` beside a task whose concurrency
+#: limit is reached (``python -m benchmarks --only limits``). A worker of this app claims under
+#: limits on every trip.
+limited_app = pgjobs.App()
+limited_app.task(name="bench.noop", queue=QUEUE)(noop.fn)
+
+#: Jobs of ``bench.limited`` running at once, across every worker.
+LIMITED_CONCURRENCY = 2
+
+
+@limited_app.task(name="bench.limited", queue=QUEUE, concurrency=LIMITED_CONCURRENCY)
+async def limited(seconds: float = 1.0) -> None:
+    """Holds one of its LIMITED_CONCURRENCY slots for ``seconds``."""
+    await asyncio.sleep(seconds)

@@ -395,6 +395,21 @@ class App:
         with db.pooled(self._get_pool(), self.dsn) as conn:
             return queues.resume(conn, name)
 
+    def limit_queue(
+        self,
+        name: str,
+        *,
+        concurrency: int | None = queues.KEEP,
+        rate: str | Rate | None = queues.KEEP,
+    ) -> queues.Change:
+        """Set queue ``name``'s concurrency limit and rate (None removes one; one not given
+        stays), obeyed by every worker from its next claim on. See ``pgjobs.queues.limit``.
+
+        Example: ``app.limit_queue("emails", concurrency=10, rate="100/s")``
+        """
+        with db.pooled(self._get_pool(), self.dsn) as conn:
+            return queues.limit(conn, name, concurrency=concurrency, rate=rate)
+
     def _register(self, task: Task) -> Task:
         if task.name in self._tasks:
             raise ConfigurationError(

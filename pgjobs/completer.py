@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
+import time
 import traceback
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
@@ -39,6 +41,15 @@ from pgjobs.tasks import DEFAULT_LEASE, RetryPolicy, Task
 
 # Outcomes are what a worker did with its jobs: they log under the worker's name.
 log = logging.getLogger("pgjobs.worker")
+
+#: Seconds between two claims under the tasks' limits while nothing else calls for one (a job
+#: of a limited task ending here, jobs enqueued, a claim that held jobs back, a rate's next
+#: token): the other claims pass the limited tasks' jobs by, so this bounds how long a slot
+#: freed by another worker, or a limited job enqueued while the worker is busy, waits.
+LIMITS_RECHECK = 1.0
+#: Seconds before a claim tries again a limit that another worker's claim held, and the shortest
+#: wait for a rate's next token.
+LOCKED_OUT_RETRY = 0.02
 
 #: Longest error text kept in last_error (characters); the full traceback goes to dead_letter.
 MAX_ERROR_LENGTH = 2000
@@ -96,9 +107,10 @@ class ClaimParams:
             "lease_tasks": self.lease_tasks,
             "lease_seconds": self.lease_seconds,
             "at_most_once_tasks": self.at_most_once_tasks,
+            # JOB_CLAIM passes these tasks' jobs by; JOB_CLAIM_LIMITED takes them under limits.
+            "limit_tasks": self.limit_tasks,
         }
         if limited:
-            params["limit_tasks"] = self.limit_tasks
             params["limit_concurrency"] = self.limit_concurrency
             params["limit_rate_jobs"] = self.limit_rate_jobs
             params["limit_rate_seconds"] = self.limit_rate_seconds
@@ -533,7 +545,7 @@ async def _succeed_and_claim(
     params["ok_results"] = results if any(r is not None for r in results) else None
     statement = (
         queries.JOB_SUCCEED_AND_CLAIM_LIMITED
-        if "limit_tasks" in params
+        if "limit_concurrency" in params
         else queries.JOB_SUCCEED_AND_CLAIM
     )
     cursor = await conn.execute(statement, params, prepare=True)
@@ -571,18 +583,48 @@ class Completer:
     Every method runs on the worker's event loop.
     """
 
-    def __init__(self, claim: ClaimParams) -> None:
+    def __init__(self, claim: ClaimParams, *, recheck: float = LIMITS_RECHECK) -> None:
         self.owner = claim.owner
         self.claim = claim
         self.outcomes = Outcomes(claim.owner)
         self._extensions: dict[int, tuple[JobContext, float]] = {}
-        # Some of the worker's queues are limited (the last claim said so): claim under limits.
+        # Some of the worker's queues are limited (the last claim said so): every claim is one
+        # under limits (all of those queues' jobs are).
         self._queue_limits = False
+        # When the next claim under the tasks' limits is due (time.monotonic()); meanwhile the
+        # claims pass the limited tasks' jobs by, as cheap as those of a worker without limits.
+        self._recheck = recheck
+        self._limits_due = 0.0 if claim.limit_tasks else math.inf
 
     @property
     def limited(self) -> bool:
-        """The worker claims under limits: some of its tasks, or of its queues, have one."""
+        """Some of the worker's tasks, or of its queues, have a concurrency limit or a rate."""
         return bool(self.claim.limit_tasks) or self._queue_limits
+
+    def limits_due(self) -> None:
+        """Claim under the tasks' limits on the next trip: a job of a limited task ended here
+        (its slot under the limit is free), or jobs were enqueued (some may be limited ones)."""
+        if self.claim.limit_tasks:
+            self._limits_due = 0.0
+
+    def _claim_under_limits(self, limit: int) -> bool:
+        return limit > 0 and (self._queue_limits or time.monotonic() >= self._limits_due)
+
+    def _learn(self, status: ClaimStatus | None, under_limits: bool) -> None:
+        """What a claim said of the limits: which claim comes next, and when."""
+        self._queue_limits = status is not None and status.queue_limits
+        if not under_limits or not self.claim.limit_tasks:
+            return
+        now = time.monotonic()
+        due = now + self._recheck  # other workers free slots and refill buckets meanwhile
+        if status is not None:
+            if status.held:
+                due = now  # more jobs of limited tasks may lie in the queues' ranges
+            if status.locked_out:
+                due = min(due, now + LOCKED_OUT_RETRY)
+            if status.retry_in is not None:
+                due = min(due, now + max(status.retry_in, LOCKED_OUT_RETRY))
+        self._limits_due = due
 
     @property
     def pending(self) -> bool:
@@ -683,9 +725,10 @@ class Completer:
         settle = self.outcomes.drain() if len(self.outcomes) else None
         extensions, self._extensions = self._extensions, {}
         extend = ExtendParams.of(self.owner, extensions.values()) if extensions else None
+        under_limits = self._claim_under_limits(limit)
         try:
             done = await settle_and_claim(
-                conn, settle, extend, self.claim, limit, limited=self.limited
+                conn, settle, extend, self.claim, limit, limited=under_limits
             )
         except (DatabaseUnavailable, SchemaMissing):
             if settle is not None:
@@ -708,7 +751,7 @@ class Completer:
                 context.lease_lost = True
                 log.warning("job %d: lease extension refused, the lease was already lost", job_id)
         if limit > 0:  # every claim says whether some queues are limited (JOB_CLAIM: if so)
-            self._queue_limits = done.status is not None and done.status.queue_limits
+            self._learn(done.status, under_limits)
         return Claimed(done.claimed, done.status)
 
     def _report_stale(self, settle: SettleParams | None, settled: set[int]) -> None:

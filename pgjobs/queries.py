@@ -245,6 +245,7 @@ WHERE id = ANY(ARRAY(
         SELECT id, priority, run_at
         {_READY_IN_QUEUE}
           AND limit_key IS NULL
+          AND task <> ALL(%(limit_tasks)s::text[])
           AND NOT EXISTS (
               SELECT 1 FROM pgjobs_queues p WHERE p.name = w.queue AND {_QUEUE_RESTRICTED}
           )
@@ -259,56 +260,100 @@ RETURNING {JOB_COLUMNS}
 """
 
 # JOB_CLAIM_LIMITED's steps (see there), as common table expressions ending with ``claimed``
-# (the jobs taken), ``held`` (ids held back) and ``spent`` (buckets that gave tokens).
-# {settled}: the ids the same statement archives (see pgjobs_limit_capacity).
+# (the jobs taken), ``held`` (ids held back) and ``spent`` (limits whose state was written).
+# {settled}: the ids the same statement archives: they no longer count as running.
 _CLAIM_LIMITED = f"""
-concurrency AS MATERIALIZED (
-    SELECT * FROM pgjobs_limit_capacity(
-        %(queues)s::text[], %(limit_tasks)s::text[], %(limit_concurrency)s::int[], {{settled}},
-        %(limit)s)
-),
-rated AS (
-    SELECT 'task' AS kind, t.name, t.jobs, t.seconds
-    FROM unnest(%(limit_tasks)s::text[], %(limit_rate_jobs)s::int[],
-                %(limit_rate_seconds)s::float8[]) AS t(name, jobs, seconds)
-    WHERE t.jobs IS NOT NULL
+scopes AS MATERIALIZED (
+    SELECT 'task' AS kind, t.name, t.concurrency, t.rate_jobs, t.rate_seconds, false AS paused
+    FROM unnest(%(limit_tasks)s::text[], %(limit_concurrency)s::int[],
+                %(limit_rate_jobs)s::int[], %(limit_rate_seconds)s::float8[])
+        AS t(name, concurrency, rate_jobs, rate_seconds)
     UNION ALL
-    SELECT 'queue', p.name, p.rate_jobs, p.rate_seconds
+    SELECT 'queue', p.name, p.concurrency, p.rate_jobs, p.rate_seconds, p.paused_at IS NOT NULL
     FROM pgjobs_queues p
-    WHERE p.name = ANY(%(queues)s::text[]) AND p.rate_jobs IS NOT NULL
+    WHERE p.name = ANY(%(queues)s::text[])
+      AND (p.paused_at IS NOT NULL OR p.concurrency IS NOT NULL OR p.rate_jobs IS NOT NULL)
 ),
-buckets AS MATERIALIZED (
-    SELECT b.kind, b.name, r.jobs, r.seconds, b.at AS refilled_at,
-           least(r.jobs::float8, b.tokens + r.jobs / r.seconds
-                 * extract(epoch FROM b.at - b.refilled_at)) AS tokens
-    FROM (SELECT *, greatest(clock_timestamp(), refilled_at) AS at
-          FROM pgjobs_rate_buckets) b
-    JOIN rated r ON r.kind = b.kind AND r.name = b.name
-    FOR UPDATE OF b SKIP LOCKED
+running AS MATERIALIZED (
+    SELECT s.kind, s.name,
+           CASE WHEN s.kind = 'task' THEN (
+               SELECT count(*) FROM (
+                   SELECT 1 FROM queued_jobs q
+                   WHERE q.limit_key = s.name AND q.lease_expires_at IS NOT NULL
+                     AND q.id <> ALL({{settled}})
+                   LIMIT s.concurrency) r)
+           ELSE (
+               SELECT count(*) FROM (
+                   SELECT 1 FROM queued_jobs q
+                   WHERE q.queue = s.name AND q.lease_expires_at IS NOT NULL
+                     AND q.id <> ALL({{settled}})
+                   LIMIT s.concurrency) r)
+           END AS jobs
+    FROM scopes s
+    WHERE s.concurrency IS NOT NULL AND NOT s.paused
 ),
-new_buckets AS (
-    INSERT INTO pgjobs_rate_buckets (kind, name, tokens, refilled_at)
-    SELECT r.kind, r.name, r.jobs, clock_timestamp()
-    FROM rated r
-    WHERE NOT EXISTS (
-        SELECT 1 FROM pgjobs_rate_buckets b WHERE b.kind = r.kind AND b.name = r.name
+seen AS MATERIALIZED (
+    SELECT l.kind, l.name, l.xmin AS version
+    FROM pgjobs_limit_states l
+    JOIN scopes s ON s.kind = l.kind AND s.name = l.name
+),
+states AS MATERIALIZED (
+    SELECT l.kind, l.name, l.xmin AS version, l.tokens, l.refilled_at,
+           greatest(clock_timestamp(), l.refilled_at) AS clock
+    FROM pgjobs_limit_states l
+    JOIN scopes s ON s.kind = l.kind AND s.name = l.name
+    LEFT JOIN running r ON r.kind = l.kind AND r.name = l.name
+    WHERE NOT s.paused AND (s.rate_jobs IS NOT NULL OR r.jobs < s.concurrency)
+    FOR UPDATE OF l SKIP LOCKED
+),
+new_states AS (
+    INSERT INTO pgjobs_limit_states (kind, name)
+    SELECT s.kind, s.name
+    FROM scopes s
+    WHERE NOT s.paused AND NOT EXISTS (
+        SELECT 1 FROM seen WHERE seen.kind = s.kind AND seen.name = s.name
     )
     ON CONFLICT DO NOTHING
+    RETURNING kind, name
+),
+measured AS (
+    SELECT s.kind, s.name, s.concurrency, s.rate_jobs, s.rate_seconds, s.paused,
+           r.jobs AS running, t.clock,
+           -- A state created by this claim holds no tokens it could write back, but no claim
+           -- under the limit can have committed before it: the count stands.
+           t.kind IS NOT NULL OR (n.kind IS NOT NULL AND s.rate_jobs IS NULL) AS locked,
+           coalesce(t.version = v.version, n.kind IS NOT NULL) AS fresh,
+           CASE WHEN s.rate_jobs IS NOT NULL AND t.kind IS NOT NULL THEN
+               least(s.rate_jobs::float8,
+                     coalesce(t.tokens, s.rate_jobs) + s.rate_jobs / s.rate_seconds
+                     * extract(epoch FROM t.clock - coalesce(t.refilled_at, t.clock)))
+           END AS tokens
+    FROM scopes s
+    LEFT JOIN running r ON r.kind = s.kind AND r.name = s.name
+    LEFT JOIN states t ON t.kind = s.kind AND t.name = s.name
+    LEFT JOIN seen v ON v.kind = s.kind AND v.name = s.name
+    LEFT JOIN new_states n ON n.kind = s.kind AND n.name = s.name
 ),
 limits AS MATERIALIZED (
-    SELECT coalesce(c.kind, r.kind) AS kind,
-           coalesce(c.name, r.name) AS name,
-           least(coalesce(c.capacity, %(limit)s),
-                 CASE WHEN r.kind IS NULL THEN %(limit)s
-                      WHEN b.kind IS NULL THEN 0
-                      ELSE floor(b.tokens)::int END) AS capacity,
-           coalesce(c.limited, false) OR r.kind IS NOT NULL AS limited,
-           coalesce(c.locked_out, false) OR (r.kind IS NOT NULL AND b.kind IS NULL)
+    SELECT m.kind, m.name, m.tokens, m.clock,
+           m.concurrency IS NOT NULL OR m.rate_jobs IS NOT NULL AS limited,
+           CASE WHEN m.paused THEN 0
+                ELSE least(
+                    %(limit)s,
+                    CASE WHEN m.concurrency IS NULL THEN %(limit)s
+                         WHEN m.running >= m.concurrency OR NOT (m.locked AND m.fresh) THEN 0
+                         ELSE m.concurrency - m.running END,
+                    CASE WHEN m.rate_jobs IS NULL THEN %(limit)s
+                         WHEN NOT m.locked THEN 0
+                         ELSE floor(m.tokens)::int END)
+           END AS capacity,
+           NOT m.paused
+               AND (m.rate_jobs IS NOT NULL AND NOT m.locked
+                    OR m.running < m.concurrency AND NOT (m.locked AND m.fresh))
                AS locked_out,
-           CASE WHEN b.tokens < 1 THEN (1 - b.tokens) * b.seconds / b.jobs END AS retry_in
-    FROM concurrency c
-    FULL JOIN rated r ON r.kind = c.kind AND r.name = c.name
-    LEFT JOIN buckets b ON b.kind = r.kind AND b.name = r.name
+           CASE WHEN m.tokens < 1 THEN (1 - m.tokens) * m.rate_seconds / m.rate_jobs END
+               AS retry_in
+    FROM measured m
 ),
 queue_caps AS (
     SELECT w.queue, coalesce(l.capacity, %(limit)s) AS cap
@@ -375,16 +420,18 @@ held AS (
     RETURNING id
 ),
 spent AS (
-    UPDATE pgjobs_rate_buckets b
-    SET tokens = k.tokens - u.used, refilled_at = k.refilled_at
-    FROM buckets k
+    UPDATE pgjobs_limit_states l
+    SET tokens = k.tokens - u.used,
+        refilled_at = CASE WHEN k.tokens IS NOT NULL THEN k.clock END,
+        last_claim_at = now()
+    FROM limits k
     JOIN (
         SELECT 'task' AS kind, task AS name, count(*) AS used FROM claimed GROUP BY task
         UNION ALL
         SELECT 'queue', queue, count(*) FROM claimed GROUP BY queue
     ) u ON u.kind = k.kind AND u.name = k.name
-    WHERE b.kind = k.kind AND b.name = k.name
-    RETURNING b.name
+    WHERE l.kind = k.kind AND l.name = k.name
+    RETURNING l.name
 )"""
 
 # The claimed jobs in JOB_COLUMNS, then (with ``archived``) one row per archived job, id only,
@@ -432,7 +479,8 @@ WHERE EXISTS (
 #: range per queue (LATERAL), so the claim stays flat however large the backlog. A queue that is
 #: paused or limited (pgjobs_queues) is left out before any of its rows is read or locked: one
 #: primary-key probe per queue, in the same statement, so a pause holds from the next claim on.
-#: Jobs held back for a task's limit (limit_key set) are not in these ranges.
+#: Jobs held back for a task's limit (limit_key set) are not in these ranges, and the jobs of
+#: ``limit_tasks`` (the tasks the worker limits) are passed by: only JOB_CLAIM_LIMITED takes them.
 #: Returns the claimed jobs (JOB_COLUMNS), then, only when some of the queues are limited, a
 #: status row (id NULL, payload ``{"queue_limits": true}``): the worker claims with
 #: JOB_CLAIM_LIMITED from then on.
@@ -752,7 +800,7 @@ LEFT JOIN pgjobs_queues p ON p.name = %(name)s
 
 #: Set queue ``name``'s concurrency limit (when ``set_concurrency``) and rate (when
 #: ``set_rate``) to the values given, NULL removing one; the other setting stays as it was. A
-#: new or changed rate starts the queue's token bucket full; a rate removed drops it.
+#: new or changed rate starts the queue's token bucket full (pgjobs_limit_states).
 #: Wakes the idle workers of the queue (a limit raised lets them claim more). Rows: (whether a
 #: setting changed).
 QUEUE_LIMIT = f"""
@@ -770,20 +818,14 @@ limited AS (
         updated_at = now()
     RETURNING concurrency, rate_jobs, rate_seconds
 ),
-refilled AS (
-    INSERT INTO pgjobs_rate_buckets (kind, name, tokens, refilled_at)
-    SELECT 'queue', %(name)s, l.rate_jobs, clock_timestamp()
+state AS (
+    INSERT INTO pgjobs_limit_states (kind, name, tokens, refilled_at)
+    SELECT 'queue', %(name)s, l.rate_jobs, CASE WHEN l.rate_jobs IS NOT NULL THEN clock_timestamp() END
     FROM limited l
     LEFT JOIN before b ON true
-    WHERE l.rate_jobs IS NOT NULL
-      AND (l.rate_jobs, l.rate_seconds) IS DISTINCT FROM (b.rate_jobs, b.rate_seconds)
+    WHERE (l.rate_jobs, l.rate_seconds) IS DISTINCT FROM (b.rate_jobs, b.rate_seconds)
     ON CONFLICT (kind, name) DO UPDATE
     SET tokens = excluded.tokens, refilled_at = excluded.refilled_at
-),
-dropped AS (
-    DELETE FROM pgjobs_rate_buckets b
-    USING limited l
-    WHERE b.kind = 'queue' AND b.name = %(name)s AND l.rate_jobs IS NULL
 )
 SELECT (l.concurrency, l.rate_jobs, l.rate_seconds)
        IS DISTINCT FROM (b.concurrency, b.rate_jobs, b.rate_seconds)
@@ -1705,10 +1747,10 @@ TESTING_CREATE_DATABASE = "CREATE DATABASE {database}"
 TESTING_DROP_DATABASE = "DROP DATABASE IF EXISTS {database} WITH (FORCE)"
 
 #: Empty pgjobs' tables between two tests: jobs, workers, queue settings (a pause or a limit
-#: left by one test would hold the next one's jobs back) and rate buckets.
+#: left by one test would hold the next one's jobs back) and the limits' states.
 TESTING_EMPTY_TABLES = (
     "TRUNCATE queued_jobs, archived_jobs, dead_letter, pgjobs_workers, pgjobs_queues, "
-    "pgjobs_rate_buckets RESTART IDENTITY"
+    "pgjobs_limit_states RESTART IDENTITY"
 )
 
 #: Every job in queued_jobs (ready, scheduled or running), oldest first, as models.Job.

@@ -280,19 +280,25 @@ pgjobs_queues = Table(
     ),
 )
 
-# The token buckets of rate limits (a task's ``rate``, a queue's ``rate_jobs``/``rate_seconds``),
-# one row per limited task or queue, created by the first claim that needs it. A claim locks the
-# row (FOR UPDATE SKIP LOCKED, in pgjobs_limit_capacity), refills it for the time passed, and
-# takes one token per job it starts, all in its own statement. Migration 0009.
-pgjobs_rate_buckets = Table(
-    "pgjobs_rate_buckets",
+# The state of each concurrency limit and rate (a task's, declared in code; a queue's, in
+# pgjobs_queues), one row per limited task or queue, created by the first claim that needs it.
+# A claim that may take jobs under a limit locks its row (FOR UPDATE SKIP LOCKED), and a claim
+# that takes jobs writes it. That makes the count of running jobs safe without a lock held across
+# statements: the claim counts them in its own snapshot, and trusts the count only when the row
+# it locked is the version its snapshot sees (no claim under the limit committed since).
+# Migration 0009.
+pgjobs_limit_states = Table(
+    "pgjobs_limit_states",
     metadata,
     # 'task' or 'queue', and the task's or queue's name.
     Column("kind", Text, primary_key=True),
     Column("name", Text, primary_key=True),
-    # Tokens left at refilled_at (fractional: the bucket refills continuously).
-    Column("tokens", Float, nullable=False),
-    Column("refilled_at", DateTime(timezone=True), nullable=False),
+    # A rate's token bucket: tokens left at refilled_at (fractional: it refills continuously).
+    # NULL without a rate.
+    Column("tokens", Float),
+    Column("refilled_at", DateTime(timezone=True)),
+    # When a claim last started jobs under the limit.
+    Column("last_claim_at", DateTime(timezone=True)),
     CheckConstraint("kind IN ('task', 'queue')", name="kind"),
 )
 

@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pgjobs import db, external, migrate, queries, tracing
-from pgjobs.completer import Claimed, ClaimParams, ClaimStatus, Completer
+from pgjobs.completer import LOCKED_OUT_RETRY, Claimed, ClaimParams, ClaimStatus, Completer
 from pgjobs.context import HandlerExit, JobContext, call_async, call_sync
 from pgjobs.dsn import Dsn
 from pgjobs.errors import (
@@ -66,9 +66,6 @@ RECONNECT_DELAYS = (0.5, 1.0, 2.0, 5.0, 10.0)
 #: Seconds without a turn of the claim loop (or with one round trip in flight) after which
 #: `--http`'s /healthz answers 503.
 STUCK_AFTER = 60.0
-#: Seconds before a claim tries again a limit that another worker's claim held (its lock or its
-#: rate bucket), and the shortest wait for a rate's next token.
-LOCKED_OUT_RETRY = 0.02
 #: Seconds an async handler cancelled at its timeout (or by `pgjobs cancel --force`) may take to
 #: unwind (its ``finally`` blocks) before its slot is given back anyway.
 STOP_GRACE = 5.0
@@ -187,7 +184,8 @@ class Worker:
         self.queues = list(dict.fromkeys(queues))
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._completer = Completer(
-            ClaimParams.for_tasks(self.id, self.queues, self.tasks.values())
+            ClaimParams.for_tasks(self.id, self.queues, self.tasks.values()),
+            recheck=self.config.poll_interval,
         )
         self._running: dict[int, tuple[JobContext, asyncio.Future[Any] | Future[Any]]] = {}
         # The timeout of each running job that has one (its task's), by job id.
@@ -555,8 +553,10 @@ class Worker:
         concurrency limit or a rate, jobs other workers run."""
         _, jobs, scheduled, next_due, paused, running, limited = left
         if jobs > scheduled + paused + running + limited:
-            # A job fell due since the last claim: claim it now, there is nothing to say.
+            # A job fell due since the last claim (or a limited task's job waits in its queue's
+            # range, which only a claim under limits takes): claim now, there is nothing to say.
             self._woken = True
+            self._completer.limits_due()
             self._changed.set()
             return
         waiting = (scheduled, next_due, paused, limited)
@@ -811,10 +811,12 @@ class Worker:
             return  # already given back (shutdown, or a stopped run that ended late)
         del self._running[job.id]
         self._changed.set()
-        if self._completer.limited:
+        if task.limited or self._completer.limited:
             # Its slot under a limit is free again: claim with the trip that settles it,
             # rather than at the next poll (the claim itself tells whether the limit allows).
             self._woken = True
+            if task.limited:
+                self._completer.limits_due()
         deadline = self._deadlines.pop(job.id, None)
         if deadline is not None:
             deadline.cancel()
@@ -982,6 +984,7 @@ class Worker:
                     attempt = 0
                     if payload in queues:
                         self._woken = True
+                        self._completer.limits_due()  # the new jobs may be limited ones
                         self._changed.set()
                     elif payload.startswith(queries.CANCEL_NOTICE):
                         self._cancel_requested(payload)

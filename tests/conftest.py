@@ -108,7 +108,7 @@ def dsn(database: Dsn) -> Dsn:
     with psycopg.connect(database.url, autocommit=True) as conn:
         conn.execute(
             "TRUNCATE queued_jobs, archived_jobs, dead_letter, pgjobs_workers, pgjobs_queues, "
-            "pgjobs_schedules, pgjobs_rate_buckets RESTART IDENTITY"
+            "pgjobs_schedules, pgjobs_limit_states RESTART IDENTITY"
         )
     return database
 

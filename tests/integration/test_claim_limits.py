@@ -24,9 +24,6 @@ from tests.helpers import assert_one_home, scalar
 from tests.integration.factories import claim, claim_limited, run_service, settle
 from tests.integration.test_hot_path import trip
 
-#: The advisory lock class of pgjobs' limits (migration 0009).
-LIMIT_LOCK_CLASS = 710_687_343
-
 
 def task(name: str, **options: Any) -> Task:
     return make_task(
@@ -49,7 +46,7 @@ FAST = task("t.fast")
 def no_queue_settings(dsn: Dsn) -> Iterator[None]:
     yield
     with psycopg.connect(dsn.url, autocommit=True) as conn:
-        conn.execute("TRUNCATE pgjobs_queues, pgjobs_rate_buckets")
+        conn.execute("TRUNCATE pgjobs_queues, pgjobs_limit_states")
 
 
 def enqueue(app: Any, task_name: str, n: int, queue: str = "default") -> list[int]:
@@ -158,10 +155,10 @@ def test_a_limit_another_claim_holds_is_skipped_not_waited_for(make_app, conn, d
     app = make_app(check_task_names=False)
     enqueue(app, "t.slow", 2)
     enqueue(app, "t.fast", 2)
+    claim_limited(conn, [SLOW], limit=0)  # the limit's state exists from the first claim on
     with psycopg.connect(dsn.url) as other:  # a claim of another worker, in its transaction
         other.execute(
-            "SELECT pg_advisory_xact_lock(%s, hashtext('task' || chr(31) || 't.slow'))",
-            [LIMIT_LOCK_CLASS],
+            "SELECT 1 FROM pgjobs_limit_states WHERE kind = 'task' AND name = 't.slow' FOR UPDATE"
         )
         jobs, status = claim_limited(conn, [SLOW, FAST], limit=10)
         assert tasks_of(jobs) == {"t.fast": 2}
@@ -169,6 +166,20 @@ def test_a_limit_another_claim_holds_is_skipped_not_waited_for(make_app, conn, d
         other.rollback()
     jobs, status = claim_limited(conn, [SLOW, FAST], limit=10)
     assert tasks_of(jobs) == {"t.slow": 2} and not status.locked_out
+
+
+def test_a_claim_that_started_jobs_under_a_limit_records_it(make_app, conn):
+    app = make_app(check_task_names=False)
+    enqueue(app, "t.slow", 2)
+    claim_limited(conn, [SLOW], limit=0)  # creates the state
+    state = "SELECT last_claim_at FROM pgjobs_limit_states WHERE kind = 'task' AND name = 't.slow'"
+    assert scalar(conn, state) is None
+    assert len(claim_limited(conn, [SLOW], limit=10)[0]) == 2
+    stamp = scalar(
+        conn,
+        "SELECT last_claim_at FROM pgjobs_limit_states WHERE kind = 'task' AND name = 't.slow'",
+    )
+    assert stamp is not None
 
 
 def test_a_rate_lets_a_bucketful_start_then_says_when_the_next_token_comes(make_app, conn):
@@ -186,7 +197,7 @@ def test_a_rate_lets_a_bucketful_start_then_says_when_the_next_token_comes(make_
     # An empty bucket refills at 5 a minute: the next token in about 12 seconds.
     assert status2.retry_in is not None and 11 < status2.retry_in <= 12
     assert held(conn, "t.rated") == 3  # held back, ready
-    tokens = scalar(conn, "SELECT tokens FROM pgjobs_rate_buckets WHERE name = 't.rated'")
+    tokens = scalar(conn, "SELECT tokens FROM pgjobs_limit_states WHERE name = 't.rated'")
     assert 0 <= tokens < 0.1
 
 
@@ -197,7 +208,7 @@ def test_a_rate_counts_only_the_jobs_started(make_app, conn):
     claim_limited(conn, [rated], limit=10)  # creates the bucket
     jobs, _ = claim_limited(conn, [rated], limit=10)
     assert len(jobs) == 2
-    tokens = scalar(conn, "SELECT tokens FROM pgjobs_rate_buckets WHERE name = 't.rated'")
+    tokens = scalar(conn, "SELECT tokens FROM pgjobs_limit_states WHERE name = 't.rated'")
     assert 7.99 < tokens <= 8.01
 
 
@@ -248,17 +259,19 @@ def test_changing_a_queue_rate_starts_a_new_bucket(make_app, conn, dsn):
     enqueue(app, "t.fast", 5, queue="metered")
     queues.limit(dsn, "metered", rate="1/h")
     assert len(claim_limited(conn, [], queues=["metered"], limit=10)[0]) == 1
-    assert scalar(conn, "SELECT count(*) FROM pgjobs_rate_buckets") == 1
+    assert scalar(conn, "SELECT count(*) FROM pgjobs_limit_states") == 1
     change = queues.limit(dsn, "metered", rate="3/h")
     assert change.changed and (change.queue.rate_jobs, change.queue.rate_seconds) == (3, 3600.0)
-    assert scalar(conn, "SELECT tokens FROM pgjobs_rate_buckets") == 3  # full again
+    assert scalar(conn, "SELECT tokens FROM pgjobs_limit_states") == 3  # full again
     assert len(claim_limited(conn, [], queues=["metered"], limit=10)[0]) == 3
     # The same settings again change nothing (the bucket is not refilled).
     assert not queues.limit(dsn, "metered", rate="3/h").changed
     assert claim_limited(conn, [], queues=["metered"], limit=10)[0] == []
-    # Removing the rate drops the bucket.
+    # Removing the rate empties the bucket (the state stays, without tokens), and the queue is
+    # claimed as any other again.
     assert queues.limit(dsn, "metered", rate=None).changed
-    assert scalar(conn, "SELECT count(*) FROM pgjobs_rate_buckets") == 0
+    assert scalar(conn, "SELECT tokens FROM pgjobs_limit_states") is None
+    assert len(claim(conn, queues=["metered"], limit=10)) == 1
 
 
 def test_held_back_jobs_of_a_task_no_longer_limited_go_back_to_their_queue(make_app, conn, dsn):

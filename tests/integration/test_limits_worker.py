@@ -26,7 +26,7 @@ from tests.integration.factories import claim_limited, work
 def no_queue_settings(dsn: Dsn) -> Iterator[None]:
     yield
     with psycopg.connect(dsn.url, autocommit=True) as conn:
-        conn.execute("TRUNCATE pgjobs_queues, pgjobs_rate_buckets")
+        conn.execute("TRUNCATE pgjobs_queues, pgjobs_limit_states")
 
 
 class Overlap:

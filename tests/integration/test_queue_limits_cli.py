@@ -21,7 +21,7 @@ pytestmark = pytest.mark.usefixtures("no_dsn_in_env")
 def no_queue_settings(dsn: Dsn) -> Iterator[None]:
     yield
     with psycopg.connect(dsn.url, autocommit=True) as conn:
-        conn.execute("TRUNCATE pgjobs_queues, pgjobs_rate_buckets")
+        conn.execute("TRUNCATE pgjobs_queues, pgjobs_limit_states")
 
 
 def test_cli_limit_list_stats_and_lift(capsys, dsn, make_app):
@@ -132,3 +132,11 @@ def test_a_tasks_limits_are_kept_on_the_task():
     assert str(sync.rate) == "100/m"
     remote = app.external_task("crm.push", url="https://crm.invalid/jobs", rate="2/s")
     assert remote.rate == Rate(2, 1.0) and remote.concurrency is None
+
+
+def test_app_limit_queue(make_app, dsn):
+    app = make_app()
+    change = app.limit_queue("emails", concurrency=4)
+    assert change.changed and change.queue.concurrency == 4
+    assert app.limit_queue("emails", rate="1/s").queue.concurrency == 4  # kept
+    assert queues.queue(dsn, "emails").rate_jobs == 1

@@ -125,6 +125,7 @@ def _environment() -> jinja2.Environment:
         age=text.age,
         number=text.number,
         rate=text.rate,
+        queue_limits=text.queue_limits,
         estimate=text.estimate,
         urlpart=lambda value: quote(str(value), safe=""),
     )

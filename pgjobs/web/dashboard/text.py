@@ -14,6 +14,9 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
+from pgjobs.models import QueueState
+from pgjobs.tasks import Rate
+
 # C0 controls, DEL, C1 controls, line and paragraph separators, bidirectional overrides and
 # isolates, and lone surrogates: characters that act rather than show.
 _OTHERS = r"\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff"
@@ -100,6 +103,16 @@ def number(value: int | float | None) -> str:
 def rate(value: float | None) -> str:
     """A share 0..1 as a percentage: ``rate(0.125) == "12.5%"``; "-" for None."""
     return "-" if value is None else f"{value * 100:.1f}%"
+
+
+def queue_limits(state: QueueState) -> str:
+    """A queue's limits in words: "at most 10 running, 100/s starts", or "" without any."""
+    parts = []
+    if state.concurrency is not None:
+        parts.append(f"at most {state.concurrency} running")
+    if state.rate_jobs is not None and state.rate_seconds is not None:
+        parts.append(f"{Rate(state.rate_jobs, state.rate_seconds)} starts")
+    return ", ".join(parts)
 
 
 def estimate(value: int | None) -> str:

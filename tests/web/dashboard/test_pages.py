@@ -405,6 +405,11 @@ def test_the_overview_and_queue_pages_show_what_the_tables_hold(
     state = queues.queue(conn, "reports")
     assert state.paused and state.pause_reason == "deploy"
     assert state.paused_by == "dashboard (testclient)"
+    # A limited queue says so on its page.
+    assert 'id="limits"' not in signed_in.get("/queues/reports").text
+    queues.limit(conn, "reports", concurrency=3, rate="5/10s")
+    limited = signed_in.get("/queues/reports").text
+    assert 'id="limits"' in limited and "at most 3 running, 5/10s starts" in limited
 
 
 def test_insecure_no_auth_shows_everything_but_still_checks_csrf(
