@@ -610,10 +610,16 @@ class Completer:
     def _claim_under_limits(self, limit: int) -> bool:
         return limit > 0 and (self._queue_limits or time.monotonic() >= self._limits_due)
 
-    def _learn(self, status: ClaimStatus | None, under_limits: bool) -> None:
-        """What a claim said of the limits: which claim comes next, and when."""
+    def _learn(self, status: ClaimStatus | None, under_limits: bool, *, short: bool) -> None:
+        """What a claim said of the limits: which claim comes next, and when. A plain claim
+        that came back short may have met jobs of limited tasks, which it leaves where they are:
+        the next claim is one under limits (it takes them or holds them back)."""
         self._queue_limits = status is not None and status.queue_limits
-        if not under_limits or not self.claim.limit_tasks:
+        if not self.claim.limit_tasks:
+            return
+        if not under_limits:
+            if short:
+                self._limits_due = 0.0
             return
         now = time.monotonic()
         due = now + self._recheck  # other workers free slots and refill buckets meanwhile
@@ -751,7 +757,7 @@ class Completer:
                 context.lease_lost = True
                 log.warning("job %d: lease extension refused, the lease was already lost", job_id)
         if limit > 0:  # every claim says whether some queues are limited (JOB_CLAIM: if so)
-            self._learn(done.status, under_limits)
+            self._learn(done.status, under_limits, short=len(done.claimed) < limit)
         return Claimed(done.claimed, done.status)
 
     def _report_stale(self, settle: SettleParams | None, settled: set[int]) -> None:

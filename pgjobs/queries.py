@@ -242,10 +242,9 @@ WHERE id = ANY(ARRAY(
     SELECT c.id
     FROM unnest(%(queues)s::text[]) AS w(queue)
     CROSS JOIN LATERAL (
-        SELECT id, priority, run_at
+        SELECT id, priority, run_at, task
         {_READY_IN_QUEUE}
           AND limit_key IS NULL
-          AND task <> ALL(%(limit_tasks)s::text[])
           AND NOT EXISTS (
               SELECT 1 FROM pgjobs_queues p WHERE p.name = w.queue AND {_QUEUE_RESTRICTED}
           )
@@ -253,6 +252,9 @@ WHERE id = ANY(ARRAY(
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
     ) c
+    -- Outside the scan, not in it: with a condition on task in the scan, the planner's
+    -- estimate of a generic plan (a queue of one or two tasks) makes it sort the whole queue.
+    WHERE c.task <> ALL(%(limit_tasks)s::text[])
     ORDER BY c.priority DESC, c.run_at, c.id
     LIMIT %(limit)s
 ))
@@ -480,7 +482,9 @@ WHERE EXISTS (
 #: paused or limited (pgjobs_queues) is left out before any of its rows is read or locked: one
 #: primary-key probe per queue, in the same statement, so a pause holds from the next claim on.
 #: Jobs held back for a task's limit (limit_key set) are not in these ranges, and the jobs of
-#: ``limit_tasks`` (the tasks the worker limits) are passed by: only JOB_CLAIM_LIMITED takes them.
+#: ``limit_tasks`` (the tasks the worker limits) are left where they are: only JOB_CLAIM_LIMITED
+#: takes them (a claim that comes back short because of them is followed by one under limits,
+#: which holds them back out of the way).
 #: Returns the claimed jobs (JOB_COLUMNS), then, only when some of the queues are limited, a
 #: status row (id NULL, payload ``{"queue_limits": true}``): the worker claims with
 #: JOB_CLAIM_LIMITED from then on.

@@ -5,11 +5,13 @@ results; and ``Completer.trip``, which interprets what was applied."""
 from __future__ import annotations
 
 import asyncio
+import re
+from typing import Any
 
 import psycopg
 import pytest
 
-from pgjobs import db
+from pgjobs import db, queries
 from pgjobs.completer import (
     ClaimParams,
     Completer,
@@ -21,6 +23,7 @@ from pgjobs.completer import (
 from pgjobs.context import JobContext
 from pgjobs.dsn import Dsn
 from pgjobs.errors import PgjobsError
+from pgjobs.tasks import make_task
 from tests.helpers import assert_one_home
 from tests.integration.factories import claim, row
 
@@ -151,6 +154,73 @@ def test_worker_connections_plan_their_statements_once(dsn):
             await plain.close()
 
     assert asyncio.run(setting()) == "force_generic_plan"
+
+
+def generic_plan(conn: psycopg.Connection[Any], sql: str, params: dict[str, Any]) -> str:
+    """The plan a worker connection keeps for ``sql`` (plan_cache_mode = force_generic_plan),
+    executed with ``params``: the statement is prepared with numbered parameters, as psycopg
+    prepares it, and EXPLAIN ANALYZE runs it in a transaction rolled back."""
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    numbered = re.sub(r"%\((\w+)\)s", number, sql).replace("%%", "%")
+    conn.execute("SET plan_cache_mode = force_generic_plan")
+    conn.execute(f"PREPARE plan_under_test AS {numbered}")
+    try:
+        # Values inlined by the client: EXECUTE's own parameters would need their types.
+        with conn.transaction(force_rollback=True), psycopg.ClientCursor(conn) as cursor:
+            rows = cursor.execute(
+                f"EXPLAIN ANALYZE EXECUTE plan_under_test({', '.join(['%s'] * len(names))})",
+                [params[name] for name in names],
+            ).fetchall()
+    finally:
+        conn.execute("DEALLOCATE plan_under_test")
+        conn.execute("RESET plan_cache_mode")
+    return "\n".join(row[0] for row in rows)
+
+
+@pytest.mark.parametrize("limited", [False, True])
+def test_the_claims_generic_plans_read_an_index_range_never_the_whole_queue(conn, limited):
+    # A queue of one task, beside which the worker declares a limited one: the planner's
+    # estimates for a generic plan once turned a condition on the task into a sort of the whole
+    # queue (10 ms a claim at 30,000 jobs).
+    conn.execute(
+        "INSERT INTO queued_jobs (queue, task) SELECT 'default', 't.work' "
+        "FROM generate_series(1, 20000)"
+    )
+    conn.execute("VACUUM ANALYZE queued_jobs")
+    tasks = [
+        make_task(
+            lambda: None,
+            name="t.work",
+            queue="default",
+            max_attempts=3,
+            retry_base=1.0,
+            retry_cap=10.0,
+            lease=60.0,
+        ),
+        make_task(
+            lambda: None,
+            name="t.limited",
+            queue="default",
+            max_attempts=3,
+            retry_base=1.0,
+            retry_cap=10.0,
+            lease=60.0,
+            concurrency=2,
+            rate="10/s",
+        ),
+    ]
+    params = ClaimParams.for_tasks(OWNER, ["default"], tasks).bind(32, limited=limited)
+    params.update(ok_ids="{}", ok_attempts="{}", ok_results=None)
+    statement = queries.JOB_SUCCEED_AND_CLAIM_LIMITED if limited else queries.JOB_SUCCEED_AND_CLAIM
+    plan = generic_plan(conn, statement, params)
+    assert "Seq Scan on queued_jobs" not in plan, plan
+    assert "Index Scan using ix_queued_jobs_claim on queued_jobs" in plan, plan
 
 
 def test_the_completer_applies_what_holds_and_marks_a_lost_lease(dsn, conn, enqueue):
