@@ -78,6 +78,8 @@ class ClaimParams:
     limit_concurrency: list[int | None] = field(default_factory=list)
     limit_rate_jobs: list[int | None] = field(default_factory=list)
     limit_rate_seconds: list[float | None] = field(default_factory=list)
+    # The parameters but ``limit``, rendered by the first ``bind``.
+    _fixed: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def for_tasks(cls, owner: str, queues: Sequence[str], tasks: Iterable[Task]) -> ClaimParams:
@@ -98,23 +100,30 @@ class ClaimParams:
 
     def bind(self, limit: int, *, limited: bool = False) -> dict[str, Any]:
         """The statement's parameters, claiming at most ``limit`` jobs: ``JOB_CLAIM``'s, or with
-        ``limited`` ``JOB_CLAIM_LIMITED``'s."""
-        params = {
-            "owner": self.owner,
-            "queues": self.queues,
+        ``limited`` ``JOB_CLAIM_LIMITED``'s. The arrays go as array literals (the statement casts
+        them), rendered once: they are the same at every trip."""
+        fixed = self._fixed
+        if fixed is None:
+            fixed = {
+                "owner": self.owner,
+                "queues": _text_array(self.queues),
+                "lease": self.lease,
+                "lease_tasks": _text_array(self.lease_tasks),
+                "lease_seconds": _float_array(self.lease_seconds),
+                "at_most_once_tasks": _text_array(self.at_most_once_tasks),
+                # JOB_CLAIM leaves these tasks' jobs; JOB_CLAIM_LIMITED takes them under limits.
+                "limit_tasks": _text_array(self.limit_tasks),
+            }
+            object.__setattr__(self, "_fixed", fixed)
+        if not limited:
+            return {**fixed, "limit": limit}
+        return {
+            **fixed,
             "limit": limit,
-            "lease": self.lease,
-            "lease_tasks": self.lease_tasks,
-            "lease_seconds": self.lease_seconds,
-            "at_most_once_tasks": self.at_most_once_tasks,
-            # JOB_CLAIM passes these tasks' jobs by; JOB_CLAIM_LIMITED takes them under limits.
-            "limit_tasks": self.limit_tasks,
+            "limit_concurrency": _float_array(self.limit_concurrency),
+            "limit_rate_jobs": _float_array(self.limit_rate_jobs),
+            "limit_rate_seconds": _float_array(self.limit_rate_seconds),
         }
-        if limited:
-            params["limit_concurrency"] = self.limit_concurrency
-            params["limit_rate_jobs"] = self.limit_rate_jobs
-            params["limit_rate_seconds"] = self.limit_rate_seconds
-        return params
 
 
 class ClaimStatus(NamedTuple):
@@ -564,6 +573,19 @@ def _int_array(values: list[int]) -> str:
     to choose the array type (~50 µs for two lists of 32 ints), which the worker's busiest
     statement does not need: its SQL casts the text to the array type."""
     return "{" + ",".join(map(str, values)) + "}"
+
+
+def _float_array(values: Sequence[float | None]) -> str:
+    """``values`` as a PostgreSQL array literal (``repr`` is what float8 and int read back
+    exactly); None is NULL."""
+    return "{" + ",".join("NULL" if v is None else repr(v) for v in values) + "}"
+
+
+def _text_array(values: list[str]) -> str:
+    """``values`` as a PostgreSQL array literal: every element quoted, ``"`` and ``\\``
+    escaped, so that commas, braces, spaces and the word NULL stay text."""
+    quoted = ('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values)
+    return "{" + ",".join(quoted) + "}"
 
 
 class Claimed(NamedTuple):

@@ -24,7 +24,7 @@ from pgjobs.context import JobContext
 from pgjobs.dsn import Dsn
 from pgjobs.errors import PgjobsError
 from pgjobs.tasks import make_task
-from tests.helpers import assert_one_home
+from tests.helpers import assert_one_home, scalar
 from tests.integration.factories import claim, row
 
 OWNER = "worker-a"
@@ -258,3 +258,42 @@ def test_the_completer_keeps_everything_when_the_connection_is_lost(dsn, conn, e
     assert len(completer.outcomes) == 1 and completer.extensions_pending
     assert completer_trip(dsn, completer, limit=0) == []
     assert row(conn, "archived_jobs", job.id) is not None
+
+
+def test_names_reach_the_claim_intact_whatever_characters_they_hold(dsn, conn, make_app):
+    # The claim's arrays are sent as array literals: quoting must keep each name one element.
+    app = make_app(check_task_names=False)
+    names = ["a,b", 'say "hi"', "back\\slash", "NULL", " {braces} ", "l'été"]
+    ids = [app.enqueue(name, {}, queue=name) for name in names]
+    app.enqueue("other", {}, queue="a")  # a queue the claim does not name
+    params = ClaimParams(
+        OWNER,
+        names,
+        lease=300.0,
+        lease_tasks=names[:1],
+        lease_seconds=[77.5],
+        at_most_once_tasks=names[1:2],
+    )
+
+    async def once() -> TripResult:
+        aconn = await db.connect_async(dsn, generic_plans=True)
+        try:
+            return await settle_and_claim(aconn, None, None, params, 10)
+        finally:
+            await aconn.close()
+
+    claimed = asyncio.run(once()).claimed
+
+    assert sorted(job.id for job in claimed) == sorted(ids)
+    leases = {
+        name: scalar(
+            conn,
+            "SELECT extract(epoch FROM lease_expires_at - started_at) FROM queued_jobs "
+            "WHERE id = %s",
+            [job_id],
+        )
+        for name, job_id in zip(names, ids, strict=True)
+    }
+    assert float(leases[names[0]]) == 77.5 and float(leases[names[2]]) == 300.0
+    once_only = conn.execute("SELECT task FROM queued_jobs WHERE at_most_once").fetchall()
+    assert once_only == [(names[1],)]
