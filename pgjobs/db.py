@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import select
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 import psycopg.errors
+import psycopg.types.json
 import psycopg_pool
 
 from pgjobs import queries
@@ -71,13 +73,25 @@ async def connect_async(dsn: Dsn, *, generic_plans: bool = False) -> psycopg.Asy
     ``generic_plans`` is for connections that run the same prepared statements many times a
     second (the worker's claim connections): PostgreSQL would otherwise plan the claim anew at
     every execution, which costs more server CPU than running it (~1 ms against ~0.3 ms for a
-    batch of 32), for the same plan.
+    batch of 32), for the same plan. Their json and jsonb values (every claimed job's payload)
+    are decoded by ``_json_loads``.
     """
     with translate_errors(dsn, connecting=True):
         conn = await psycopg.AsyncConnection.connect(dsn.url, **_connect_kwargs(dsn))
         if generic_plans:
             await conn.execute(queries.SESSION_GENERIC_PLANS)
+            psycopg.types.json.set_json_loads(_json_loads, conn)
         return conn
+
+
+_json_decode = json.JSONDecoder().decode
+
+
+def _json_loads(data: str | bytes) -> Any:
+    """``json.loads`` for the UTF-8 text PostgreSQL sends (psycopg passes bytes): the same
+    values, in about half the time of ``json.loads(bytes)``, which sniffs the encoding first
+    (~1 µs a payload saved on this kind of machine)."""
+    return _json_decode(data if isinstance(data, str) else data.decode())
 
 
 #: Where an operation runs: a DSN (a connection is opened for it and closed) or a psycopg
