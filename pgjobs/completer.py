@@ -27,7 +27,7 @@ from typing import Any, NamedTuple, Protocol
 
 import psycopg
 
-from pgjobs import db, queries
+from pgjobs import db, hotpath, queries
 from pgjobs.context import JobContext
 from pgjobs.errors import (
     ConfigurationError,
@@ -551,14 +551,9 @@ async def _succeed_and_claim(
     params["ok_ids"] = _int_array(ok_ids)
     params["ok_attempts"] = _int_array(settle.ok_attempts if settle else [])
     # NULL when no handler returned a value: unnest pads it, and it costs nothing to send.
-    params["ok_results"] = results if any(r is not None for r in results) else None
-    statement = (
-        queries.JOB_SUCCEED_AND_CLAIM_LIMITED
-        if "limit_concurrency" in params
-        else queries.JOB_SUCCEED_AND_CLAIM
-    )
-    cursor = await conn.execute(statement, params, prepare=True)
-    rows = await cursor.fetchall()
+    params["ok_results"] = _text_array(results) if any(r is not None for r in results) else None
+    limited = "limit_concurrency" in params
+    rows = await hotpath.succeed_and_claim(conn, params, limited=limited)
     # The status row comes last, when there is one (its id is NULL).
     status = ClaimStatus.of(rows.pop()) if rows and rows[-1][0] is None else None
     if not ok_ids:
@@ -581,10 +576,13 @@ def _float_array(values: Sequence[float | None]) -> str:
     return "{" + ",".join("NULL" if v is None else repr(v) for v in values) + "}"
 
 
-def _text_array(values: list[str]) -> str:
+def _text_array(values: Sequence[str | None]) -> str:
     """``values`` as a PostgreSQL array literal: every element quoted, ``"`` and ``\\``
-    escaped, so that commas, braces, spaces and the word NULL stay text."""
-    quoted = ('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values)
+    escaped, so that commas, braces, spaces and the word NULL stay text; None is NULL."""
+    quoted = (
+        "NULL" if v is None else '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        for v in values
+    )
     return "{" + ",".join(quoted) + "}"
 
 

@@ -94,6 +94,16 @@ def _json_loads(data: str | bytes) -> Any:
     return _json_decode(data if isinstance(data, str) else data.decode())
 
 
+async def cancel_quietly(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Ask the server to cancel the statement ``conn`` runs (within ``CONNECT_TIMEOUT``
+    seconds); best effort: when that fails too, the statement runs to its end."""
+    with contextlib.suppress(psycopg.Error):
+        if hasattr(conn, "cancel_safe"):  # psycopg >= 3.2
+            await conn.cancel_safe(timeout=CONNECT_TIMEOUT)
+        else:  # blocking, as psycopg 3.1 cancels itself
+            conn.cancel()
+
+
 #: Where an operation runs: a DSN (a connection is opened for it and closed) or a psycopg
 #: connection of the caller (used as it is, in its transaction if one is open).
 Target = Dsn | psycopg.Connection[Any]

@@ -18,6 +18,7 @@ from pgjobs.completer import (
     ExtendParams,
     Outcomes,
     TripResult,
+    result_json,
     settle_and_claim,
 )
 from pgjobs.context import JobContext
@@ -297,3 +298,63 @@ def test_names_reach_the_claim_intact_whatever_characters_they_hold(dsn, conn, m
     assert float(leases[names[0]]) == 77.5 and float(leases[names[2]]) == 300.0
     once_only = conn.execute("SELECT task FROM queued_jobs WHERE at_most_once").fetchall()
     assert once_only == [(names[1],)]
+
+
+def test_the_hot_statement_is_prepared_once_per_connection(dsn, conn, enqueue):
+    enqueue(3)
+
+    async def twice() -> list[str]:
+        aconn = await db.connect_async(dsn, generic_plans=True)
+        try:
+            first = await settle_and_claim(aconn, None, None, CLAIM, 1)
+            outcomes = Outcomes(OWNER)
+            outcomes.succeed(first.claimed[0], None)
+            await settle_and_claim(aconn, outcomes.drain(), None, CLAIM, 1)
+            cur = await aconn.execute("SELECT name FROM pg_prepared_statements")
+            return [row[0] for row in await cur.fetchall()]
+        finally:
+            await aconn.close()
+
+    assert asyncio.run(twice()) == ["pgjobs_succeed_and_claim"]
+
+
+def test_a_trip_cancelled_while_it_waits_closes_its_connection(dsn, conn, enqueue):
+    # A success whose row another session holds locked: the trip waits for that lock.
+    enqueue(2)
+    [job] = claim(conn, owner=OWNER, limit=1)
+    outcomes = Outcomes(OWNER)
+    outcomes.succeed(job, None)
+
+    async def cancelled() -> bool:
+        aconn = await db.connect_async(dsn, generic_plans=True)
+        try:
+            trip = asyncio.ensure_future(settle_and_claim(aconn, outcomes.drain(), None, CLAIM, 1))
+            await asyncio.sleep(0.3)
+            assert not trip.done()
+            trip.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await trip
+            return aconn.closed
+        finally:
+            await aconn.close()
+
+    with conn.transaction():
+        conn.execute("SELECT 1 FROM queued_jobs WHERE id = %s FOR UPDATE", [job.id])
+        assert asyncio.run(cancelled())
+    # Nothing was applied; the next worker connection works as usual.
+    outcomes.succeed(job, None)
+    assert trip(dsn, outcomes, limit=0).settled == {job.id}
+
+
+def test_results_reach_the_archive_intact_whatever_characters_they_hold(dsn, conn, enqueue):
+    # Results go as an array literal too (quoted, escaped, None as NULL).
+    values = ['say "hi"', "back\\slash \\u00e9", "{a,b}", "NULL", None, ["x", {"y": 'z"'}], "été"]
+    enqueue(len(values))
+    jobs = claim(conn, owner=OWNER, limit=len(values))
+    outcomes = Outcomes(OWNER)
+    for job, value in zip(jobs, values, strict=True):
+        outcomes.succeed(job, result_json(value))
+
+    assert trip(dsn, outcomes, limit=0).settled == {job.id for job in jobs}
+    stored = [row(conn, "archived_jobs", job.id)["result"] for job in jobs]  # type: ignore[index]
+    assert stored == values

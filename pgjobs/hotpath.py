@@ -1,0 +1,188 @@
+"""The worker's busiest statement, ``queries.JOB_SUCCEED_AND_CLAIM`` (and its ``_LIMITED``
+form), on libpq's own calls.
+
+psycopg's async cursor spends ~80 µs of client CPU per execution more than this path does
+(at 32 jobs per trip, ~2.5 µs per job, ``python -m benchmarks.trips``: the cursor's machinery, a
+reader added and removed and a timer armed at every wait). Here the statement is prepared once
+per connection with untyped parameters, and every execution sends them as text (the statement
+casts each one) with ``PGconn.send_query_prepared``, waits for the socket on the running event
+loop, and loads the rows with the connection's own loaders (so its json loader too).
+
+The connection stays a psycopg ``AsyncConnection``, used by everything else as usual; this path
+takes its lock for the trip. An I/O failure or a cancellation in the middle of a trip leaves the
+protocol state unknown: the connection is then closed (``conn.closed``; after a cancellation,
+once the server was asked to cancel the statement), and the worker opens a new one, as after any
+lost connection. Errors are psycopg's, raised for the caller's ``db.translate_errors``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+import psycopg
+import psycopg.adapt
+import psycopg.errors
+from psycopg import pq
+
+from pgjobs import db, queries
+
+#: A parameter as this path sends it: as text, or NULL.
+Param = str | int | float | None
+
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+
+
+def positional(statement: str) -> tuple[bytes, tuple[str, ...]]:
+    """``statement`` with its ``%(name)s`` placeholders as ``$n`` (a name used twice is one
+    parameter), and the names in parameter order."""
+    if "%%" in statement:
+        raise ValueError("a literal % is not supported here")
+    order: dict[str, int] = {}
+
+    def number(match: re.Match[str]) -> str:
+        return f"${order.setdefault(match.group(1), len(order) + 1)}"
+
+    text = _PLACEHOLDER.sub(number, statement)
+    return text.encode(), tuple(order)
+
+
+class _Statement:
+    """A statement of this path: its name on the server, its text with ``$n``, its parameters'
+    names in order."""
+
+    __slots__ = ("name", "order", "text")
+
+    def __init__(self, name: bytes, statement: str) -> None:
+        self.name = name
+        self.text, self.order = positional(statement)
+
+
+_PLAIN = _Statement(b"pgjobs_succeed_and_claim", queries.JOB_SUCCEED_AND_CLAIM)
+_LIMITED = _Statement(b"pgjobs_succeed_and_claim_limited", queries.JOB_SUCCEED_AND_CLAIM_LIMITED)
+
+
+class _Session:
+    """What this path keeps per connection: the statements prepared on it, the loaders."""
+
+    __slots__ = ("prepared", "transformer")
+
+    def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        self.prepared: set[bytes] = set()
+        self.transformer = psycopg.adapt.Transformer(conn)
+
+
+_sessions: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], _Session] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def succeed_and_claim(
+    conn: psycopg.AsyncConnection[Any], params: Mapping[str, Param], *, limited: bool = False
+) -> list[tuple[Any, ...]]:
+    """Run ``JOB_SUCCEED_AND_CLAIM`` (``JOB_SUCCEED_AND_CLAIM_LIMITED`` with ``limited``) with
+    ``params`` (by name) on ``conn``; its rows."""
+    statement = _LIMITED if limited else _PLAIN
+    values = [_text(params[name]) for name in statement.order]
+    session = _sessions.get(conn)
+    if session is None:
+        session = _sessions[conn] = _Session(conn)
+    async with conn.lock:
+        pgconn = conn.pgconn
+        if statement.name not in session.prepared:
+            _check(
+                conn,
+                await _exchange(conn, pgconn.send_prepare, statement.name, statement.text),
+            )
+            session.prepared.add(statement.name)
+        result = _check(
+            conn, await _exchange(conn, pgconn.send_query_prepared, statement.name, values)
+        )
+    transformer = session.transformer
+    transformer.set_pgresult(result)
+    return transformer.load_rows(0, result.ntuples, tuple)
+
+
+def _text(value: Param) -> bytes | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return repr(value).encode()
+    raise TypeError(f"hotpath sends text, int, float or None, got {type(value).__name__}")
+
+
+def _check(conn: psycopg.AsyncConnection[Any], result: pq.abc.PGresult) -> pq.abc.PGresult:
+    if result.status == pq.ExecStatus.FATAL_ERROR:
+        raise psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
+    if result.status not in (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK):
+        raise psycopg.InterfaceError(
+            f"unexpected result status: {pq.ExecStatus(result.status).name}"
+        )
+    return result
+
+
+async def _exchange(conn: psycopg.AsyncConnection[Any], send: Any, *args: Any) -> pq.abc.PGresult:
+    """``send(*args)`` on ``conn``'s libpq connection, then the answer. Failing in between, the
+    connection is closed (what the server would still send is unknown); cancelled in between
+    (the worker stops), the server is first asked to cancel the statement, as psycopg does."""
+    pgconn = conn.pgconn
+    try:
+        send(*args)
+        return await _result(pgconn)
+    except BaseException as exc:
+        try:
+            if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit):
+                await db.cancel_quietly(conn)
+        finally:
+            pgconn.finish()
+        raise
+
+
+async def _result(pgconn: pq.abc.PGconn) -> pq.abc.PGresult:
+    """Send what libpq buffered, wait for the answer on the running loop; its last result (the
+    first error, if any)."""
+    loop = asyncio.get_running_loop()
+    fd = pgconn.socket
+    while pgconn.flush():  # 1: more to send; the socket is full
+        await _ready(loop, fd, write=True)
+    error: pq.abc.PGresult | None = None
+    last: pq.abc.PGresult | None = None
+    while True:
+        pgconn.consume_input()
+        while not pgconn.is_busy():
+            result = pgconn.get_result()
+            if result is None:
+                if error is not None:
+                    return error
+                if last is None:
+                    raise psycopg.InterfaceError("no result from the server")
+                return last
+            if result.status == pq.ExecStatus.FATAL_ERROR and error is None:
+                error = result
+            last = result
+        await _ready(loop, fd)
+
+
+async def _ready(loop: asyncio.AbstractEventLoop, fd: int, *, write: bool = False) -> None:
+    waiter = loop.create_future()
+    if write:
+        loop.add_writer(fd, _wake, waiter)
+    else:
+        loop.add_reader(fd, _wake, waiter)
+    try:
+        await waiter
+    finally:
+        if write:
+            loop.remove_writer(fd)
+        else:
+            loop.remove_reader(fd)
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
