@@ -697,7 +697,7 @@ class Worker:
         if task.external is not None:
             self._deliver(context, task)
         elif task.is_async:
-            future = asyncio.ensure_future(call_async(context, fn, payload))
+            future = self._loop.create_task(call_async(context, fn, payload))
             self._running[job.id] = (context, future)
             future.add_done_callback(functools.partial(self._async_finished, job, task))
         else:
