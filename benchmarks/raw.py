@@ -4,6 +4,7 @@ Every pgjobs figure is printed beside one of these, so that the ratio holds on a
 The consumers run as subprocesses, like pgjobs workers do::
 
     python -m benchmarks.raw process --dsn URL [--batch 100]
+    python -m benchmarks.raw trip --dsn URL [--batch 100]
     python -m benchmarks.raw listen --dsn URL --file PATH
     python -m benchmarks.raw sleep --dsn URL [--concurrency 300] [--threads]
 """
@@ -29,7 +30,8 @@ INSERT_ONE = "INSERT INTO queued_jobs (queue, task, payload) VALUES (%s, %s, %s)
 #: Enqueue many jobs by COPY (ids, defaults and created_at filled in by the server).
 COPY_MANY = "COPY queued_jobs (queue, task, payload) FROM STDIN"
 
-#: Claim up to ``limit`` ready jobs with SKIP LOCKED and lease them (one attempt used).
+#: Claim up to ``limit`` ready jobs with SKIP LOCKED and lease them (one attempt used). The jobs
+#: without a limit_key: the claim index's range, as pgjobs reads it.
 CLAIM = """
 UPDATE queued_jobs
 SET attempts = attempts + 1,
@@ -37,7 +39,7 @@ SET attempts = attempts + 1,
     lease_expires_at = now() + interval '5 minutes'
 WHERE id = ANY(ARRAY(
     SELECT id FROM queued_jobs
-    WHERE queue = %(queue)s AND lease_expires_at IS NULL AND run_at <= now()
+    WHERE queue = %(queue)s AND lease_expires_at IS NULL AND limit_key IS NULL AND run_at <= now()
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -53,6 +55,38 @@ INSERT INTO archived_jobs (id, queue, task, payload, priority, run_at, attempts,
 SELECT id, queue, task, payload, priority, run_at, attempts, max_attempts,
        'succeeded', lease_owner, created_at, expires_at, idempotency_key
 FROM done
+"""
+
+
+#: Archive the previous batch (``ids``) and claim the next one, in one statement: the worker's
+#: usual round trip, at its leanest.
+ARCHIVE_AND_CLAIM = """
+WITH done AS (DELETE FROM queued_jobs WHERE id = ANY(%(ids)s::bigint[]) RETURNING *),
+archived AS (
+    INSERT INTO archived_jobs (id, queue, task, payload, priority, run_at, attempts,
+                               max_attempts, status, worker, created_at, expires_at,
+                               idempotency_key)
+    SELECT id, queue, task, payload, priority, run_at, attempts, max_attempts,
+           'succeeded', lease_owner, created_at, expires_at, idempotency_key
+    FROM done
+    RETURNING id
+),
+claimed AS (
+    UPDATE queued_jobs
+    SET attempts = attempts + 1,
+        lease_owner = %(owner)s,
+        lease_expires_at = now() + interval '5 minutes'
+    WHERE id = ANY(ARRAY(
+        SELECT id FROM queued_jobs
+        WHERE queue = %(queue)s AND lease_expires_at IS NULL AND limit_key IS NULL
+          AND run_at <= now()
+        ORDER BY priority DESC, run_at, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ))
+    RETURNING id, task, payload
+)
+SELECT id, task, payload FROM claimed
 """
 
 
@@ -80,6 +114,23 @@ def process(dsn: str, batch: int) -> None:
                 return
             ids = [job_id for job_id, _task, _payload in jobs]
             conn.execute(ARCHIVE, {"ids": ids}, prepare=True)
+
+
+def trip(dsn: str, batch: int) -> None:
+    """Claim ``batch`` jobs, run them (no-ops), and archive them with the claim of the next
+    batch (``ARCHIVE_AND_CLAIM``): one round trip per batch; until no job is ready."""
+    params: dict[str, Any] = {
+        "owner": f"raw:{os.getpid()}",
+        "queue": QUEUE,
+        "limit": batch,
+        "ids": [],
+    }
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while True:
+            jobs = conn.execute(ARCHIVE_AND_CLAIM, params, prepare=True).fetchall()
+            if not jobs:
+                return
+            params["ids"] = [job_id for job_id, _task, _payload in jobs]
 
 
 def listen(dsn: str, path: str) -> None:
@@ -130,7 +181,7 @@ async def sleep(dsn: str, concurrency: int, threads: bool) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.raw", description=__doc__)
-    parser.add_argument("mode", choices=["process", "listen", "sleep"])
+    parser.add_argument("mode", choices=["process", "trip", "listen", "sleep"])
     parser.add_argument("--dsn", required=True)
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--file")
@@ -139,6 +190,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.mode == "process":
         process(args.dsn, args.batch)
+    elif args.mode == "trip":
+        trip(args.dsn, args.batch)
     elif args.mode == "listen":
         listen(args.dsn, args.file)
     else:

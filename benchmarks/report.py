@@ -18,6 +18,7 @@ HIGHER_IS_BETTER = {
     "MiB": False,
     "CPU s/1k jobs": False,
     "CPU ms/s": False,
+    "µs/job": False,
 }
 
 
@@ -112,6 +113,13 @@ def ratio_target(goal: str, ratio: float | None, at_least: float) -> Target:
     return Target(goal, f"{ratio:.0%}", ratio >= at_least)
 
 
+def ratio_limit_target(goal: str, ratio: float | None, at_most: float) -> Target:
+    """A target of the form "pgjobs costs at most ``at_most`` times a reference"."""
+    if ratio is None:
+        return Target(goal, "n/a", None)
+    return Target(goal, f"{ratio:.2f}x", ratio <= at_most)
+
+
 def limit_target(goal: str, figure: Figure | None, at_most: float) -> Target:
     """A target of the form "the median stays at or below ``at_most``"."""
     if figure is None:
@@ -130,6 +138,8 @@ def format_value(value: float, unit: str) -> str:
         return f"{value:.1f} ms" if value < 100 else f"{value:,.0f} ms"
     if unit == "MiB":
         return f"{value:.1f} MiB"
+    if unit == "µs/job":
+        return f"{value:.1f} µs"
     return f"{value:g} {unit}"
 
 
@@ -138,7 +148,7 @@ def _compact(value: float, unit: str) -> str:
         return f"{value / 1000:.1f}k" if value >= 10_000 else f"{value:,.0f}"
     if unit == "CPU s/1k jobs":
         return f"{value:.3f}"
-    if unit in ("ms", "MiB", "CPU ms/s"):
+    if unit in ("ms", "MiB", "CPU ms/s", "µs/job"):
         return f"{value:.1f}" if value < 100 else f"{value:,.0f}"
     return f"{value:g}"
 
