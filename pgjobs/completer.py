@@ -89,8 +89,9 @@ class ClaimParams:
         return cls(
             owner,
             list(queues),
-            lease_tasks=[t.name for t in tasks],
-            lease_seconds=[t.lease for t in tasks],
+            # Only the leases that differ from the default: with none, the claim reads none.
+            lease_tasks=[t.name for t in tasks if t.lease != DEFAULT_LEASE],
+            lease_seconds=[t.lease for t in tasks if t.lease != DEFAULT_LEASE],
             at_most_once_tasks=[t.name for t in tasks if t.at_most_once],
             limit_tasks=[t.name for t in limited],
             limit_concurrency=[t.concurrency for t in limited],
@@ -587,10 +588,12 @@ def _text_array(values: Sequence[str | None]) -> str:
 
 
 class Claimed(NamedTuple):
-    """What ``Completer.trip`` claimed: the jobs, and the claim's status when it gave one."""
+    """What ``Completer.trip`` claimed: the jobs, the claim's status when it gave one, and how
+    many jobs it asked for."""
 
     jobs: list[Job]
     status: ClaimStatus | None
+    asked: int
 
 
 # --- the whole path, for one worker -------------------------------------------------------------
@@ -742,16 +745,22 @@ class Completer:
         """Send a lease extension for ``context``'s job on the next trip."""
         self._extensions[context.job.id] = (context, seconds)
 
-    async def trip(self, conn: psycopg.AsyncConnection[Any], limit: int) -> Claimed:
-        """Send everything pending and claim up to ``limit`` jobs, in one round trip; returns
-        the jobs claimed and what the claim said of the limits. On a lost connection
-        (``DatabaseUnavailable``) or a schema changed under the worker (``SchemaMissing``, a
-        migration in progress) everything stays pending for the next trip and the error is
-        raised."""
+    async def trip(
+        self, conn: psycopg.AsyncConnection[Any], limit: int, *, ahead: int = 0
+    ) -> Claimed:
+        """Send everything pending and claim up to ``limit`` jobs (for free slots) and
+        ``ahead`` more (to start as slots free up), in one round trip; returns the jobs claimed
+        and what the claim said of the limits. A claim under limits takes no job ahead: a job
+        waiting for a slot would hold a place under its limit that another worker could use.
+        On a lost connection (``DatabaseUnavailable``) or a schema changed under the worker
+        (``SchemaMissing``, a migration in progress) everything stays pending for the next trip
+        and the error is raised."""
         settle = self.outcomes.drain() if len(self.outcomes) else None
         extensions, self._extensions = self._extensions, {}
         extend = ExtendParams.of(self.owner, extensions.values()) if extensions else None
-        under_limits = self._claim_under_limits(limit)
+        under_limits = self._claim_under_limits(limit + ahead)
+        if not under_limits:
+            limit += ahead
         try:
             done = await settle_and_claim(
                 conn, settle, extend, self.claim, limit, limited=under_limits
@@ -766,11 +775,11 @@ class Completer:
             # outcomes apart, to find the one the database refuses. Claim on the next trip.
             if settle is None:
                 log.error("%s; lease extension(s) of job(s) %s not sent", exc, _ids(extensions))
-                return Claimed([], None)
+                return Claimed([], None, 0)
             self._extensions = {**extensions, **self._extensions}
             log.warning("%s; applying the %d outcome(s) of the batch apart", exc, len(settle))
             await self._settle_apart(conn, settle)
-            return Claimed([], None)
+            return Claimed([], None, 0)
         self._report_stale(settle, done.settled)
         for job_id, (context, _) in extensions.items():
             if job_id not in done.extended:
@@ -778,7 +787,7 @@ class Completer:
                 log.warning("job %d: lease extension refused, the lease was already lost", job_id)
         if limit > 0:  # every claim says whether some queues are limited (JOB_CLAIM: if so)
             self._learn(done.status, under_limits, short=len(done.claimed) < limit)
-        return Claimed(done.claimed, done.status)
+        return Claimed(done.claimed, done.status, limit)
 
     def _report_stale(self, settle: SettleParams | None, settled: set[int]) -> None:
         if settle is not None and len(settled) != len(settle):

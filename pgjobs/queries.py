@@ -211,12 +211,14 @@ archived AS (
 # lease (else ``lease`` seconds), marked at-most-once for those tasks, and the attempt's start.
 _CLAIM_SET = """SET attempts = attempts + 1,
     lease_owner = %(owner)s,
-    lease_expires_at = now() + coalesce(
-        (SELECT t.lease FROM unnest(%(lease_tasks)s::text[], %(lease_seconds)s::float8[])
-             AS t(task, lease)
-         WHERE t.task = queued_jobs.task),
-        %(lease)s
-    ) * interval '1 second',
+    lease_expires_at = now() + CASE
+        WHEN cardinality(%(lease_tasks)s::text[]) = 0 THEN %(lease)s
+        ELSE coalesce(
+            (SELECT t.lease FROM unnest(%(lease_tasks)s::text[], %(lease_seconds)s::float8[])
+                 AS t(task, lease)
+             WHERE t.task = queued_jobs.task),
+            %(lease)s)
+    END * interval '1 second',
     at_most_once = task = ANY(%(at_most_once_tasks)s::text[]),
     started_at = now()"""
 

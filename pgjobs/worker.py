@@ -61,11 +61,22 @@ BURST_EXPIRE_BATCH = 1000
 
 #: Seconds a busy worker waits for more slots to free up before its next round trip.
 BATCH_WINDOW = 0.005
+#: The same while jobs claimed ahead keep its slots busy (outcomes wait at most this long).
+FED_BATCH_WINDOW = 0.02
 #: Seconds between reconnection attempts after the database went away: doubling, capped.
 RECONNECT_DELAYS = (0.5, 1.0, 2.0, 5.0, 10.0)
 #: Seconds without a turn of the claim loop (or with one round trip in flight) after which
 #: `--http`'s /healthz answers 503.
 STUCK_AFTER = 60.0
+#: Seconds a job claimed ahead of a free slot may wait for one, at the pace the worker's
+#: handlers recently finished: what bounds the read-ahead of a worker whose handlers are slow
+#: (no job waits long, and a job claimed ahead can never outlive its lease).
+READ_AHEAD_WAIT = 0.05
+#: Jobs a worker claims ahead per slot unless told otherwise (``WorkerConfig.read_ahead``):
+#: enough for round trips of a hundred jobs and more at --concurrency 32 with quick handlers.
+READ_AHEAD_PER_SLOT = 8
+#: The most jobs a worker may claim ahead.
+MAX_READ_AHEAD = 10_000
 #: Seconds an async handler cancelled at its timeout (or by `pgjobs cancel --force`) may take to
 #: unwind (its ``finally`` blocks) before its slot is given back anyway.
 STOP_GRACE = 5.0
@@ -98,10 +109,20 @@ class WorkerConfig:
     #: Seconds the claim loop may go without turning (or wait on one round trip) before
     #: /healthz reports it stuck.
     stuck_after: float = STUCK_AFTER
+    #: The most jobs claimed ahead of free slots while the queues hold a backlog, started as
+    #: slots free up (bigger round trips, and handlers that never wait for one); None:
+    #: ``READ_AHEAD_PER_SLOT`` per slot. Held to what the worker's handlers start within
+    #: ``READ_AHEAD_WAIT`` seconds at their recent pace. 0 claims only for free slots.
+    read_ahead: int | None = None
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise ConfigurationError(f"concurrency must be >= 1, got {self.concurrency}")
+        if self.read_ahead is not None and not 0 <= self.read_ahead <= MAX_READ_AHEAD:
+            raise ConfigurationError(
+                f"read_ahead must be 0..{MAX_READ_AHEAD}, got {self.read_ahead}",
+                field="read_ahead",
+            )
         if not self.poll_interval > 0:
             raise ConfigurationError(f"poll interval must be > 0 seconds, got {self.poll_interval}")
         self.rescuer_config(), self.expirer_config()  # validated as the services will take them
@@ -120,6 +141,13 @@ class WorkerConfig:
                 f"({self.poll_interval}s)"
             )
 
+    @property
+    def claim_ahead(self) -> int:
+        """``read_ahead`` with its default."""
+        if self.read_ahead is None:
+            return min(READ_AHEAD_PER_SLOT * self.concurrency, MAX_READ_AHEAD)
+        return self.read_ahead
+
     def rescuer_config(self) -> ServiceConfig:
         return ServiceConfig(interval=self.rescue_interval)
 
@@ -136,6 +164,9 @@ class _Pace:
     poll_at: float = 0.0  # while idle, when to claim again without a NOTIFY
     gathering_since: float | None = None  # since when slots are gathered for one trip
     deadline: float | None = None  # after a signal, when the grace period ends
+    pace: float = 0.0  # jobs/s that left their slots lately (smoothed): bounds the read-ahead
+    pace_at: float = 0.0  # when the pace was last measured
+    pace_count: int = 0  # jobs that had left their slots then
 
 
 class _Lane:
@@ -188,6 +219,10 @@ class Worker:
             recheck=self.config.poll_interval,
         )
         self._running: dict[int, tuple[JobContext, asyncio.Future[Any] | Future[Any]]] = {}
+        # Jobs claimed and not started yet (claimed ahead of free slots), in claim order.
+        self._waiting: deque[Job] = deque()
+        # Jobs that left their slots so far (the pace that bounds the read-ahead).
+        self._left_slots = 0
         # The timeout of each running job that has one (its task's), by job id.
         self._deadlines: dict[int, asyncio.TimerHandle] = {}
         # Sync handlers given up at their timeout whose threads may still run (Python cannot
@@ -434,8 +469,11 @@ class Worker:
             while True:
                 self._tick = self._loop.time()
                 await self._take_landed(lanes, dsn, pace)
-                if self._stop.is_set() and pace.deadline is None:
-                    pace.deadline = self._loop.time() + self.config.grace
+                self._fill_slots()
+                if self._stop.is_set():
+                    self._give_back_waiting()
+                    if pace.deadline is None:
+                        pace.deadline = self._loop.time() + self.config.grace
                 wait = self._dispatch(lanes, dsn, pace)
                 in_flight = any(lane.trip is not None for lane in lanes)
                 if not in_flight and await self._should_exit(lanes, dsn, pace):
@@ -456,7 +494,8 @@ class Worker:
         queues are, and from its status when limits held it back."""
         for lane in lanes:
             if lane.trip is not None and lane.trip.done():
-                claimed, asked = await self._landed(lane, dsn)
+                claimed = await self._landed(lane, dsn)
+                asked = claimed.asked
                 if asked > 0:
                     pace.idle = len(claimed.jobs) < asked  # the queues ran dry: poll from now on
                     pace.backlog = not pace.idle
@@ -482,32 +521,56 @@ class Worker:
         now = self._loop.time()
         stopping = self._stop.is_set()
         reserved = sum(lane.asked for lane in lanes if lane.trip is not None)
-        free = 0 if stopping else self.config.concurrency - len(self._running) - reserved
+        in_hand = len(self._running) + len(self._waiting) + reserved
+        free = 0 if stopping else self.config.concurrency - in_hand
+        ahead = 0 if stopping else self._ahead(pace, now) + min(free, 0)
+        free, ahead = max(free, 0), max(ahead, 0)
         wait = self.config.poll_interval
         # With the queues dry, claim again only when polled or woken by a NOTIFY.
         if pace.idle and not self._woken and now < pace.poll_at:
             wait = pace.poll_at - now
             free = 0
         lane = next((x for x in lanes if x.trip is None and x.ready_at <= now), None)
-        if lane is None or not (free > 0 or self._completer.pending):
+        if lane is None or not (free > 0 or ahead > 0 or self._completer.pending):
             return wait
-        gather = max(1, self.config.concurrency // 2)
         # Under load, slots free up one after another: gather them (a few ms at most) so that
-        # one round trip settles and claims a batch, not one job. A lease extension goes at once.
-        gathering = pace.backlog and free < gather and not stopping
+        # one round trip settles and claims a batch, not one job; while jobs claimed ahead keep
+        # the slots busy, gather up to half of the slots and the read-ahead together. A lease
+        # extension goes at once.
+        fed = bool(self._waiting)
+        gather = max(1, (self.config.concurrency + (self.config.claim_ahead if fed else 0)) // 2)
+        gathering = pace.backlog and free + ahead < gather and not stopping
         if gathering and not self._completer.extensions_pending:
             if pace.gathering_since is None:
                 pace.gathering_since = now
-            if now - pace.gathering_since < BATCH_WINDOW:
-                return pace.gathering_since + BATCH_WINDOW - now
+            window = FED_BATCH_WINDOW if fed else BATCH_WINDOW
+            if now - pace.gathering_since < window:
+                return pace.gathering_since + window - now
         pace.gathering_since = None
         if free > 0:
             self._woken = False
-        lane.asked = max(free, 0)
+        lane.asked = free + ahead
         lane.sent_at = now
-        lane.trip = asyncio.create_task(self._lane_trip(lane, dsn, lane.asked))
+        lane.trip = asyncio.create_task(self._lane_trip(lane, dsn, free, ahead))
         lane.trip.add_done_callback(lambda _: self._changed.set())
         return wait
+
+    def _ahead(self, pace: _Pace, now: float) -> int:
+        """How many jobs to hold claimed ahead of free slots: none unless the queues hold a
+        backlog (the last claim filled all it asked for); at most ``read_ahead``, and at most
+        what the handlers start within ``READ_AHEAD_WAIT`` seconds at their recent pace."""
+        cap = self.config.claim_ahead
+        if not cap:
+            return 0
+        if now - pace.pace_at >= 0.05:  # the pace, smoothed over turns at least 50 ms apart
+            done = self._left_slots
+            if pace.pace_at:
+                recent = (done - pace.pace_count) / (now - pace.pace_at)
+                pace.pace = recent if not pace.pace else 0.5 * (pace.pace + recent)
+            pace.pace_at, pace.pace_count = now, done
+        if not pace.backlog:
+            return 0
+        return min(cap, int(pace.pace * READ_AHEAD_WAIT))
 
     async def _should_exit(self, lanes: list[_Lane], dsn: Dsn, pace: _Pace) -> bool:
         """With no trip in flight: whether the loop is done (shutdown finished or timed out, or
@@ -587,15 +650,16 @@ class Worker:
             await asyncio.wait_for(self._changed.wait(), max(wait, 0.0))
         self._changed.clear()
 
-    async def _lane_trip(self, lane: _Lane, dsn: Dsn, free: int) -> Claimed:
+    async def _lane_trip(self, lane: _Lane, dsn: Dsn, free: int, ahead: int = 0) -> Claimed:
         if lane.conn is None or lane.conn.closed:
             lane.conn = await db.connect_async(dsn, generic_plans=True)
-        return await self._completer.trip(lane.conn, free)
+        return await self._completer.trip(lane.conn, free, ahead=ahead)
 
-    async def _landed(self, lane: _Lane, dsn: Dsn) -> tuple[Claimed, int]:
-        """Take the result of ``lane``'s finished trip: start the jobs it claimed."""
+    async def _landed(self, lane: _Lane, dsn: Dsn) -> Claimed:
+        """Take the result of ``lane``'s finished trip: its jobs join those waiting for a slot,
+        and start as far as slots are free."""
         assert lane.trip is not None
-        trip, asked = lane.trip, lane.asked
+        trip = lane.trip
         lane.trip, lane.asked = None, 0
         try:
             claimed = trip.result()
@@ -603,7 +667,7 @@ class Worker:
             await self._lost_connection(lane.conn, exc)
             lane.conn = None
             lane.ready_at = asyncio.get_running_loop().time() + self._reconnect_delay()
-            return Claimed([], None), 0
+            return Claimed([], None, 0)
         if not self._connected:
             self._connected = True
             self._reconnect_attempt = 0
@@ -614,9 +678,28 @@ class Worker:
             now = time.time()
             for job in claimed.jobs:
                 metrics.claimed(job, now)
-        for job in claimed.jobs:
-            self._start(job)
-        return claimed, asked
+        self._waiting.extend(claimed.jobs)
+        self._fill_slots()
+        return claimed
+
+    def _fill_slots(self) -> None:
+        """Start jobs claimed ahead while slots are free (a job that cannot run here, an
+        unknown task or a payload that does not fit, leaves its slot free for the next)."""
+        waiting, concurrency = self._waiting, self.config.concurrency
+        while waiting and len(self._running) < concurrency:
+            self._start(waiting.popleft())
+
+    def _give_back_waiting(self) -> None:
+        """Stopping: the jobs claimed ahead go back to the queue, their attempt refunded (they
+        never started)."""
+        if not self._waiting:
+            return
+        for job in self._waiting:
+            self._completer.outcomes.release(job, refund=True)
+            if self._metrics is not None:
+                self._metrics.not_run(job)
+        log.info("gave back %d job(s) claimed ahead, not started", len(self._waiting))
+        self._waiting.clear()
 
     def _reconnect_delay(self) -> float:
         return RECONNECT_DELAYS[min(self._reconnect_attempt, len(RECONNECT_DELAYS) - 1)]
@@ -648,6 +731,7 @@ class Worker:
             and idle
             and self._connected
             and not self._running
+            and not self._waiting
             and not len(self._completer.outcomes)
         )
 
@@ -810,6 +894,7 @@ class Worker:
         if entry is None or entry[0].job is not job:
             return  # already given back (shutdown, or a stopped run that ended late)
         del self._running[job.id]
+        self._left_slots += 1
         self._changed.set()
         if task.limited or self._completer.limited:
             # Its slot under a limit is free again: claim with the trip that settles it,
@@ -952,7 +1037,10 @@ class Worker:
             return
         job_id, attempt = parsed
         entry = self._running.get(job_id)
-        if entry is None or entry[0].job.attempts != attempt or entry[0].stopped is not None:
+        if entry is None:
+            self._cancel_waiting(job_id, attempt)
+            return
+        if entry[0].job.attempts != attempt or entry[0].stopped is not None:
             return
         context, future = entry
         context.stopped = "cancel"
@@ -972,6 +1060,21 @@ class Worker:
         )
         if is_async:
             self._stop_run(context, future)
+
+    def _cancel_waiting(self, job_id: int, attempt: int) -> None:
+        """A job claimed ahead (not started) was cancelled: it never starts here."""
+        for job in self._waiting:
+            if job.id == job_id and job.attempts == attempt:
+                self._waiting.remove(job)
+                self._completer.forget(job)
+                if self._metrics is not None:
+                    self._metrics.not_run(job)
+                log.info(
+                    "job %d (%s): cancelled (by pgjobs cancel --force) before it started",
+                    job_id,
+                    job.task,
+                )
+                return
 
     async def _listen(self, dsn: Dsn) -> None:
         """Wake the claim loop when a job is enqueued on one of this worker's queues; stop the

@@ -105,6 +105,7 @@ OPTIONS = [
     "--poll-interval=0.25",
     "--grace=7.5",
     "--burst",
+    "--read-ahead=40",
     "--no-maintenance",
     "--rescue-interval=2.5",
     "--expire-interval=4.5",
@@ -145,6 +146,7 @@ def test_worker_processes_run_the_same_options(capsys, fakes):
         expire_interval=4.5,
         http=("127.0.0.1", 9090),
         external=ExternalTarget("http://127.0.0.1:8000/jobs", 2.5, (("X-Tenant", "acme"),)),
+        read_ahead=40,
     )
 
 
