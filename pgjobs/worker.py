@@ -164,9 +164,9 @@ class _Pace:
     poll_at: float = 0.0  # while idle, when to claim again without a NOTIFY
     gathering_since: float | None = None  # since when slots are gathered for one trip
     deadline: float | None = None  # after a signal, when the grace period ends
-    pace: float = 0.0  # jobs/s that left their slots lately (smoothed): bounds the read-ahead
-    pace_at: float = 0.0  # when the pace was last measured
-    pace_count: int = 0  # jobs that had left their slots then
+    slot_rate: float = 0.0  # jobs/s that left their slots lately (smoothed): the read-ahead's
+    rate_at: float = 0.0  # when slot_rate was last measured
+    rate_count: int = 0  # jobs that had left their slots then
 
 
 class _Lane:
@@ -562,15 +562,15 @@ class Worker:
         cap = self.config.claim_ahead
         if not cap:
             return 0
-        if now - pace.pace_at >= 0.05:  # the pace, smoothed over turns at least 50 ms apart
+        if now - pace.rate_at >= 0.05:  # the pace, smoothed over turns at least 50 ms apart
             done = self._left_slots
-            if pace.pace_at:
-                recent = (done - pace.pace_count) / (now - pace.pace_at)
-                pace.pace = recent if not pace.pace else 0.5 * (pace.pace + recent)
-            pace.pace_at, pace.pace_count = now, done
+            if pace.rate_at:
+                recent = (done - pace.rate_count) / (now - pace.rate_at)
+                pace.slot_rate = 0.5 * (pace.slot_rate + recent) if pace.slot_rate else recent
+            pace.rate_at, pace.rate_count = now, done
         if not pace.backlog:
             return 0
-        return min(cap, int(pace.pace * READ_AHEAD_WAIT))
+        return min(cap, int(pace.slot_rate * READ_AHEAD_WAIT))
 
     async def _should_exit(self, lanes: list[_Lane], dsn: Dsn, pace: _Pace) -> bool:
         """With no trip in flight: whether the loop is done (shutdown finished or timed out, or

@@ -40,7 +40,7 @@ def test_the_read_ahead_follows_the_handlers_pace_and_needs_a_backlog(worker: Wo
     worker._left_slots = 2_000  # 2,000 jobs left their slots in the next second
     assert worker._ahead(pace, 11.0) == 100  # 2,000/s x 50 ms, capped at read_ahead
     worker._left_slots += 30  # slow handlers now: 30 in a second
-    pace.pace = 0.0  # (forget the smoothing)
+    pace.slot_rate = 0.0  # (forget the smoothing)
     assert worker._ahead(pace, 12.0) == int(30 * READ_AHEAD_WAIT)  # 1: no job waits long
     pace.backlog = False
     assert worker._ahead(pace, 13.0) == 0  # the last claim did not fill: no backlog to read
