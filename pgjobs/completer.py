@@ -758,7 +758,8 @@ class Completer:
         settle = self.outcomes.drain() if len(self.outcomes) else None
         extensions, self._extensions = self._extensions, {}
         extend = ExtendParams.of(self.owner, extensions.values()) if extensions else None
-        under_limits = self._claim_under_limits(limit + ahead)
+        # Under limits only for free slots: a claim of jobs ahead alone stays a plain one.
+        under_limits = self._claim_under_limits(limit)
         if not under_limits:
             limit += ahead
         try:
