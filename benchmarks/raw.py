@@ -58,9 +58,9 @@ FROM done
 """
 
 
-#: Archive the previous batch (``ids``) and claim the next one, in one statement: the worker's
-#: usual round trip, at its leanest.
-ARCHIVE_AND_CLAIM = """
+#: Archive the previous batch (``ids``) and claim the next one (as CLAIM), in one statement:
+#: the worker's usual round trip, at its leanest.
+ARCHIVE_AND_CLAIM = f"""
 WITH done AS (DELETE FROM queued_jobs WHERE id = ANY(%(ids)s::bigint[]) RETURNING *),
 archived AS (
     INSERT INTO archived_jobs (id, queue, task, payload, priority, run_at, attempts,
@@ -71,21 +71,7 @@ archived AS (
     FROM done
     RETURNING id
 ),
-claimed AS (
-    UPDATE queued_jobs
-    SET attempts = attempts + 1,
-        lease_owner = %(owner)s,
-        lease_expires_at = now() + interval '5 minutes'
-    WHERE id = ANY(ARRAY(
-        SELECT id FROM queued_jobs
-        WHERE queue = %(queue)s AND lease_expires_at IS NULL AND limit_key IS NULL
-          AND run_at <= now()
-        ORDER BY priority DESC, run_at, id
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
-    ))
-    RETURNING id, task, payload
-)
+claimed AS ({CLAIM})
 SELECT id, task, payload FROM claimed
 """
 

@@ -194,27 +194,22 @@ def test_the_claims_generic_plans_read_an_index_range_never_the_whole_queue(conn
         "FROM generate_series(1, 20000)"
     )
     conn.execute("VACUUM ANALYZE queued_jobs")
+    declared: dict[str, dict[str, Any]] = {
+        "t.work": {},
+        "t.limited": {"concurrency": 2, "rate": "10/s"},
+    }
     tasks = [
         make_task(
             lambda: None,
-            name="t.work",
+            name=name,
             queue="default",
             max_attempts=3,
             retry_base=1.0,
             retry_cap=10.0,
             lease=60.0,
-        ),
-        make_task(
-            lambda: None,
-            name="t.limited",
-            queue="default",
-            max_attempts=3,
-            retry_base=1.0,
-            retry_cap=10.0,
-            lease=60.0,
-            concurrency=2,
-            rate="10/s",
-        ),
+            **limits,
+        )
+        for name, limits in declared.items()
     ]
     params = ClaimParams.for_tasks(OWNER, ["default"], tasks).bind(32, limited=limited)
     params.update(ok_ids="{}", ok_attempts="{}", ok_results=None)
