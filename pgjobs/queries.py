@@ -495,9 +495,14 @@ JOB_CLAIM = _claim_statement(limited=False, succeed=False)
 #: JOB_CLAIM for a worker that limits some of its tasks (``limit_tasks`` with their
 #: ``limit_concurrency``, ``limit_rate_jobs`` and ``limit_rate_seconds``; NULL where a task has
 #: no such limit) or serves limited queues. In one statement:
-#:   1. ``pgjobs_limit_capacity`` (migration 0009) says how many jobs each limited task and queue
-#:      allows: it takes the limit's lock and counts its running jobs in a view of the table
-#:      taken after the lock (a statement's own view predates it), and refills rate buckets;
+#:   1. each limit (the tasks' from the worker, the queues' from pgjobs_queues) says how many jobs
+#:      it allows (``limits``): a concurrency limit counts its running jobs in this statement's
+#:      snapshot (``running``) and trusts the count only when the limit's row in
+#:      pgjobs_limit_states, locked FOR UPDATE SKIP LOCKED (``states``), is the version the
+#:      snapshot saw (``seen``): every claim that starts jobs under a limit writes its row, so a
+#:      claim committed after this snapshot is never missed; a rate refills its bucket (the same
+#:      row, read as last committed through the lock). A row locked by another claim, or not
+#:      there yet (``new_states`` creates it), allows nothing this time (``locked_out``);
 #:   2. each queue's range gives at most its capacity, and each limited task's held-back range in
 #:      that queue at most the task's capacity (FOR UPDATE SKIP LOCKED);
 #:   3. of those, at most each task's and each queue's capacity are taken, ``limit`` in all, in
@@ -505,11 +510,12 @@ JOB_CLAIM = _claim_statement(limited=False, succeed=False)
 #:   4. jobs of a limited task met in a queue's range beyond its capacity are held back: their
 #:      limit_key is set, which moves them out of the queue's range into the task's own, so the
 #:      queue's other jobs are reached past them from the next claim on;
-#:   5. every bucket that gave tokens is written back, less one per job taken.
+#:   5. every limit that gave jobs has its row written (``spent``): tokens less one per job taken,
+#:      and last_claim_at.
 #: Returns the claimed jobs, then one status row (id NULL, payload a JSON object): ``held`` (jobs
 #: held back now: claim again at once), ``locked_out`` (another worker claims under one of the
 #: limits right now: try again soon), ``retry_in`` (seconds until an empty bucket has a token),
-#: ``queue_limits`` (some of the queues are limited), ``spent`` (buckets written).
+#: ``queue_limits`` (some of the queues are limited), ``spent`` (limit rows written).
 JOB_CLAIM_LIMITED = _claim_statement(limited=True, succeed=False)
 
 #: The worker's usual round trip in one statement, so one commit and no pipeline: archive the

@@ -1,5 +1,5 @@
-"""Concurrency limits and rates, as the claim enforces them (``JOB_CLAIM_LIMITED`` and
-``pgjobs_limit_capacity``): per task and per queue, jobs held back stay ready, other tasks of the
+"""Concurrency limits and rates, as the claim enforces them (``JOB_CLAIM_LIMITED`` and the rows
+of ``pgjobs_limit_states``): per task and per queue, jobs held back stay ready, other tasks of the
 queue are claimed past them, and a limit held by another claim is skipped, not waited for.
 
 Each test plays the workers by hand with the runtime's own statements; the worker processes that
