@@ -961,7 +961,7 @@ class Rate:
         return cls(int(match.group(1)), count * unit)
 
     def __str__(self) -> str:
-        for name in ("d", "h", "m", "s"):
+        for name in ("d", "h", "m", "s", "ms"):
             if self.seconds == _RATE_UNITS[name]:
                 return f"{self.jobs}/{name}"
         return f"{self.jobs}/{self.seconds:g}s"
