@@ -99,10 +99,13 @@ class ClaimParams:
             limit_rate_seconds=[t.rate.seconds if t.rate else None for t in limited],
         )
 
-    def bind(self, limit: int, *, limited: bool = False) -> dict[str, Any]:
-        """The statement's parameters, claiming at most ``limit`` jobs: ``JOB_CLAIM``'s, or with
-        ``limited`` ``JOB_CLAIM_LIMITED``'s. The arrays go as array literals (the statement casts
-        them), rendered once: they are the same at every trip."""
+    def bind(
+        self, limit: int, *, limited: bool = False, slots: int | None = None
+    ) -> dict[str, Any]:
+        """The statement's parameters, claiming at most ``limit`` jobs, of which those beyond
+        ``slots`` (default: none) are claimed ahead of free slots: ``JOB_CLAIM``'s, or with
+        ``limited`` ``JOB_CLAIM_LIMITED``'s (which claims no job ahead). The arrays go as array
+        literals (the statement casts them), rendered once: they are the same at every trip."""
         fixed = self._fixed
         if fixed is None:
             fixed = {
@@ -117,7 +120,7 @@ class ClaimParams:
             }
             object.__setattr__(self, "_fixed", fixed)
         if not limited:
-            return {**fixed, "limit": limit}
+            return {**fixed, "limit": limit, "slots": limit if slots is None else slots}
         return {
             **fixed,
             "limit": limit,
@@ -503,10 +506,12 @@ async def settle_and_claim(
     limit: int,
     *,
     limited: bool = False,
+    slots: int | None = None,
 ) -> TripResult:
     """One round trip and one transaction of a worker: apply ``settle``'s outcomes, extend
-    leases, and claim up to ``limit`` jobs (0 claims none); with ``limited``, under the limits
-    of the claim's tasks and queues (``JOB_CLAIM_LIMITED``).
+    leases, and claim up to ``limit`` jobs (0 claims none), of which those beyond ``slots`` are
+    claimed ahead of free slots (see ``JOB_CLAIM``); with ``limited``, under the limits of the
+    claim's tasks and queues (``JOB_CLAIM_LIMITED``).
 
     The usual trip, successes only and no extension, is one statement
     (``JOB_SUCCEED_AND_CLAIM``); any other pipelines ``JOB_SETTLE_MANY``, ``JOB_EXTEND_LEASES``
@@ -517,7 +522,9 @@ async def settle_and_claim(
     limited = limited and limit > 0  # claiming nothing, nothing to limit
     with db.translate_errors():
         if extend is None and (settle is None or settle.only_successes):
-            return await _succeed_and_claim(conn, settle, claim.bind(limit, limited=limited))
+            return await _succeed_and_claim(
+                conn, settle, claim.bind(limit, limited=limited, slots=slots)
+            )
         # One transaction, so one commit (the unit of cost) for the whole trip.
         async with conn.pipeline(), conn.transaction():
             settled = extended = claimed = None
@@ -530,7 +537,7 @@ async def settle_and_claim(
             if limit > 0:
                 statement = queries.JOB_CLAIM_LIMITED if limited else queries.JOB_CLAIM
                 claimed = await conn.execute(
-                    statement, claim.bind(limit, limited=limited), prepare=True
+                    statement, claim.bind(limit, limited=limited, slots=slots), prepare=True
                 )
         rows = await claimed.fetchall() if claimed else []
         status = ClaimStatus.of(rows.pop()) if rows and rows[-1][0] is None else None
@@ -760,11 +767,12 @@ class Completer:
         extend = ExtendParams.of(self.owner, extensions.values()) if extensions else None
         # Under limits only for free slots: a claim of jobs ahead alone stays a plain one.
         under_limits = self._claim_under_limits(limit)
+        slots = limit
         if not under_limits:
             limit += ahead
         try:
             done = await settle_and_claim(
-                conn, settle, extend, self.claim, limit, limited=under_limits
+                conn, settle, extend, self.claim, limit, limited=under_limits, slots=slots
             )
         except (DatabaseUnavailable, SchemaMissing):
             if settle is not None:

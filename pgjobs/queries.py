@@ -242,21 +242,28 @@ UPDATE queued_jobs
 {_CLAIM_SET}
 WHERE id = ANY(ARRAY(
     SELECT c.id
-    FROM unnest(%(queues)s::text[]) AS w(queue)
-    CROSS JOIN LATERAL (
-        SELECT id, priority, run_at, task
-        {_READY_IN_QUEUE}
-          AND limit_key IS NULL
-          AND NOT EXISTS (
-              SELECT 1 FROM pgjobs_queues p WHERE p.name = w.queue AND {_QUEUE_RESTRICTED}
-          )
-        {_CLAIM_ORDER}
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
+    FROM (
+        SELECT c.id, c.priority, c.run_at,
+               row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS nth,
+               c.attempts + 1 < c.max_attempts
+                   AND c.task <> ALL(%(at_most_once_tasks)s::text[]) AS may_wait
+        FROM unnest(%(queues)s::text[]) AS w(queue)
+        CROSS JOIN LATERAL (
+            SELECT id, priority, run_at, task, attempts, max_attempts
+            {_READY_IN_QUEUE}
+              AND limit_key IS NULL
+              AND NOT EXISTS (
+                  SELECT 1 FROM pgjobs_queues p WHERE p.name = w.queue AND {_QUEUE_RESTRICTED}
+              )
+            {_CLAIM_ORDER}
+            LIMIT %(limit)s
+            FOR UPDATE SKIP LOCKED
+        ) c
+        -- Outside the scan, not in it: with a condition on task in the scan, the planner's
+        -- estimate of a generic plan (a queue of one or two tasks) makes it sort the whole queue.
+        WHERE c.task <> ALL(%(limit_tasks)s::text[])
     ) c
-    -- Outside the scan, not in it: with a condition on task in the scan, the planner's
-    -- estimate of a generic plan (a queue of one or two tasks) makes it sort the whole queue.
-    WHERE c.task <> ALL(%(limit_tasks)s::text[])
+    WHERE c.nth <= %(slots)s OR c.may_wait
     ORDER BY c.priority DESC, c.run_at, c.id
     LIMIT %(limit)s
 ))
@@ -483,6 +490,10 @@ WHERE EXISTS (
 #: range per queue (LATERAL), so the claim stays flat however large the backlog. A queue that is
 #: paused or limited (pgjobs_queues) is left out before any of its rows is read or locked: one
 #: primary-key probe per queue, in the same statement, so a pause holds from the next claim on.
+#: Of ``limit`` jobs, those beyond the first ``slots`` are claimed ahead of the worker's free
+#: slots (its read-ahead): a job on its last attempt, or of an at-most-once task, is never one of
+#: them, so that a worker that dies with jobs claimed ahead never sends a job that has not run to
+#: dead_letter (it is claimed for a free slot, later).
 #: Jobs held back for a task's limit (limit_key set) are not in these ranges, and the jobs of
 #: ``limit_tasks`` (the tasks the worker limits) are left where they are: only JOB_CLAIM_LIMITED
 #: takes them (a claim that comes back short because of them is followed by one under limits,

@@ -1,7 +1,8 @@
 """Read-ahead in a running worker: with a backlog and quick handlers it claims beyond its free
 slots (bigger round trips), never more than its handlers start within READ_AHEAD_WAIT seconds;
 a stop gives the jobs claimed ahead back to the queue with their attempt refunded, and every job
-still runs exactly once."""
+still runs exactly once. A job on its last attempt, or of an at-most-once task, is never claimed
+ahead: a worker that dies with it waiting would send it to dead_letter unrun."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgjobs import App, JobSpec
+from pgjobs import App, JobSpec, queries
+from pgjobs.completer import ClaimParams
 from tests.helpers import assert_one_home, count, scalar, wait_until
 from tests.integration.external_helpers import run_worker_while
 
@@ -77,3 +79,25 @@ def test_without_read_ahead_a_worker_leases_no_more_than_its_slots(
 
     _, code = run_worker_while(app, scenario, concurrency=4, read_ahead=0)
     assert code == 0 and 0 < most_leased[0] <= 4
+
+
+def test_a_job_on_its_last_attempt_or_at_most_once_is_never_claimed_ahead(
+    make_app: Any, conn: psycopg.Connection[Any]
+) -> None:
+    app: App = make_app(check_task_names=False)
+    ids = app.enqueue_many(
+        [
+            JobSpec("t.work", {"n": 0}),
+            JobSpec("t.work", {"n": 1}),
+            JobSpec("t.work", {"n": 2}, max_attempts=1),  # its first attempt is its last
+            JobSpec("t.once", {"n": 3}),
+            JobSpec("t.work", {"n": 4}),
+        ]
+    )
+    params = ClaimParams("w", ["default"], at_most_once_tasks=["t.once"])
+    # Two jobs for free slots, up to three more ahead: the last two above are passed over.
+    rows = conn.execute(queries.JOB_CLAIM, params.bind(5, slots=2)).fetchall()
+    assert sorted(row[0] for row in rows if row[0] is not None) == [ids[0], ids[1], ids[4]]
+    # For a free slot, they are claimed as any job.
+    rows = conn.execute(queries.JOB_CLAIM, params.bind(2, slots=2)).fetchall()
+    assert sorted(row[0] for row in rows if row[0] is not None) == [ids[2], ids[3]]
