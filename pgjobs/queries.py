@@ -464,8 +464,7 @@ def _claim_statement(*, limited: bool, succeed: bool) -> str:
     'held', (SELECT count(*) FROM held),
     'locked_out', (SELECT coalesce(bool_or(locked_out), false) FROM limits),
     'retry_in', (SELECT min(retry_in) FROM limits),
-    'queue_limits', (SELECT coalesce(bool_or(limited), false) FROM limits WHERE kind = 'queue'),
-    'spent', (SELECT count(*) FROM spent))"""
+    'queue_limits', (SELECT coalesce(bool_or(limited), false) FROM limits WHERE kind = 'queue'))"""
         )
     else:
         ctes.append(f"claimed AS ({_CLAIM_PLAIN})")
@@ -526,7 +525,8 @@ JOB_CLAIM = _claim_statement(limited=False, succeed=False)
 #: Returns the claimed jobs, then one status row (id NULL, payload a JSON object): ``held`` (jobs
 #: held back now: claim again at once), ``locked_out`` (another worker claims under one of the
 #: limits right now: try again soon), ``retry_in`` (seconds until an empty bucket has a token),
-#: ``queue_limits`` (some of the queues are limited), ``spent`` (limit rows written).
+#: ``queue_limits`` (some of the queues are limited). (``spent`` runs whether read or not, as
+#: every data-modifying part of a statement does.)
 JOB_CLAIM_LIMITED = _claim_statement(limited=True, succeed=False)
 
 #: The worker's usual round trip in one statement, so one commit and no pipeline: archive the

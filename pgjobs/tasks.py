@@ -967,6 +967,22 @@ class Rate:
         return f"{self.jobs}/{self.seconds:g}s"
 
 
+def rate_text(jobs: int | None, seconds: float | None) -> str | None:
+    """A stored rate (``rate_jobs``, ``rate_seconds``) as it is written ("100/s", "5/10s"), or
+    None without one."""
+    return None if jobs is None or seconds is None else str(Rate(jobs, seconds))
+
+
+def limits_text(concurrency: int | None, rate_jobs: int | None, rate_seconds: float | None) -> str:
+    """A concurrency limit and a rate in words, as the CLI and the dashboard show a queue's:
+    "at most 10 running, 100/s starts"; "" without either."""
+    parts = [] if concurrency is None else [f"at most {concurrency} running"]
+    rate = rate_text(rate_jobs, rate_seconds)
+    if rate is not None:
+        parts.append(f"{rate} starts")
+    return ", ".join(parts)
+
+
 def check_limit(name: str, value: object) -> int:
     """A concurrency limit or a rate's number of jobs: a whole number in 1..``MAX_LIMIT``;
     anything else is refused naming ``name``.

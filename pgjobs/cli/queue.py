@@ -14,6 +14,7 @@ from pgjobs.cli import parse, render
 from pgjobs.cli.options import DsnOption, JsonFlag, database
 from pgjobs.errors import ConfigurationError
 from pgjobs.models import QueueState
+from pgjobs.tasks import rate_text
 
 queue_cli = typer.Typer(
     help="Pause and resume queues, limit them; list every queue with its settings.",
@@ -118,7 +119,7 @@ def _state_json(state: QueueState) -> dict[str, Any]:
     return {
         **dataclasses.asdict(state),
         "paused": state.paused,
-        "rate": render.rate_text(state.rate_jobs, state.rate_seconds),
+        "rate": rate_text(state.rate_jobs, state.rate_seconds),
     }
 
 

@@ -24,7 +24,7 @@ from rich.text import Text
 from pgjobs.maintenance.registry import STALE_AFTER
 from pgjobs.models import DeadGroup, DeadJob, QueueState, QueueStats, ScheduleInfo
 from pgjobs.stats import Snapshot
-from pgjobs.tasks import Rate
+from pgjobs.tasks import limits_text
 
 # -- values --------------------------------------------------------------------------------------
 
@@ -172,20 +172,9 @@ def schedules_table(schedules: list[ScheduleInfo]) -> Table:
     return table
 
 
-def rate_text(jobs: int | None, seconds: float | None) -> str | None:
-    """A rate as the CLI takes it ("100/s", "5/10s"), or None without one."""
-    return None if jobs is None or seconds is None else str(Rate(jobs, seconds))
-
-
 def queue_limits(state: QueueState | QueueStats) -> str:
-    """A queue's limits in words: "at most 10 running, 100/s", or "-"."""
-    parts = []
-    if state.concurrency is not None:
-        parts.append(f"at most {state.concurrency} running")
-    rate = rate_text(state.rate_jobs, state.rate_seconds)
-    if rate is not None:
-        parts.append(f"{rate} starts")
-    return ", ".join(parts) or "-"
+    """A queue's limits in words: "at most 10 running, 100/s starts", or "-"."""
+    return limits_text(state.concurrency, state.rate_jobs, state.rate_seconds) or "-"
 
 
 def queue_states_table(states: list[QueueState]) -> Table:

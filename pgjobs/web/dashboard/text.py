@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pgjobs.models import QueueState
-from pgjobs.tasks import Rate
+from pgjobs.tasks import limits_text
 
 # C0 controls, DEL, C1 controls, line and paragraph separators, bidirectional overrides and
 # isolates, and lone surrogates: characters that act rather than show.
@@ -107,12 +107,7 @@ def rate(value: float | None) -> str:
 
 def queue_limits(state: QueueState) -> str:
     """A queue's limits in words: "at most 10 running, 100/s starts", or "" without any."""
-    parts = []
-    if state.concurrency is not None:
-        parts.append(f"at most {state.concurrency} running")
-    if state.rate_jobs is not None and state.rate_seconds is not None:
-        parts.append(f"{Rate(state.rate_jobs, state.rate_seconds)} starts")
-    return ", ".join(parts)
+    return limits_text(state.concurrency, state.rate_jobs, state.rate_seconds)
 
 
 def estimate(value: int | None) -> str:
