@@ -19,7 +19,7 @@ from pgjobs.completer import ClaimParams, ClaimStatus, Outcomes
 from pgjobs.dsn import Dsn
 from pgjobs.maintenance import R, Service
 from pgjobs.models import Job
-from pgjobs.tasks import Task
+from pgjobs.tasks import Task, make_task
 from tests.helpers import TABLES, scalar
 
 
@@ -122,3 +122,17 @@ def insert_raw(
     ).fetchone()
     assert found is not None
     return int(found[0])
+
+
+def declared_task(name: str, **options: Any) -> Task:
+    """A task as a worker's code would declare it (a handler that does nothing), for the claims
+    that tests play by hand; ``options`` as ``@app.task`` takes them."""
+    settings: dict[str, Any] = {
+        "queue": "default",
+        "max_attempts": 5,
+        "retry_base": 1.0,
+        "retry_cap": 10.0,
+        "lease": 300.0,
+    }
+    settings.update(options)
+    return make_task(lambda **_: None, name=name, **settings)

@@ -19,27 +19,12 @@ from pgjobs.completer import ClaimParams, Outcomes
 from pgjobs.dsn import Dsn
 from pgjobs.maintenance.limits import LapsedLimits
 from pgjobs.models import Job
-from pgjobs.tasks import Task, make_task
 from tests.helpers import assert_one_home, scalar
-from tests.integration.factories import claim, claim_limited, run_service, settle
+from tests.integration.factories import claim, claim_limited, declared_task, run_service, settle
 from tests.integration.test_hot_path import trip
 
-
-def task(name: str, **options: Any) -> Task:
-    return make_task(
-        lambda **_: None,
-        name=name,
-        queue="default",
-        max_attempts=5,
-        retry_base=1.0,
-        retry_cap=10.0,
-        lease=300.0,
-        **options,
-    )
-
-
-SLOW = task("t.slow", concurrency=3)
-FAST = task("t.fast")
+SLOW = declared_task("t.slow", concurrency=3)
+FAST = declared_task("t.fast")
 
 
 @pytest.fixture(autouse=True)
@@ -184,7 +169,7 @@ def test_a_claim_that_started_jobs_under_a_limit_records_it(make_app, conn):
 
 def test_a_rate_lets_a_bucketful_start_then_says_when_the_next_token_comes(make_app, conn):
     app = make_app(check_task_names=False)
-    rated = task("t.rated", rate="5/m")
+    rated = declared_task("t.rated", rate="5/m")
     enqueue(app, "t.rated", 8)
 
     # The first claim under the rate creates its bucket (full), which the next claim can lock.
@@ -203,7 +188,7 @@ def test_a_rate_lets_a_bucketful_start_then_says_when_the_next_token_comes(make_
 
 def test_a_rate_counts_only_the_jobs_started(make_app, conn):
     app = make_app(check_task_names=False)
-    rated = task("t.rated", rate="10/h")
+    rated = declared_task("t.rated", rate="10/h")
     enqueue(app, "t.rated", 2)
     claim_limited(conn, [rated], limit=10)  # creates the bucket
     jobs, _ = claim_limited(conn, [rated], limit=10)

@@ -24,9 +24,8 @@ from pgjobs.completer import (
 from pgjobs.context import JobContext
 from pgjobs.dsn import Dsn
 from pgjobs.errors import PgjobsError
-from pgjobs.tasks import make_task
 from tests.helpers import assert_one_home, scalar
-from tests.integration.factories import claim, row
+from tests.integration.factories import claim, declared_task, row
 
 OWNER = "worker-a"
 CLAIM = ClaimParams(OWNER, ["default"], lease=300.0)
@@ -194,22 +193,9 @@ def test_the_claims_generic_plans_read_an_index_range_never_the_whole_queue(conn
         "FROM generate_series(1, 20000)"
     )
     conn.execute("VACUUM ANALYZE queued_jobs")
-    declared: dict[str, dict[str, Any]] = {
-        "t.work": {},
-        "t.limited": {"concurrency": 2, "rate": "10/s"},
-    }
     tasks = [
-        make_task(
-            lambda: None,
-            name=name,
-            queue="default",
-            max_attempts=3,
-            retry_base=1.0,
-            retry_cap=10.0,
-            lease=60.0,
-            **limits,
-        )
-        for name, limits in declared.items()
+        declared_task("t.work", max_attempts=3, lease=60.0),
+        declared_task("t.limited", max_attempts=3, lease=60.0, concurrency=2, rate="10/s"),
     ]
     params = ClaimParams.for_tasks(OWNER, ["default"], tasks).bind(32, limited=limited)
     params.update(ok_ids="{}", ok_attempts="{}", ok_results=None)
