@@ -57,30 +57,31 @@ def _record(key: int, phase: str) -> None:
     )
 
 
+def _run(key: int, seconds: float = 0.0) -> int:
+    """Records the start of one run, takes `seconds`, records its end and returns its key."""
+    _record(key, "start")
+    if seconds:
+        time.sleep(seconds)
+    _record(key, "done")
+    return key
+
+
 @app.task(name="accept.record")
 def record(key: int) -> int:
     """Quick: records one run and returns its key."""
-    _record(key, "start")
-    _record(key, "done")
-    return key
+    return _run(key)
 
 
 @app.task(name="accept.slow")
 def slow(key: int, seconds: float = 2.0) -> int:
     """Slow, with the default (long) lease: for the SIGTERM tests."""
-    _record(key, "start")
-    time.sleep(seconds)
-    _record(key, "done")
-    return key
+    return _run(key, seconds)
 
 
 @app.task(name="accept.slow_short_lease", lease=SHORT_LEASE)
 def slow_short_lease(key: int, seconds: float = 1.5) -> int:
     """Slow, with a short lease: for the kill -9 test."""
-    _record(key, "start")
-    time.sleep(seconds)
-    _record(key, "done")
-    return key
+    return _run(key, seconds)
 
 
 @app.task(name="accept.echo")
@@ -92,24 +93,16 @@ def echo(key: int) -> int:
 @app.task(name="accept.limited", concurrency=LIMITED_CONCURRENCY)
 def limited(key: int, seconds: float = 0.05) -> int:
     """Slow-ish, at most LIMITED_CONCURRENCY at once across every worker."""
-    _record(key, "start")
-    time.sleep(seconds)
-    _record(key, "done")
-    return key
+    return _run(key, seconds)
 
 
 @app.task(name="accept.narrow", queue="narrow")
 def narrow(key: int, seconds: float = 0.05) -> int:
     """Slow-ish, in the queue "narrow" (the tests give that queue its limits)."""
-    _record(key, "start")
-    time.sleep(seconds)
-    _record(key, "done")
-    return key
+    return _run(key, seconds)
 
 
 @app.task(name="accept.rated", rate=f"{RATED_JOBS}/s")
 def rated(key: int) -> int:
     """Quick, at most RATED_JOBS starts a second (after a first bucketful) across every worker."""
-    _record(key, "start")
-    _record(key, "done")
-    return key
+    return _run(key)
