@@ -22,6 +22,8 @@ from pathlib import Path
 from signal import SIGTERM
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
+from psycopg.conninfo import conninfo_to_dict
+
 from pgjobs import cli
 
 if TYPE_CHECKING:
@@ -135,6 +137,12 @@ def assert_one_home(conn: psycopg.Connection[Any], ids: Iterable[int]) -> dict[i
 
 
 # -- pgjobs in process ---------------------------------------------------------------------------
+
+
+def database_name(url: str) -> str:
+    """The database ``url`` connects to, whatever form its host takes (``...@host:5432/db`` or the
+    embedded server's ``...@/db?host=/folder``)."""
+    return str(conninfo_to_dict(url)["dbname"])
 
 
 def with_userinfo(url: str, user: str, password: str | None = None) -> str:

@@ -20,7 +20,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pgjobs import App, migrate
 from pgjobs.dsn import Dsn
-from tests.helpers import Proc, assert_one_line_error, pgjobs_env, scalar, wait_until
+from tests.helpers import (
+    Proc,
+    assert_one_line_error,
+    database_name,
+    pgjobs_env,
+    scalar,
+    wait_until,
+)
 from tests.integration.external_helpers import downstream_service
 
 pytestmark = pytest.mark.slow
@@ -139,7 +146,7 @@ def test_readyz_is_503_while_the_database_is_gone(
     wait_until(lambda: _get(port, "/readyz")[0] == 200, timeout=30, what="ready", procs=[worker])
     assert json.loads(_get(port, "/healthz")[1])["status"] == "ok"
 
-    name = dsn.url.rsplit("/", 1)[1]
+    name = database_name(dsn.url)
     with psycopg.connect(server_url, autocommit=True) as admin:
         admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 

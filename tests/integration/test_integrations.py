@@ -20,7 +20,7 @@ with warnings.catch_warnings():
     from starlette.testclient import TestClient
 
 from pgjobs.dsn import Dsn
-from tests.helpers import pgjobs_env, scalar
+from tests.helpers import database_name, pgjobs_env, scalar
 
 
 def fresh_import(name: str, monkeypatch: pytest.MonkeyPatch, dsn: Dsn) -> ModuleType:
@@ -58,7 +58,7 @@ def django_example(monkeypatch, dsn: Dsn) -> Iterator[Any]:
     module = fresh_import("examples.integrations.django_app", monkeypatch, dsn)
     from django.conf import settings
 
-    if settings.configured and settings.DATABASES["default"]["NAME"] != dsn.url.rsplit("/", 1)[1]:
+    if settings.configured and settings.DATABASES["default"]["NAME"] != database_name(dsn.url):
         pytest.skip("Django was configured for another database in this process")
     module.configure()
     yield module
