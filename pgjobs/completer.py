@@ -154,6 +154,21 @@ class ClaimStatus(NamedTuple):
             bool(status.get("queue_limits", False)),
         )
 
+    @classmethod
+    def take(cls, rows: list[tuple[Any, ...]]) -> ClaimStatus | None:
+        """The claim's status, popped from the end of its ``rows`` when it gave one (the status
+        row comes last; its id is NULL)."""
+        return cls.of(rows.pop()) if rows and rows[-1][0] is None else None
+
+    def retry_after(self) -> float | None:
+        """Seconds after which a claim under the limits may take what this one could not: soon
+        when another worker was claiming under one of them, when a rate's bucket holds a token
+        again; None when neither held it back."""
+        waits = [LOCKED_OUT_RETRY] if self.locked_out else []
+        if self.retry_in is not None:
+            waits.append(max(self.retry_in, LOCKED_OUT_RETRY))
+        return min(waits, default=None)
+
 
 @dataclass(frozen=True, slots=True)
 class ExtendParams:
@@ -523,7 +538,7 @@ async def settle_and_claim(
     with db.translate_errors():
         if extend is None and (settle is None or settle.only_successes):
             return await _succeed_and_claim(
-                conn, settle, claim.bind(limit, limited=limited, slots=slots)
+                conn, settle, claim.bind(limit, limited=limited, slots=slots), limited=limited
             )
         # One transaction, so one commit (the unit of cost) for the whole trip.
         async with conn.pipeline(), conn.transaction():
@@ -540,7 +555,7 @@ async def settle_and_claim(
                     statement, claim.bind(limit, limited=limited, slots=slots), prepare=True
                 )
         rows = await claimed.fetchall() if claimed else []
-        status = ClaimStatus.of(rows.pop()) if rows and rows[-1][0] is None else None
+        status = ClaimStatus.take(rows)
         return TripResult(
             {row[0] for row in await settled.fetchall()} if settled else set(),
             {row[0] for row in await extended.fetchall()} if extended else set(),
@@ -550,20 +565,21 @@ async def settle_and_claim(
 
 
 async def _succeed_and_claim(
-    conn: psycopg.AsyncConnection[Any], settle: SettleParams | None, params: dict[str, Any]
+    conn: psycopg.AsyncConnection[Any],
+    settle: SettleParams | None,
+    params: dict[str, Any],
+    *,
+    limited: bool,
 ) -> TripResult:
-    """``JOB_SUCCEED_AND_CLAIM`` (``_LIMITED`` when ``params`` are a limited claim's) with the
-    claim's ``params``."""
+    """``JOB_SUCCEED_AND_CLAIM`` (``_LIMITED`` with ``limited``) with the claim's ``params``."""
     ok_ids = settle.ok_ids if settle else []
     results = settle.ok_results if settle else []
     params["ok_ids"] = _int_array(ok_ids)
     params["ok_attempts"] = _int_array(settle.ok_attempts if settle else [])
     # NULL when no handler returned a value: unnest pads it, and it costs nothing to send.
     params["ok_results"] = _text_array(results) if any(r is not None for r in results) else None
-    limited = "limit_concurrency" in params
     rows = await hotpath.succeed_and_claim(conn, params, limited=limited)
-    # The status row comes last, when there is one (its id is NULL).
-    status = ClaimStatus.of(rows.pop()) if rows and rows[-1][0] is None else None
+    status = ClaimStatus.take(rows)
     if not ok_ids:
         return TripResult(set(), set(), [db.job_from_row(row) for row in rows], status)
     # Claimed rows have every column; archived ones only their id (queue is NULL).
@@ -656,10 +672,9 @@ class Completer:
         if status is not None:
             if status.held:
                 due = now  # more jobs of limited tasks may lie in the queues' ranges
-            if status.locked_out:
-                due = min(due, now + LOCKED_OUT_RETRY)
-            if status.retry_in is not None:
-                due = min(due, now + max(status.retry_in, LOCKED_OUT_RETRY))
+            soon = status.retry_after()
+            if soon is not None:
+                due = min(due, now + soon)
         self._limits_due = due
 
     @property

@@ -231,7 +231,8 @@ _READY_IN_QUEUE = """FROM queued_jobs
 
 _CLAIM_ORDER = "ORDER BY priority DESC, run_at, id"
 
-# A queue with a setting that stops JOB_CLAIM (paused, or limited: JOB_CLAIM_LIMITED claims it).
+# A queue with a setting a claim must obey: paused, or limited (JOB_CLAIM leaves such a queue to
+# JOB_CLAIM_LIMITED, which reads its settings).
 _QUEUE_RESTRICTED = (
     "(p.paused_at IS NOT NULL OR p.concurrency IS NOT NULL OR p.rate_jobs IS NOT NULL)"
 )
@@ -282,8 +283,7 @@ scopes AS MATERIALIZED (
     UNION ALL
     SELECT 'queue', p.name, p.concurrency, p.rate_jobs, p.rate_seconds, p.paused_at IS NOT NULL
     FROM pgjobs_queues p
-    WHERE p.name = ANY(%(queues)s::text[])
-      AND (p.paused_at IS NOT NULL OR p.concurrency IS NOT NULL OR p.rate_jobs IS NOT NULL)
+    WHERE p.name = ANY(%(queues)s::text[]) AND {_QUEUE_RESTRICTED}
 ),
 running AS MATERIALIZED (
     SELECT s.kind, s.name,

@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pgjobs import db, external, migrate, queries, tracing
-from pgjobs.completer import LOCKED_OUT_RETRY, Claimed, ClaimParams, ClaimStatus, Completer
+from pgjobs.completer import Claimed, ClaimParams, ClaimStatus, Completer
 from pgjobs.context import HandlerExit, JobContext, call_async, call_sync
 from pgjobs.dsn import Dsn
 from pgjobs.errors import (
@@ -507,13 +507,11 @@ class Worker:
         """Claim again sooner than the poll when limits held the claim back: at once after it
         held jobs back (the queues' other jobs lie past them), soon when another worker was
         claiming under the same limit, when a rate's bucket has a token again."""
-        now = self._loop.time()
         if status.held:
             pace.idle = False
-        if status.locked_out:
-            pace.poll_at = min(pace.poll_at, now + LOCKED_OUT_RETRY)
-        if status.retry_in is not None:
-            pace.poll_at = min(pace.poll_at, now + max(status.retry_in, LOCKED_OUT_RETRY))
+        soon = status.retry_after()
+        if soon is not None:
+            pace.poll_at = min(pace.poll_at, self._loop.time() + soon)
 
     def _dispatch(self, lanes: list[_Lane], dsn: Dsn, pace: _Pace) -> float:
         """Start a round trip on a free lane when one is due; returns how long the loop may

@@ -14,10 +14,12 @@ import re
 from datetime import UTC, datetime, timedelta
 
 from pgjobs.errors import ConfigurationError
-from pgjobs.tasks import YEAR_RANGE, check_limit
+from pgjobs.tasks import YEAR_RANGE, Rate, check_limit
 
 _AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
 _MILLISECONDS = re.compile(r"(\d+(?:\.\d+)?)\s*ms")
+# What removes a limit or a rate (`pgjobs queue limit emails none --rate none`).
+_NONE = "none"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 #: The longest age taken (a century): longer ones are typing errors, and far longer ones do not
 #: fit a timedelta or a date.
@@ -121,7 +123,7 @@ def limit(value: str) -> int | None:
     Example: ``limit("10") == 10``; ``limit("none") is None``
     """
     text = value.strip().lower()
-    if text == "none":
+    if text == _NONE:
         return None
     if not text.isdigit():
         raise ConfigurationError(
@@ -129,3 +131,11 @@ def limit(value: str) -> int | None:
             field="concurrency",
         )
     return check_limit("concurrency", int(text))
+
+
+def rate(value: str) -> Rate | None:
+    """A rate on the command line: ``100/s``, ``10/m``, ``5/10s``..., or ``none`` (no rate).
+
+    Example: ``rate("100/s") == Rate(100, 1.0)``; ``rate("none") is None``
+    """
+    return None if value.strip().lower() == _NONE else Rate.parse(value)

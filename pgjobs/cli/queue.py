@@ -82,13 +82,9 @@ def limit_command(
         database(dsn),
         name,
         concurrency=queues.KEEP if concurrency is None else parse.limit(concurrency),
-        rate=queues.KEEP if rate is None else (None if _is_none(rate) else rate),
+        rate=queues.KEEP if rate is None else parse.rate(rate),
     )
     _report(change, as_json, "limits set" if change.changed else "limits unchanged")
-
-
-def _is_none(value: str) -> bool:
-    return value.strip().lower() == "none"
 
 
 @queue_cli.command("list")
