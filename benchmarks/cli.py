@@ -30,6 +30,7 @@ from benchmarks import (
     pgcpu,
     processing,
     prune,
+    supervise,
 )
 from benchmarks.harness import BenchDatabase, BenchmarkError, Context, say
 from benchmarks.report import Row, render
@@ -48,6 +49,7 @@ GROUPS: dict[str, tuple[str, Callable[[Context], list[Row]]]] = {
     "api": ("h", api.run),  # issue 12: enqueue through `pgjobs serve`
     "dashboard": ("i", dashboard.run),  # issue 13: the dashboard's pages on a big database
     "limits": ("j", limits.run),  # issue 14: a task at its limit beside the queue's other jobs
+    "supervise": ("k", supervise.run),  # issue 16: --processes start-up, burst exit
 }
 #: Environment variable naming the server to benchmark on (before pgjobs' own variables).
 ENV_DSN = "PGJOBS_BENCH_DSN"

@@ -6,6 +6,7 @@ import atexit
 import gc
 import logging
 import sys
+from dataclasses import replace
 from typing import Annotated
 
 import typer
@@ -130,43 +131,59 @@ def work_command(
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
-    # A worker process started by --processes: the supervisor resolved the database.
+    config = WorkerConfig(
+        concurrency=concurrency,
+        queues=queues or None,
+        poll_interval=poll_interval,
+        grace=grace,
+        burst=burst,
+        maintenance=maintenance,
+        rescue_interval=rescue_interval,
+        expire_interval=expire_interval,
+        http=_http_address(http, processes),
+        external=_external(external_url, external_timeout, external_headers),
+        read_ahead=read_ahead,
+    )
+    # A worker process of --processes gets the database from its supervisor: started as a fresh
+    # interpreter (--supervisor-fd), or forked here, before the app is imported.
     link = supervisor.SupervisorLink(supervisor_fd) if supervisor_fd is not None else None
+    forked: list[supervisor.Forked] = []
+    if processes > 1 and link is None:
+        link, forked = supervisor.fork_workers(processes)
+    if link is not None:
+        config = replace(config, http=_slot_address(config.http, link.slot))
     try:
-        config = WorkerConfig(
-            concurrency=concurrency,
-            queues=queues or None,
-            poll_interval=poll_interval,
-            grace=grace,
-            burst=burst,
-            maintenance=maintenance,
-            rescue_interval=rescue_interval,
-            expire_interval=expire_interval,
-            http=_http_address(http, processes, link),
-            external=_external(external_url, external_timeout, external_headers),
-            read_ahead=read_ahead,
-        )
         app = load_app(app_ref)
         if link is not None:
             app.bind(link.dsn)
         elif dsn:
             app.bind(database(dsn))
-        if processes > 1:
+        if link is None and processes > 1:
             # Resolved once, here, as a single worker would (--dsn, else the app's own, else the
             # environment, else the embedded server, started once for all worker processes).
             command = [sys.executable, "-m", "pgjobs", *work_argv(app_ref, config, log_level)]
-            code = supervisor.Supervisor(command, app.dsn, processes, burst=config.burst).run()
+            code = supervisor.Supervisor(
+                command, app.dsn, processes, burst=config.burst, forked=forked
+            ).run()
         else:
             code = Worker(app, config).run(
                 on_checked=link.ready if link else None, exit_process=True
             )
-    except PgjobsError as exc:
+    except BaseException as exc:
+        # Worker processes forked for a supervisor that failed before it could look after
+        # them: they wait for the database, which they will not get (a supervisor that ran
+        # reaped them already).
+        supervisor.abandon(forked)
+        if not isinstance(exc, PgjobsError):
+            raise
         # A worker process of --processes that is not ready yet tells the supervisor, which
         # prints the error of N failed starts once, instead of printing it here.
         exit_with = 2 if isinstance(exc, ConfigurationError) else 1
         if link is None or not link.failed(exc, exit_with):
             raise
         code = exit_with
+    if (link is None and processes > 1) or (link is not None and link.forked):
+        supervisor.leave(code)
     # When the process exits, its last garbage collections would walk every object the imports
     # and the run left (~80 ms, most of a burst's time after its last job): freezing them at
     # exit leaves that walk out. Other atexit handlers and module teardown still run.
@@ -207,10 +224,8 @@ def work_argv(app_ref: str, config: WorkerConfig, log_level: str) -> list[str]:
     return argv
 
 
-def _http_address(
-    text: str | None, processes: int, link: supervisor.SupervisorLink | None
-) -> tuple[str, int] | None:
-    """--http's (host, port); in worker process i of --processes, port + i (port 0 stays 0)."""
+def _http_address(text: str | None, processes: int) -> tuple[str, int] | None:
+    """--http's (host, port), checked for the ports of --processes N."""
     if text is None:
         return None
     host, port = parse_address(text)
@@ -219,9 +234,14 @@ def _http_address(
             f"--http {text}: with --processes {processes} the ports {port}..{port + processes - 1} "
             "are needed; choose a lower port"
         )
-    if link is not None and port:
-        port += link.slot
     return host, port
+
+
+def _slot_address(address: tuple[str, int] | None, slot: int) -> tuple[str, int] | None:
+    """Worker process ``slot`` of --processes listens on port + slot (port 0 stays 0)."""
+    if address is None or not address[1]:
+        return address
+    return address[0], address[1] + slot
 
 
 def _external(url: str | None, timeout: float | None, headers: list[str] | None) -> ExternalTarget:

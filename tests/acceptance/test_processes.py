@@ -299,3 +299,83 @@ def test_worker_processes_stop_when_the_supervisor_is_killed(make_app, runs, sta
     assert count(conn, "archived_jobs") == 2
     assert scalar(conn, "SELECT count(*) FROM runs WHERE phase = 'done'") == 2
     assert _registered(conn, children) == set()
+
+
+def _said(log: Path) -> dict[str, set[int]]:
+    """The pids of each word in the imports app's log (``import``, ``run``, ``exit``)."""
+    words: dict[str, set[int]] = {}
+    for line in log.read_text().splitlines():
+        word, pid = line.split()
+        words.setdefault(word, set()).add(int(pid))
+    return words
+
+
+def test_each_worker_process_imports_the_app_itself_and_runs_its_exit_handlers(
+    make_app, conn, spawn, subprocess_env, tmp_path
+):
+    # The worker processes are forked before the command imports the app: each imports it
+    # itself (what it started at import, a thread here, is its own), runs jobs, and at its end
+    # runs the atexit handlers the app registered. The supervisor imports the app too (to find
+    # its database) and runs none of its jobs.
+    log = tmp_path / "imports.log"
+    log.touch()
+    jobs = 40
+    make_app(check_task_names=False).enqueue_many(
+        JobSpec("imports.record", {}) for _ in range(jobs)
+    )
+    env = {**subprocess_env, "PGJOBS_TEST_IMPORTS_LOG": str(log)}
+    supervisor = spawn(
+        "work",
+        "--app",
+        "tests.acceptance.imports_app:app",
+        "--processes",
+        "2",
+        "--burst",
+        "--concurrency",
+        "2",
+        env=env,
+    )
+    assert supervisor.wait_exit(60) == 0, supervisor.describe()
+    assert count(conn, "archived_jobs") == jobs
+    words = _said(log)
+    workers = words["run"]
+    assert supervisor.pid not in workers
+    assert words["import"] == workers | {supervisor.pid}, words
+    assert words["exit"] == words["import"], "every process ran the app's atexit handler"
+    assert len(log.read_text().splitlines()) == jobs + 2 * len(words["import"])
+
+
+def test_a_replacement_starts_while_the_supervisor_runs_a_thread_of_the_app(
+    make_app, conn, spawn, subprocess_env, tmp_path
+):
+    # The supervisor imported the app, which started a thread: a worker process that replaces
+    # one killed is a fresh interpreter (never a fork of that process), and it works.
+    log = tmp_path / "imports.log"
+    log.touch()
+    env = {**subprocess_env, "PGJOBS_TEST_IMPORTS_LOG": str(log)}
+    supervisor = spawn(
+        "work",
+        "--app",
+        "tests.acceptance.imports_app:app",
+        "--processes",
+        "2",
+        "--poll-interval",
+        "0.2",
+        env=env,
+    )
+    children = _wait_for_processes(conn, supervisor, 2)
+    victim = min(children)
+    os.kill(victim, signal.SIGKILL)
+    replacement = wait_until(
+        lambda: (_children(supervisor.pid) - children) or None,
+        timeout=30,
+        what="a worker process to replace the one killed",
+        procs=[supervisor],
+    )
+    [new] = replacement
+    wait_until(lambda: new in _registered(conn, {new}) or None, timeout=30, what="registered")
+    assert b"--supervisor-fd=" in Path(f"/proc/{new}/cmdline").read_bytes()
+    make_app(check_task_names=False).enqueue_many(JobSpec("imports.record", {}) for _ in range(20))
+    wait_archived(conn, 20, timeout=30, procs=[supervisor])
+    assert stop([supervisor], timeout=30) == [0], supervisor.describe()
+    assert new in _said(log)["import"]

@@ -3,10 +3,14 @@ runs, and the supervisor's restart delays and exit codes."""
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
-from typing import ClassVar
+from typing import ClassVar, NoReturn
 
 import pytest
 import typer.main
@@ -36,7 +40,7 @@ def test_processes_without_a_value_is_a_usage_error(capsys):
 
 
 def test_supervisor_fd_by_hand_is_refused(capsys, monkeypatch):
-    monkeypatch.delenv(supervisor.DSN_ENV, raising=False)
+    monkeypatch.delenv(supervisor.SLOT_ENV, raising=False)
     code, _, err = run(capsys, "work", "--app", APP, "--supervisor-fd", "0")
     assert code == 2
     assert_one_line_error(code, err, "--supervisor-fd", "--processes")
@@ -63,8 +67,9 @@ class _FakeSupervisor:
 
     made: ClassVar[list[_FakeSupervisor]] = []
 
-    def __init__(self, command, dsn, processes, *, burst=False) -> None:
+    def __init__(self, command, dsn, processes, *, burst=False, forked=()) -> None:
         self.command, self.dsn, self.processes, self.burst = command, dsn, processes, burst
+        self.forked = forked
         _FakeSupervisor.made.append(self)
 
     def run(
@@ -72,6 +77,10 @@ class _FakeSupervisor:
     ) -> int:
         self.exit_process = exit_process
         return 0
+
+
+def _leave_by_exception(code: int) -> NoReturn:
+    raise typer.Exit(code)
 
 
 @pytest.fixture
@@ -86,6 +95,10 @@ def fakes(monkeypatch, no_dsn_in_env):
 
     monkeypatch.setattr(cli.work, "Worker", _FakeWorker)
     monkeypatch.setattr(supervisor, "Supervisor", _FakeSupervisor)
+    # Nothing is forked from the test process (the fake supervisor is given no process), and
+    # the command's end leaves the test process running.
+    monkeypatch.setattr(supervisor, "fork_workers", lambda processes: (None, []))
+    monkeypatch.setattr(supervisor, "leave", _leave_by_exception)
     monkeypatch.setattr(cli.work, "load_app", lambda ref: app)
     return app
 
@@ -250,3 +263,60 @@ def test_every_process_starts_at_once(tmp_path):
     command = _fake_worker(f"open(os.path.join({str(tmp_path)!r}, str(slot)), 'w').close()")
     assert supervisor.Supervisor(command, Dsn(APP_DSN, "test"), 3, burst=True).run() == 0
     assert sorted(path.name for path in tmp_path.iterdir()) == ["0", "1", "2"]
+
+
+def test_a_process_running_a_thread_is_not_forked():
+    # A fork copies the locks a thread holds without the thread: the supervisor starts fresh
+    # interpreters instead.
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        link, forked = supervisor.fork_workers(2)
+        if link is not None:  # a copy of this test process: never let it run on
+            os._exit(0)
+        assert (link, forked) == (None, [])
+    finally:
+        stop.set()
+        thread.join()
+
+
+_LINKED = (
+    "import sys\n"
+    "from pgjobs.supervisor import SupervisorLink\n"
+    "link = SupervisorLink(int(sys.argv[1]), slot=0)\n"
+    "print(link.dsn.url, link.dsn.source)\n"
+)
+
+
+def _linked_process() -> tuple[subprocess.Popen[str], socket.socket]:
+    """A process that waits for the database on a SupervisorLink, and the supervisor's end."""
+    ours, theirs = socket.socketpair()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _LINKED, str(theirs.fileno())],
+        pass_fds=(theirs.fileno(),),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    theirs.close()
+    return proc, ours
+
+
+def test_a_worker_process_gets_the_database_from_its_supervisor():
+    proc, ours = _linked_process()
+    ours.sendall(b'dsn ["postgresql://u:secret@h/db", "--dsn"]\n')
+    out, err = proc.communicate(timeout=30)
+    ours.close()
+    assert (proc.returncode, out, err) == (0, "postgresql://u:secret@h/db --dsn\n", "")
+
+
+@pytest.mark.parametrize("said", [b"", b"something else\n"])
+def test_a_worker_process_whose_supervisor_leaves_without_the_database_exits_quietly(said):
+    # The supervisor failed its own start (and reports it) or was killed: the worker process
+    # had started nothing and says nothing.
+    proc, ours = _linked_process()
+    ours.sendall(said)
+    ours.close()
+    out, err = proc.communicate(timeout=30)
+    assert (proc.returncode, out, err) == (1, "", "")
