@@ -106,7 +106,8 @@ def run(ctx: Context) -> list[Row]:
             Target(
                 f"≤ one process + {STARTUP_GOAL:.0f} ms", f"+{more:.0f} ms", more <= STARTUP_GOAL
             ),
-            "",
+            "the worker processes are forked before the app is imported",
+            reference="beside",
         ),
         Row(
             "supervise",
@@ -116,5 +117,6 @@ def run(ctx: Context) -> list[Row]:
             f"{BURSTING} `pgjobs work --burst` commands, the last to exit",
             limit_target(f"≤ {TAIL_GOAL:.0f} ms", tail, TAIL_GOAL),
             "",
+            reference="beside",
         ),
     ]
