@@ -21,7 +21,7 @@ import math
 import re
 import time
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple, Protocol
 
@@ -143,9 +143,8 @@ class ClaimStatus(NamedTuple):
     queue_limits: bool = False
 
     @classmethod
-    def of(cls, row: Sequence[Any]) -> ClaimStatus:
-        """The status row of a claim (id NULL, the JSON object in the payload column)."""
-        status = row[3]
+    def of(cls, status: Mapping[str, Any]) -> ClaimStatus:
+        """A claim's status, from the JSON object of its status row (in the payload column)."""
         retry_in = status.get("retry_in")
         return cls(
             int(status.get("held", 0)),
@@ -158,7 +157,7 @@ class ClaimStatus(NamedTuple):
     def take(cls, rows: list[tuple[Any, ...]]) -> ClaimStatus | None:
         """The claim's status, popped from the end of its ``rows`` when it gave one (the status
         row comes last; its id is NULL)."""
-        return cls.of(rows.pop()) if rows and rows[-1][0] is None else None
+        return cls.of(rows.pop()[3]) if rows and rows[-1][0] is None else None
 
     def retry_after(self) -> float | None:
         """Seconds after which a claim under the limits may take what this one could not: soon
@@ -579,12 +578,11 @@ async def _succeed_and_claim(
     # NULL when no handler returned a value: unnest pads it, and it costs nothing to send.
     params["ok_results"] = _text_array(results) if any(r is not None for r in results) else None
     rows = await hotpath.succeed_and_claim(conn, params, limited=limited)
-    status = ClaimStatus.take(rows)
-    if not ok_ids:
-        return TripResult(set(), set(), [db.job_from_row(row) for row in rows], status)
-    # Claimed rows have every column; archived ones only their id (queue is NULL).
-    jobs = [db.job_from_row(row) for row in rows if row[1] is not None]
-    return TripResult({row[0] for row in rows if row[1] is None}, set(), jobs, status)
+    # The claimed jobs, then the trip's row: the ids archived, the claim's status (or null).
+    said = rows.pop()[3]
+    status = None if said["status"] is None else ClaimStatus.of(said["status"])
+    jobs = [db.job_from_row(row) for row in rows]
+    return TripResult(set(said["archived"]), set(), jobs, status)
 
 
 def _int_array(values: list[int]) -> str:

@@ -445,13 +445,16 @@ spent AS (
     RETURNING l.name
 )"""
 
-# The claimed jobs in JOB_COLUMNS, then (with ``archived``) one row per archived job, id only,
-# then the claim's status row: id NULL, its JSON in the payload column. {status}: its JSON;
-# {when}: the condition for the row (it comes only when there is something to say).
-_NULLS = ", ".join(["NULL"] * JOB_COLUMNS.count(","))
+# The claimed jobs in JOB_COLUMNS, then the claim's status row: id NULL, its JSON in the payload
+# column. {status}: its JSON.
 _STATUS_ROW = "SELECT NULL, NULL, NULL, {status}, " + ", ".join(
     ["NULL"] * (JOB_COLUMNS.count(",") - 3)
 )
+# Whether some of the worker's queues are limited (a plain claim's only status).
+_QUEUE_LIMITS = """EXISTS (
+    SELECT 1 FROM pgjobs_queues
+    WHERE name = ANY(%(queues)s::text[]) AND (concurrency IS NOT NULL OR rate_jobs IS NOT NULL)
+)"""
 
 
 def _claim_statement(*, limited: bool, succeed: bool) -> str:
@@ -459,28 +462,31 @@ def _claim_statement(*, limited: bool, succeed: bool) -> str:
     if limited:
         settled = "%(ok_ids)s::bigint[]" if succeed else "'{}'::bigint[]"
         ctes.append(_CLAIM_LIMITED.format(settled=settled).strip())
-        status = _STATUS_ROW.format(
-            status="""jsonb_build_object(
+        status, when = (
+            """jsonb_build_object(
     'held', (SELECT count(*) FROM held),
     'locked_out', (SELECT coalesce(bool_or(locked_out), false) FROM limits),
     'retry_in', (SELECT min(retry_in) FROM limits),
-    'queue_limits', (SELECT coalesce(bool_or(limited), false) FROM limits WHERE kind = 'queue'))"""
+    'queue_limits', (SELECT coalesce(bool_or(limited), false) FROM limits WHERE kind = 'queue'))""",
+            None,
         )
     else:
         ctes.append(f"claimed AS ({_CLAIM_PLAIN})")
-        status = (
-            _STATUS_ROW.format(status="""'{"queue_limits": true}'::jsonb""")
-            + """
-WHERE EXISTS (
-    SELECT 1 FROM pgjobs_queues
-    WHERE name = ANY(%(queues)s::text[]) AND (concurrency IS NOT NULL OR rate_jobs IS NOT NULL)
-)"""
-        )
-    select = f"SELECT {JOB_COLUMNS} FROM claimed"
+        # Only when there is something to say.
+        status, when = """'{"queue_limits": true}'::jsonb""", _QUEUE_LIMITS
     if succeed:
-        select += f"\nUNION ALL\nSELECT id, {_NULLS} FROM archived"
+        # One row for the whole trip, not one per job archived: their ids in a JSON array.
+        if when is not None:
+            status = f"CASE WHEN {when} THEN {status} END"
+        status, when = (
+            f"""jsonb_build_object(
+    'archived', coalesce((SELECT jsonb_agg(id) FROM archived), '[]'::jsonb),
+    'status', {status})""",
+            None,
+        )
+    row = _STATUS_ROW.format(status=status) + ("" if when is None else f"\nWHERE {when}")
     joined = ",\n".join(ctes)
-    return f"WITH {joined}\n{select}\nUNION ALL\n{status}\n"
+    return f"WITH {joined}\nSELECT {JOB_COLUMNS} FROM claimed\nUNION ALL\n{row}\n"
 
 
 #: Claim up to ``limit`` ready jobs of the given queues (priority, then run_at order across
@@ -533,12 +539,12 @@ JOB_CLAIM_LIMITED = _claim_statement(limited=True, succeed=False)
 #: successes of the last batch (fenced as in JOB_SETTLE_MANY) and claim the next batch (as
 #: JOB_CLAIM; ``limit`` 0 claims nothing). The two parts touch different rows: a job being
 #: archived is leased, a claimable one is not. ``ok_results`` may be NULL (no handler returned
-#: a value). Returns the claimed jobs (JOB_COLUMNS), then one row per archived job, id only,
-#: then JOB_CLAIM's status row when there is one.
+#: a value). Returns the claimed jobs (JOB_COLUMNS), then the trip's row (id NULL, payload
+#: ``{"archived": [ids], "status": JOB_CLAIM's status or null}``).
 JOB_SUCCEED_AND_CLAIM = _claim_statement(limited=False, succeed=True)
 
-#: JOB_SUCCEED_AND_CLAIM with JOB_CLAIM_LIMITED's claim. The jobs it archives no longer count
-#: against their limits.
+#: JOB_SUCCEED_AND_CLAIM with JOB_CLAIM_LIMITED's claim (its status in the trip's row). The jobs
+#: it archives no longer count against their limits.
 JOB_SUCCEED_AND_CLAIM_LIMITED = _claim_statement(limited=True, succeed=True)
 
 # Burials: move each job whose lease (attempt and owner) the worker still holds to dead_letter.

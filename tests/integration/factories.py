@@ -69,7 +69,7 @@ def claim_limited(
     params = ClaimParams.for_tasks(owner, queues, tasks)
     rows = conn.execute(queries.JOB_CLAIM_LIMITED, params.bind(limit, limited=True)).fetchall()
     assert rows and rows[-1][0] is None, "the limited claim ends with its status row"
-    return [db.job_from_row(r) for r in rows[:-1]], ClaimStatus.of(rows[-1])
+    return [db.job_from_row(r) for r in rows[:-1]], ClaimStatus.of(rows[-1][3])
 
 
 def settle(conn: psycopg.Connection[Any], outcomes: Outcomes) -> set[int]:
