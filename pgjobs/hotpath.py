@@ -6,7 +6,10 @@ psycopg's async cursor spends ~80 µs of client CPU per execution more than this
 reader added and removed and a timer armed at every wait). Here the statement is prepared once
 per connection with untyped parameters, and every execution sends them as text (the statement
 casts each one) with ``PGconn.send_query_prepared``, waits for the socket on the running event
-loop, and loads the rows with the connection's own loaders (so its json loader too).
+loop, and loads the rows with the connection's own loaders (so its json loader too). The rows
+come in binary: the server then sends timestamps and integers as they are stored instead of
+writing them as text (~3 µs of server CPU less per claimed job, measured on the statement
+alone: they are a claimed row's 16 columns, four of them timestamps).
 
 The connection stays a psycopg ``AsyncConnection``, used by everything else as usual; this path
 takes its lock for the trip. An I/O failure or a cancellation in the middle of a trip leaves the
@@ -98,12 +101,15 @@ async def succeed_and_claim(
                 await _exchange(conn, pgconn.send_prepare, statement.name, statement.text),
             )
             session.prepared.add(statement.name)
-        result = _check(
-            conn, await _exchange(conn, pgconn.send_query_prepared, statement.name, values)
-        )
+        result = _check(conn, await _exchange(conn, _send, pgconn, statement.name, values))
     transformer = session.transformer
     transformer.set_pgresult(result)
     return transformer.load_rows(0, result.ntuples, tuple)
+
+
+def _send(pgconn: pq.abc.PGconn, name: bytes, values: list[bytes | None]) -> None:
+    """Execute the prepared statement ``name``: parameters as text, rows in binary."""
+    pgconn.send_query_prepared(name, values, result_format=pq.Format.BINARY)
 
 
 def _text(value: Param) -> bytes | None:
