@@ -138,7 +138,11 @@ class ForkedProcess:
 
     def poll(self) -> int | None:
         if self.returncode is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped already (SIGCHLD ignored): as Popen reads it
+                self.returncode = 0
+                return 0
             if pid == self.pid:
                 self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
@@ -172,7 +176,8 @@ def fork_workers(processes: int) -> tuple[SupervisorLink | None, list[Forked]]:
     that link, and waits for the database from the supervisor (``link.dsn``). Call it before
     anything of the application is imported or connected. A process running a second thread
     is not forked (the copy would hold that thread's locks, without the thread): the result
-    is then ``(None, [])`` and the supervisor starts fresh interpreters instead.
+    is then ``(None, [])`` and the supervisor starts fresh interpreters instead (as it does for
+    the slots past a fork that failed).
 
     Example::
 
@@ -190,11 +195,10 @@ def fork_workers(processes: int) -> tuple[SupervisorLink | None, list[Forked]]:
         ours, theirs = socket.socketpair()
         try:
             pid = os.fork()
-        except BaseException:
+        except OSError:  # out of processes or memory: the supervisor starts the rest, or says why
             ours.close()
             theirs.close()
-            abandon(forked)
-            raise
+            break
         if pid == 0:
             return _forked_child(slot, theirs, [ours, *(each.channel for each in forked)]), []
         theirs.close()
