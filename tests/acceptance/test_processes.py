@@ -15,6 +15,7 @@ from pgjobs import JobSpec
 from tests.acceptance.conftest import APP, lease_owner_pattern, wait_busy
 from tests.acceptance.workload import SHORT_LEASE
 from tests.helpers import (
+    Proc,
     assert_one_home,
     assert_one_line_error,
     count,
@@ -301,6 +302,17 @@ def test_worker_processes_stop_when_the_supervisor_is_killed(make_app, runs, sta
     assert _registered(conn, children) == set()
 
 
+def _start_imports_app(
+    spawn, subprocess_env: dict[str, str], tmp_path: Path, *options: str
+) -> tuple[Proc, Path]:
+    """`pgjobs work --processes 2 OPTIONS...` on tests/acceptance/imports_app.py, and its log."""
+    log = tmp_path / "imports.log"
+    log.touch()
+    env = {**subprocess_env, "PGJOBS_TEST_IMPORTS_LOG": str(log)}
+    app = "tests.acceptance.imports_app:app"
+    return spawn("work", "--app", app, "--processes", "2", *options, env=env), log
+
+
 def _said(log: Path) -> dict[str, set[int]]:
     """The pids of each word in the imports app's log (``import``, ``run``, ``exit``)."""
     words: dict[str, set[int]] = {}
@@ -317,23 +329,12 @@ def test_each_worker_process_imports_the_app_itself_and_runs_its_exit_handlers(
     # itself (what it started at import, a thread here, is its own), runs jobs, and at its end
     # runs the atexit handlers the app registered. The supervisor imports the app too (to find
     # its database) and runs none of its jobs.
-    log = tmp_path / "imports.log"
-    log.touch()
     jobs = 40
     make_app(check_task_names=False).enqueue_many(
         JobSpec("imports.record", {}) for _ in range(jobs)
     )
-    env = {**subprocess_env, "PGJOBS_TEST_IMPORTS_LOG": str(log)}
-    supervisor = spawn(
-        "work",
-        "--app",
-        "tests.acceptance.imports_app:app",
-        "--processes",
-        "2",
-        "--burst",
-        "--concurrency",
-        "2",
-        env=env,
+    supervisor, log = _start_imports_app(
+        spawn, subprocess_env, tmp_path, "--burst", "--concurrency", "2"
     )
     assert supervisor.wait_exit(60) == 0, supervisor.describe()
     assert count(conn, "archived_jobs") == jobs
@@ -350,19 +351,7 @@ def test_a_replacement_starts_while_the_supervisor_runs_a_thread_of_the_app(
 ):
     # The supervisor imported the app, which started a thread: a worker process that replaces
     # one killed is a fresh interpreter (never a fork of that process), and it works.
-    log = tmp_path / "imports.log"
-    log.touch()
-    env = {**subprocess_env, "PGJOBS_TEST_IMPORTS_LOG": str(log)}
-    supervisor = spawn(
-        "work",
-        "--app",
-        "tests.acceptance.imports_app:app",
-        "--processes",
-        "2",
-        "--poll-interval",
-        "0.2",
-        env=env,
-    )
+    supervisor, log = _start_imports_app(spawn, subprocess_env, tmp_path, "--poll-interval", "0.2")
     children = _wait_for_processes(conn, supervisor, 2)
     victim = min(children)
     os.kill(victim, signal.SIGKILL)
