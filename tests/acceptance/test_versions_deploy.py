@@ -110,6 +110,14 @@ def test_both_releases_working_at_once_run_every_job_once(
     declare_v1(old_producer)
     declare_v2(new_producer)
     old_worker, new_worker = worker(spawn, "release_1"), worker(spawn, "release_2")
+    # Both registered (their signal handlers are in place by then): the jobs can take less time
+    # than a worker's start-up, and a SIGTERM before its handlers ends it with the signal.
+    wait_until(
+        lambda: count(conn, "pgjobs_workers") == 2,
+        timeout=60,
+        what="both workers registered",
+        procs=[old_worker, new_worker],
+    )
 
     v1_jobs: dict[int, int] = {}  # job id -> order
     v2_jobs: dict[int, int] = {}
