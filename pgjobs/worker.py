@@ -25,7 +25,6 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -51,6 +50,7 @@ from pgjobs.maintenance.scheduler import Scheduler
 from pgjobs.models import Job
 from pgjobs.probe import ProbeServer, ProbeState, WorkerMetrics, address_text
 from pgjobs.tasks import NEWER_VERSION_HOLD, ExternalTarget, Task, UpgradeFailed
+from pgjobs.threads import HandlerThreads, Run
 
 if TYPE_CHECKING:
     from pgjobs.app import App
@@ -218,7 +218,7 @@ class Worker:
             ClaimParams.for_tasks(self.id, self.queues, self.tasks.values()),
             recheck=self.config.poll_interval,
         )
-        self._running: dict[int, tuple[JobContext, asyncio.Future[Any] | Future[Any]]] = {}
+        self._running: dict[int, tuple[JobContext, asyncio.Future[Any] | Run]] = {}
         # Jobs claimed and not started yet (claimed ahead of free slots), in claim order.
         self._waiting: deque[Job] = deque()
         # Jobs that left their slots so far (the pace that bounds the read-ahead).
@@ -227,7 +227,7 @@ class Worker:
         self._deadlines: dict[int, asyncio.TimerHandle] = {}
         # Sync handlers given up at their timeout whose threads may still run (Python cannot
         # stop a thread); the pool has room for as many as ``concurrency`` of them.
-        self._strays: set[Future[Any]] = set()
+        self._strays: set[Run] = set()
         # Outcomes of sync handlers, appended by pool threads, collected on the loop.
         self._sync_outcomes: deque[tuple[Job, Task, Any, BaseException | None]] = deque()
         self._sync_wakeup_due = False
@@ -246,7 +246,7 @@ class Worker:
         self._connected = True
         self._outage = "database unreachable"  # why not connected (for /readyz)
         self._reconnect_attempt = 0
-        self._executor: ThreadPoolExecutor | None = None
+        self._threads: HandlerThreads | None = None
         self._abandoned = 0
         self._woken = False  # a NOTIFY arrived for one of our queues since the last claim
         # What a burst worker last said it waits for (said once until it changes).
@@ -357,7 +357,7 @@ class Worker:
         if any(not t.is_async and t.external is None for t in self.tasks.values()):
             # Twice the slots: a sync handler given up at its timeout keeps its thread until it
             # returns, and the jobs started in its slot meanwhile need threads of their own.
-            self._executor = ThreadPoolExecutor(2 * self.config.concurrency, "pgjobs-handler")
+            self._threads = HandlerThreads(2 * self.config.concurrency, "pgjobs-handler")
         conn = await db.connect_async(dsn, generic_plans=True)
         self._checked = True
         background = [asyncio.create_task(self._listen(dsn), name="pgjobs-listen")]
@@ -401,6 +401,10 @@ class Worker:
             log.info("external task %s", line)
         try:
             await self._work(conn, dsn)
+        except BaseException:
+            if self._threads is not None:  # idle threads would keep the process alive
+                self._threads.shutdown(wait=False)
+            raise
         finally:
             self._stop.set()
             for task in background:
@@ -412,8 +416,8 @@ class Worker:
                 await conn.close()
         busy = self._abandoned > 0 or self._stray_threads() > 0
         log.info("worker %s stopped", self.id)
-        if self._executor is not None:
-            self._executor.shutdown(wait=not busy, cancel_futures=True)
+        if self._threads is not None:
+            self._threads.shutdown(wait=not busy)
         if busy and self._owns_process and self._exit_process:
             # Handlers still running past the grace period were given back; their threads
             # cannot be interrupted, so `pgjobs work` leaves without waiting for them. In a
@@ -783,10 +787,10 @@ class Worker:
             self._running[job.id] = (context, future)
             future.add_done_callback(functools.partial(self._async_finished, job, task))
         else:
-            assert self._executor is not None
+            assert self._threads is not None
             self._running[job.id] = (
                 context,
-                self._executor.submit(self._run_sync, context, task, fn, payload),
+                self._threads.submit(self._run_sync, context, task, fn, payload),
             )
         if task.timeout is not None and task.external is None:
             self._deadlines[job.id] = self._loop.call_later(
@@ -977,7 +981,7 @@ class Worker:
             self._changed.set()
         self._stop_run(context, entry[1])
 
-    def _stop_run(self, context: JobContext, future: asyncio.Future[Any] | Future[Any]) -> None:
+    def _stop_run(self, context: JobContext, future: asyncio.Future[Any] | Run) -> None:
         """Stop a run whose outcome is decided: cancel an async handler and give its slot back
         once it ended (or after ``STOP_GRACE``); give a sync handler's slot back at once."""
         if isinstance(future, asyncio.Future):
