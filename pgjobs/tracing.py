@@ -43,17 +43,21 @@ def enabled() -> bool:
     return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
 
 
-# The tracer of the provider it came from: one per provider (a test may set another one).
-_tracers: dict[int, Any] = {}
+# The provider last used and its tracer: a provider set later (a test may set another one)
+# gets its own. Held by reference, not by id(): a new provider may reuse an old one's id.
+_last_tracer: tuple[Any, Any] | None = None
 
 
 def _tracer() -> Any:
+    global _last_tracer
     from opentelemetry import trace
 
     provider = trace.get_tracer_provider()
-    tracer = _tracers.get(id(provider))
-    if tracer is None:
-        tracer = _tracers[id(provider)] = provider.get_tracer(TRACER_NAME)
+    last = _last_tracer
+    if last is not None and last[0] is provider:
+        return last[1]
+    tracer = provider.get_tracer(TRACER_NAME)
+    _last_tracer = (provider, tracer)
     return tracer
 
 
