@@ -83,8 +83,14 @@ class App:
                 self._dsn = resolve_dsn(None)
             return self._dsn
 
-    def bind(self, dsn: Dsn) -> None:
-        """Use ``dsn`` from now on (the CLI's ``--dsn``); closes a pool opened on another one."""
+    def bind(self, dsn: Dsn | str) -> None:
+        """Use ``dsn`` from now on (the CLI's ``--dsn``); closes a pool opened on another one.
+        A string is checked as ``App(dsn=...)`` checks it (``ConfigurationError``).
+
+        Example: ``app.bind("postgresql://postgres@127.0.0.1/app")``
+        """
+        if isinstance(dsn, str):
+            dsn = resolve_dsn(dsn, source=DSN_SOURCE)
         self.close()
         with self._lock:
             self._dsn = dsn

@@ -83,3 +83,13 @@ def test_an_unreachable_key_value_dsn_names_app_dsn_and_hides_the_password():
         app.enqueue("anything", {})
     assert "App(dsn=...)" in str(refused.value)
     assert "hunter22" not in str(refused.value)
+
+
+def test_bind_takes_a_dsn_string_and_checks_it(dsn, conn):
+    app = App()
+    with pytest.raises(ConfigurationError, match=r"^App\(dsn=\.\.\.\)"):
+        app.bind("mysql://root@h/db")
+    app.bind(_key_value(dsn.url))
+    with app:
+        job_id = app.enqueue("anything", {})
+    assert conn.execute("SELECT id FROM queued_jobs").fetchall() == [(job_id,)]
