@@ -51,7 +51,7 @@ def _jobs(rows: Rows) -> Rows:
 
 
 async def async_cursor(url: str, trips: int, batch: int) -> None:
-    conn = await db.connect_async(Dsn(url, "trips"), generic_plans=True)
+    conn = await db.connect_async(Dsn(url, "trips"), hot=True)
     done: Rows = []
     for _ in range(trips):
         cur = await conn.execute(queries.JOB_SUCCEED_AND_CLAIM, _params(done, batch), prepare=True)
@@ -60,7 +60,7 @@ async def async_cursor(url: str, trips: int, batch: int) -> None:
 
 
 async def hot_path(url: str, trips: int, batch: int) -> None:
-    conn = await db.connect_async(Dsn(url, "trips"), generic_plans=True)
+    conn = await db.connect_async(Dsn(url, "trips"), hot=True)
     done: Rows = []
     for _ in range(trips):
         done = _jobs(await hotpath.succeed_and_claim(conn, _params(done, batch)))
@@ -69,7 +69,7 @@ async def hot_path(url: str, trips: int, batch: int) -> None:
 
 def _sync_connection(url: str) -> psycopg.Connection[Any]:
     conn = db.connect(Dsn(url, "trips"))
-    conn.execute(queries.SESSION_GENERIC_PLANS)
+    conn.execute(queries.SESSION_HOT)
     psycopg.types.json.set_json_loads(db._json_loads, conn)
     return conn
 

@@ -67,19 +67,20 @@ def connect(dsn: Dsn) -> psycopg.Connection[Any]:
         return psycopg.connect(dsn.url, **_connect_kwargs(dsn))
 
 
-async def connect_async(dsn: Dsn, *, generic_plans: bool = False) -> psycopg.AsyncConnection[Any]:
+async def connect_async(dsn: Dsn, *, hot: bool = False) -> psycopg.AsyncConnection[Any]:
     """An autocommit async psycopg connection; failures become ``DatabaseUnavailable``.
 
-    ``generic_plans`` is for connections that run the same prepared statements many times a
-    second (the worker's claim connections): PostgreSQL would otherwise plan the claim anew at
-    every execution, which costs more server CPU than running it (~1 ms against ~0.3 ms for a
-    batch of 32), for the same plan. Their json and jsonb values (every claimed job's payload)
-    are decoded by ``_json_loads``.
+    ``hot`` is for connections that run the same prepared statements many times a second (the
+    worker's claim connections), set up by ``queries.SESSION_HOT``: generic plans (PostgreSQL
+    would otherwise plan the claim anew at every execution, which costs more server CPU than
+    running it, ~1 ms against ~0.3 ms for a batch of 32, for the same plan), and timestamps in
+    UTC, so the datetimes of the jobs a worker claims are in UTC whatever the server's TimeZone.
+    Their json and jsonb values (every claimed job's payload) are decoded by ``_json_loads``.
     """
     with translate_errors(dsn, connecting=True):
         conn = await psycopg.AsyncConnection.connect(dsn.url, **_connect_kwargs(dsn))
-        if generic_plans:
-            await conn.execute(queries.SESSION_GENERIC_PLANS)
+        if hot:
+            await conn.execute(queries.SESSION_HOT)
             psycopg.types.json.set_json_loads(_json_loads, conn)
         return conn
 

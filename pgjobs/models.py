@@ -55,7 +55,8 @@ class DeadReason(enum.StrEnum):
 
 class Job(NamedTuple):
     """A row of ``queued_jobs`` as a worker claimed it. Immutable; a named tuple rather than a
-    frozen dataclass because a worker builds one per job, at a quarter of the cost."""
+    frozen dataclass because a worker builds one per job, at a quarter of the cost. Its
+    datetimes are timezone-aware, in UTC."""
 
     id: int
     queue: str

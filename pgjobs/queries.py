@@ -187,9 +187,14 @@ JOB_COPY_MANY_READY = """
 COPY queued_jobs (id, queue, task, payload, priority, max_attempts) FROM STDIN
 """
 
-#: Plan each prepared statement once for this session, not at every execution (see
-#: db.connect_async): the worker's hot statements have one good plan whatever their parameters.
-SESSION_GENERIC_PLANS = "SET plan_cache_mode = force_generic_plan"
+#: The settings of the worker's claim connections (see db.connect_async): each prepared statement
+#: planned once for the session, not at every execution (the hot statements have one good plan
+#: whatever their parameters); timestamps read in UTC (psycopg builds a datetime in UTC in a
+#: third of the time it takes for a zone it must look up, such as the server's 'Etc/UTC').
+SESSION_HOT = """
+SELECT set_config('plan_cache_mode', 'force_generic_plan', false),
+       set_config('TimeZone', 'UTC', false)
+"""
 
 # Successes: archive each job whose lease (attempt and owner) the worker still holds.
 _SUCCEED_MANY = f"""

@@ -358,7 +358,7 @@ class Worker:
             # Twice the slots: a sync handler given up at its timeout keeps its thread until it
             # returns, and the jobs started in its slot meanwhile need threads of their own.
             self._threads = HandlerThreads(2 * self.config.concurrency, "pgjobs-handler")
-        conn = await db.connect_async(dsn, generic_plans=True)
+        conn = await db.connect_async(dsn, hot=True)
         self._checked = True
         background = [asyncio.create_task(self._listen(dsn), name="pgjobs-listen")]
         # Every worker registers itself (for `pgjobs stats`), with or without maintenance.
@@ -654,7 +654,7 @@ class Worker:
 
     async def _lane_trip(self, lane: _Lane, dsn: Dsn, free: int, ahead: int = 0) -> Claimed:
         if lane.conn is None or lane.conn.closed:
-            lane.conn = await db.connect_async(dsn, generic_plans=True)
+            lane.conn = await db.connect_async(dsn, hot=True)
         return await self._completer.trip(lane.conn, free, ahead=ahead)
 
     async def _landed(self, lane: _Lane, dsn: Dsn) -> Claimed:
@@ -744,7 +744,7 @@ class Worker:
         lane = lanes[0]
         try:
             if lane.conn is None or lane.conn.closed:
-                lane.conn = await db.connect_async(dsn, generic_plans=True)
+                lane.conn = await db.connect_async(dsn, hot=True)
             rows = await db.fetch_all_async(
                 lane.conn,
                 queries.QUEUES_LEFT_FOR_BURST,

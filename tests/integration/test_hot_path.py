@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from datetime import UTC
 from typing import Any
 
 import psycopg
@@ -43,7 +44,7 @@ def trip(
     """One ``settle_and_claim`` on a fresh worker connection."""
 
     async def once() -> TripResult:
-        aconn = await db.connect_async(dsn, generic_plans=True)
+        aconn = await db.connect_async(dsn, hot=True)
         try:
             settle = outcomes.drain() if outcomes is not None else None
             return await settle_and_claim(aconn, settle, extend, claim, limit, limited=limited)
@@ -57,7 +58,7 @@ def completer_trip(dsn: Dsn, completer: Completer, limit: int) -> list[int]:
     """One ``Completer.trip`` on a fresh worker connection; the ids it claimed."""
 
     async def once() -> list[int]:
-        aconn = await db.connect_async(dsn, generic_plans=True)
+        aconn = await db.connect_async(dsn, hot=True)
         try:
             return [job.id for job in (await completer.trip(aconn, limit)).jobs]
         finally:
@@ -101,6 +102,23 @@ def test_successes_are_archived_and_the_next_batch_claimed_in_one_trip(dsn, conn
     assert row(conn, "queued_jobs", ids[4])["lease_owner"] is None  # type: ignore[index]
 
 
+@pytest.mark.parametrize("how", ["one statement", "pipelined"])
+def test_claimed_jobs_carry_utc_datetimes_whatever_the_servers_timezone(
+    dsn, conn, enqueue, monkeypatch, how
+):
+    monkeypatch.setenv("PGTZ", "Asia/Kolkata")  # the session's TimeZone unless the worker's says
+    enqueue(1)
+    extend = None
+    if how == "pipelined":
+        [running] = claim(conn, owner=OWNER, limit=1, lease=300.0)
+        extend = ExtendParams.of(OWNER, [(JobContext(running, refuse_extension), 60.0)])
+        enqueue(1)
+    jobs = trip(dsn, None, limit=1, extend=extend)[2]
+    assert len(jobs) == 1
+    for when in (jobs[0].run_at, jobs[0].created_at, jobs[0].lease_expires_at):
+        assert when is not None and when.tzinfo is UTC, when
+
+
 def test_a_trip_that_only_settles_claims_nothing(dsn, conn, enqueue):
     ids = enqueue(2)
     [job] = claim(conn, owner=OWNER, limit=1)
@@ -142,7 +160,7 @@ def test_mixed_outcomes_and_extensions_take_the_pipelined_path(dsn, conn, enqueu
 
 def test_worker_connections_plan_their_statements_once(dsn):
     async def setting() -> str:
-        aconn = await db.connect_async(dsn, generic_plans=True)
+        aconn = await db.connect_async(dsn, hot=True)
         plain = await psycopg.AsyncConnection.connect(dsn.url, autocommit=True)
         try:
             cur = await aconn.execute("SHOW plan_cache_mode")
@@ -231,7 +249,7 @@ def test_the_completer_keeps_everything_when_the_connection_is_lost(dsn, conn, e
     completer.extend(JobContext(job, refuse_extension), 60.0)
 
     async def lost() -> None:
-        aconn = await db.connect_async(dsn, generic_plans=True)
+        aconn = await db.connect_async(dsn, hot=True)
         await aconn.close()
         await completer.trip(aconn, 1)
 
@@ -258,7 +276,7 @@ def test_names_reach_the_claim_intact_whatever_characters_they_hold(dsn, conn, m
     )
 
     async def once() -> TripResult:
-        aconn = await db.connect_async(dsn, generic_plans=True)
+        aconn = await db.connect_async(dsn, hot=True)
         try:
             return await settle_and_claim(aconn, None, None, params, 10)
         finally:
@@ -285,7 +303,7 @@ def test_the_hot_statement_is_prepared_once_per_connection(dsn, conn, enqueue):
     enqueue(3)
 
     async def twice() -> list[str]:
-        aconn = await db.connect_async(dsn, generic_plans=True)
+        aconn = await db.connect_async(dsn, hot=True)
         try:
             first = await settle_and_claim(aconn, None, None, CLAIM, 1)
             outcomes = Outcomes(OWNER)
@@ -307,7 +325,7 @@ def test_a_trip_cancelled_while_it_waits_closes_its_connection(dsn, conn, enqueu
     outcomes.succeed(job, None)
 
     async def cancelled() -> bool:
-        aconn = await db.connect_async(dsn, generic_plans=True)
+        aconn = await db.connect_async(dsn, hot=True)
         try:
             trip = asyncio.ensure_future(settle_and_claim(aconn, outcomes.drain(), None, CLAIM, 1))
             await asyncio.sleep(0.3)
