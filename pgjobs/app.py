@@ -577,7 +577,7 @@ class App:
             pool, dsn = self._get_pool(), self.dsn
         conn = db.checkout(pool, dsn)  # not db.pooled: insert translates errors itself
         try:
-            return producer.insert(conn, rows, dsn)
+            return producer.insert(conn, rows, dsn, pooled=True)
         finally:
             pool.putconn(conn)
 

@@ -1,29 +1,34 @@
-"""The worker's busiest statement, ``queries.JOB_SUCCEED_AND_CLAIM`` (and its ``_LIMITED``
-form), on libpq's own calls.
+"""The statements pgjobs runs most often, on libpq's own calls: the worker's round trip,
+``queries.JOB_SUCCEED_AND_CLAIM`` (and its ``_LIMITED`` form), and the enqueue of one job ready
+now, ``queries.JOB_INSERT_READY``, on a connection of the app's own pool.
 
 psycopg's async cursor spends ~80 µs of client CPU per execution more than this path does
 (at 32 jobs per trip, ~2.5 µs per job, ``python -m benchmarks.trips``: the cursor's machinery, a
-reader added and removed and a timer armed at every wait). Here the statement is prepared once
-per connection with untyped parameters, and every execution sends them as text (the statement
-casts each one) with ``PGconn.send_query_prepared``, waits for the socket on the running event
-loop, and loads the rows with the connection's own loaders (so its json loader too). The rows
-come in binary: the server then sends timestamps and integers as they are stored instead of
-writing them as text (~3 µs of server CPU less per claimed job, measured on the statement
-alone: they are a claimed row's 16 columns, four of them timestamps).
+reader added and removed and a timer armed at every wait); its sync cursor ~50 µs more for the
+one-row insert (about 100 against 45 µs a call on this kind of machine). Here a statement is
+prepared once per connection with untyped parameters, and every execution sends them as text
+(the statement casts each one) with ``PGconn.send_query_prepared``, then waits for the socket
+(on the running event loop, or in ``select`` for the sync insert). The claim's rows come in
+binary, loaded with the connection's own loaders (so its json loader too): the server then
+sends timestamps and integers as they are stored instead of writing them as text (~3 µs of
+server CPU less per claimed job, measured on the statement alone: they are a claimed row's 16
+columns, four of them timestamps).
 
-The connection stays a psycopg ``AsyncConnection``, used by everything else as usual; this path
-takes its lock for the trip. An I/O failure or a cancellation in the middle of a trip leaves the
-protocol state unknown: the connection is then closed (``conn.closed``; after a cancellation,
-once the server was asked to cancel the statement), and the worker opens a new one, as after any
-lost connection. Errors are psycopg's, raised for the caller's ``db.translate_errors``.
+The connection stays a psycopg connection, used by everything else as usual; this path takes
+its lock for the statement. An I/O failure or an interruption in the middle of a statement
+leaves the protocol state unknown: the connection is then closed (``conn.closed``; after a
+cancellation of the worker's trip, once the server was asked to cancel the statement), and the
+worker opens a new one (the pool drops it), as after any lost connection. Errors are
+psycopg's, raised for the caller's ``db.translate_errors``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+import select
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
 import psycopg
@@ -66,6 +71,7 @@ class _Statement:
 
 _PLAIN = _Statement(b"pgjobs_succeed_and_claim", queries.JOB_SUCCEED_AND_CLAIM)
 _LIMITED = _Statement(b"pgjobs_succeed_and_claim_limited", queries.JOB_SUCCEED_AND_CLAIM_LIMITED)
+_INSERT_READY = _Statement(b"pgjobs_insert_ready", queries.JOB_INSERT_READY)
 
 
 class _Session:
@@ -73,14 +79,22 @@ class _Session:
 
     __slots__ = ("prepared", "transformer")
 
-    def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
+    def __init__(self, conn: Connection) -> None:
         self.prepared: set[bytes] = set()
         self.transformer = psycopg.adapt.Transformer(conn)
 
 
-_sessions: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], _Session] = (
-    weakref.WeakKeyDictionary()
-)
+#: A connection this path runs statements on.
+Connection = psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
+
+_sessions: weakref.WeakKeyDictionary[Connection, _Session] = weakref.WeakKeyDictionary()
+
+
+def _session(conn: Connection) -> _Session:
+    session = _sessions.get(conn)
+    if session is None:
+        session = _sessions[conn] = _Session(conn)
+    return session
 
 
 async def succeed_and_claim(
@@ -90,9 +104,7 @@ async def succeed_and_claim(
     ``params`` (by name) on ``conn``; its rows."""
     statement = _LIMITED if limited else _PLAIN
     values = [_text(params[name]) for name in statement.order]
-    session = _sessions.get(conn)
-    if session is None:
-        session = _sessions[conn] = _Session(conn)
+    session = _session(conn)
     async with conn.lock:
         pgconn = conn.pgconn
         if statement.name not in session.prepared:
@@ -105,6 +117,55 @@ async def succeed_and_claim(
     transformer = session.transformer
     transformer.set_pgresult(result)
     return transformer.load_rows(0, result.ntuples, tuple)
+
+
+def insert_ready(conn: psycopg.Connection[Any], params: Mapping[str, Param]) -> int:
+    """Run ``JOB_INSERT_READY`` with ``params`` (by name) on ``conn``, an autocommit connection
+    that runs nothing else meanwhile and is in no pipeline (the app's pooled connections; a
+    caller's connection is not: psycopg would not have begun its transaction); the job's id."""
+    statement = _INSERT_READY
+    values = [_text(params[name]) for name in statement.order]
+    session = _session(conn)
+    with conn.lock:
+        pgconn = conn.pgconn
+        if statement.name not in session.prepared:
+            _check(
+                conn, _exchange_sync(pgconn.send_prepare, pgconn, statement.name, statement.text)
+            )
+            session.prepared.add(statement.name)
+        result = _check(
+            conn, _exchange_sync(pgconn.send_query_prepared, pgconn, statement.name, values)
+        )
+    job_id = result.get_value(0, 0) if result.ntuples == 1 else None
+    if job_id is None:
+        raise psycopg.InterfaceError("the insert returned no job id")
+    return int(job_id)
+
+
+def _exchange_sync(send: Callable[..., None], pgconn: pq.abc.PGconn, *args: Any) -> pq.abc.PGresult:
+    """``send(*args)`` on ``pgconn``, then the answer, waiting in ``select``. Failing or
+    interrupted in between, the connection is closed."""
+    try:
+        send(*args)
+        answer = _answer(pgconn)
+        fd = pgconn.socket
+        try:
+            while True:
+                _wait(fd, write=next(answer) == _WRITE)
+        except StopIteration as done:
+            result: pq.abc.PGresult = done.value
+            return result
+    except BaseException:
+        pgconn.finish()
+        raise
+
+
+def _wait(fd: int, *, write: bool) -> None:
+    """Block until the socket ``fd`` takes more (``write``) or has something to read."""
+    if write:
+        select.select([], [fd], [])
+    else:
+        select.select([fd], [], [])
 
 
 def _send(pgconn: pq.abc.PGconn, name: bytes, values: list[bytes | None]) -> None:
@@ -122,7 +183,7 @@ def _text(value: Param) -> bytes | None:
     raise TypeError(f"hotpath sends text, int, float or None, got {type(value).__name__}")
 
 
-def _check(conn: psycopg.AsyncConnection[Any], result: pq.abc.PGresult) -> pq.abc.PGresult:
+def _check(conn: Connection, result: pq.abc.PGresult) -> pq.abc.PGresult:
     if result.status == pq.ExecStatus.FATAL_ERROR:
         raise psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
     if result.status not in (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK):
@@ -149,13 +210,15 @@ async def _exchange(conn: psycopg.AsyncConnection[Any], send: Any, *args: Any) -
         raise
 
 
-async def _result(pgconn: pq.abc.PGconn) -> pq.abc.PGresult:
-    """Send what libpq buffered, wait for the answer on the running loop; its last result (the
-    first error, if any)."""
-    loop = asyncio.get_running_loop()
-    fd = pgconn.socket
+#: What ``_answer`` waits for: the socket to take more of the statement, or to have input.
+_WRITE, _READ = "write", "read"
+
+
+def _answer(pgconn: pq.abc.PGconn) -> Generator[str, None, pq.abc.PGresult]:
+    """Send what libpq buffered, then read the answer; yields ``_WRITE`` or ``_READ`` when
+    the socket must be waited for, and returns the last result (the first error, if any)."""
     while pgconn.flush():  # 1: more to send; the socket is full
-        await _ready(loop, fd, write=True)
+        yield _WRITE
     error: pq.abc.PGresult | None = None
     last: pq.abc.PGresult | None = None
     while True:
@@ -171,7 +234,20 @@ async def _result(pgconn: pq.abc.PGconn) -> pq.abc.PGresult:
             if result.status == pq.ExecStatus.FATAL_ERROR and error is None:
                 error = result
             last = result
-        await _ready(loop, fd)
+        yield _READ
+
+
+async def _result(pgconn: pq.abc.PGconn) -> pq.abc.PGresult:
+    """``_answer``, waiting for the socket on the running loop."""
+    loop = asyncio.get_running_loop()
+    fd = pgconn.socket
+    answer = _answer(pgconn)
+    try:
+        while True:
+            await _ready(loop, fd, write=next(answer) == _WRITE)
+    except StopIteration as done:
+        result: pq.abc.PGresult = done.value
+        return result
 
 
 async def _ready(loop: asyncio.AbstractEventLoop, fd: int, *, write: bool = False) -> None:
