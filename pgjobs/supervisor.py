@@ -59,6 +59,9 @@ from pgjobs.errors import ConfigurationError, PgjobsError
 
 log = logging.getLogger("pgjobs.supervisor")
 
+#: The most worker processes ``--processes`` starts: each keeps about five connections, so far
+#: more would exhaust any server's max_connections (and a typo would fork thousands).
+MAX_PROCESSES = 256
 #: Seconds before a worker process that died is replaced; doubled after each quick death.
 FIRST_RESTART_DELAY = 1.0
 #: Longest wait before a replacement, in seconds.

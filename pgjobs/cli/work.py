@@ -77,6 +77,7 @@ def work_command(
             help="Worker processes to run, each with --concurrency slots; above 1, this "
             "process supervises them.",
             min=1,
+            max=supervisor.MAX_PROCESSES,
         ),
     ] = 1,
     http: Annotated[

@@ -25,7 +25,7 @@ APP = "tests.integration.cli_app:app"
 APP_DSN = "postgresql://someone:hunter2@127.0.0.1:1/from-the-app"
 
 
-@pytest.mark.parametrize("value", ["0", "-1", "two", "1.5", ""])
+@pytest.mark.parametrize("value", ["0", "-1", "two", "1.5", "", "257", "1000000000"])
 def test_bad_processes_values_are_one_line_usage_errors(capsys, value):
     code, out, err = run(capsys, "work", "--app", APP, "--processes", value)
     assert code == 2
