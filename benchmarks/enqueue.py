@@ -1,7 +1,9 @@
 """Group a: enqueue throughput, one job per call and 1,000 per call, beside raw INSERT and COPY.
 
-Each run times the whole call from the application's side (building the jobs included) on an
-empty ``queued_jobs``; pgjobs and raw runs alternate.
+Each call is timed from the application's side (building the jobs included). A run starts on an
+empty ``queued_jobs`` and interleaves the ways in small chunks (200 single jobs, or one batch),
+their order turning at every chunk: this machine's speed drifts by tens of percent over seconds,
+and a run of one way then a run of the other would measure the drift as much as the difference.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from benchmarks.tasks import app
 from pgjobs import JobSpec, producer
 
 BATCH = 1_000
+#: Single jobs per chunk of a run (each way enqueues this many before the next way's turn).
+CHUNK = 200
 
 
 def run(ctx: Context) -> list[Row]:
@@ -28,15 +32,14 @@ def run(ctx: Context) -> list[Row]:
     batches = ctx.size(50, 10)
 
     def pgjobs_single() -> None:
-        for n in range(single):
+        for n in range(CHUNK):
             app.enqueue("bench.noop", {"n": n})
 
     def raw_single() -> None:
-        raw.enqueue_one_by_one(conn, "bench.noop", ({"n": n} for n in range(single)))
+        raw.enqueue_one_by_one(conn, "bench.noop", ({"n": n} for n in range(CHUNK)))
 
     def pgjobs_bulk() -> None:
-        for _ in range(batches):
-            app.enqueue_many(JobSpec("bench.noop", {"n": n}) for n in range(BATCH))
+        app.enqueue_many(JobSpec("bench.noop", {"n": n}) for n in range(BATCH))
 
     def pgjobs_bulk_unnest() -> None:
         copy_min_rows = producer.COPY_MIN_ROWS
@@ -47,27 +50,30 @@ def run(ctx: Context) -> list[Row]:
             producer.COPY_MIN_ROWS = copy_min_rows
 
     def raw_bulk() -> None:
-        for _ in range(batches):
-            raw.enqueue_copy(conn, "bench.noop", ({"n": n} for n in range(BATCH)))
+        raw.enqueue_copy(conn, "bench.noop", ({"n": n} for n in range(BATCH)))
 
-    cases: dict[str, tuple[Callable[[], None], int]] = {
-        "pgjobs_single": (pgjobs_single, single),
-        "raw_single": (raw_single, single),
-        "pgjobs_bulk": (pgjobs_bulk, batches * BATCH),
-        "pgjobs_bulk_unnest": (pgjobs_bulk_unnest, batches * BATCH),
-        "raw_bulk": (raw_bulk, batches * BATCH),
-    }
-    measured: dict[str, list[float]] = {name: [] for name in cases}
+    # Each group of ways: a chunk's call, the jobs it enqueues, chunks per run.
+    groups: list[dict[str, tuple[Callable[[], None], int, int]]] = [
+        {
+            "pgjobs_single": (pgjobs_single, CHUNK, single // CHUNK or 1),
+            "raw_single": (raw_single, CHUNK, single // CHUNK or 1),
+        },
+        {
+            "pgjobs_bulk": (pgjobs_bulk, BATCH, batches),
+            "pgjobs_bulk_unnest": (pgjobs_bulk_unnest, BATCH, batches),
+            "raw_bulk": (raw_bulk, BATCH, batches),
+        },
+    ]
+    measured: dict[str, list[float]] = {name: [] for group in groups for name in group}
     try:
         app.enqueue("bench.noop", {})  # open the pool and prepare its statements
         raw.enqueue_one_by_one(conn, "bench.noop", [{}])
         for _ in range(ctx.repeats):
-            for name, (call, jobs) in cases.items():
+            for group in groups:
                 db.conn.execute("TRUNCATE queued_jobs")
-                started = time.perf_counter()
-                call()
-                measured[name].append(jobs / (time.perf_counter() - started))
-                say(f"  enqueue {name}: {measured[name][-1]:,.0f} jobs/s")
+                for name, rate in _interleaved(group).items():
+                    measured[name].append(rate)
+                    say(f"  enqueue {name}: {rate:,.0f} jobs/s")
     finally:
         app.close()
         conn.close()
@@ -111,3 +117,20 @@ def run(ctx: Context) -> list[Row]:
             {"jobs": batches * BATCH},
         ),
     ]
+
+
+def _interleaved(ways: dict[str, tuple[Callable[[], None], int, int]]) -> dict[str, float]:
+    """One run of ``ways`` (name: a chunk's call, its jobs, the chunks), their chunks taken in
+    turn, the order rotating at every chunk; each way's jobs/s over its own chunks."""
+    names = list(ways)
+    spent = dict.fromkeys(names, 0.0)
+    chunks = max(chunks for _, _, chunks in ways.values())
+    for turn in range(chunks):
+        shift = turn % len(names)
+        for name in names[shift:] + names[:shift]:
+            call, _, own = ways[name]
+            if turn < own:
+                started = time.perf_counter()
+                call()
+                spent[name] += time.perf_counter() - started
+    return {name: jobs * own / spent[name] for name, (_, jobs, own) in ways.items()}
