@@ -422,13 +422,29 @@ def _ended_by_server(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any
     """Whether the server ended, or is ending, the session of this idle connection. A server
     that ends a session sends a last message (FATAL) and closes the socket; nothing else arrives
     unasked on an idle pooled connection (it LISTENs to nothing). So a socket with something to
-    read means that, and costs one ``select`` of no wait to see, not a round trip."""
+    read means that, and costs one ``poll`` of no wait to see, not a round trip."""
     if conn.closed:
         return True
     try:
-        return bool(select.select([conn.pgconn.socket], [], [], 0)[0])
+        return socket_ready(conn.pgconn.socket, timeout=0)
     except (OSError, ValueError, psycopg.Error):
         return True
+
+
+def socket_ready(fd: int, *, write: bool = False, timeout: float | None = None) -> bool:
+    """Whether the socket ``fd`` has something to read (or, with ``write``, takes more) within
+    ``timeout`` seconds (None: as long as it takes). By ``poll`` where there is one: ``select``
+    refuses descriptors above 1023, and a busy process (a web server with many clients) hands
+    such numbers to its database connections.
+
+    Example: ``socket_ready(conn.pgconn.socket, timeout=0)``
+    """
+    if not hasattr(select, "poll"):  # Windows
+        ready = select.select([] if write else [fd], [fd] if write else [], [], timeout)
+        return bool(ready[0] or ready[1])
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT if write else select.POLLIN)
+    return bool(poller.poll(None if timeout is None else timeout * 1000))
 
 
 def fetch_all(

@@ -8,7 +8,7 @@ reader added and removed and a timer armed at every wait); its sync cursor ~50 �
 one-row insert (about 100 against 45 µs a call on this kind of machine). Here a statement is
 prepared once per connection with untyped parameters, and every execution sends them as text
 (the statement casts each one) with ``PGconn.send_query_prepared``, then waits for the socket
-(on the running event loop, or in ``select`` for the sync insert). The claim's rows come in
+(on the running event loop, or in ``poll`` for the sync insert). The claim's rows come in
 binary, loaded with the connection's own loaders (so its json loader too): the server then
 sends timestamps and integers as they are stored instead of writing them as text (~3 µs of
 server CPU less per claimed job, measured on the statement alone: they are a claimed row's 16
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import select
 import weakref
 from collections.abc import Callable, Generator, Mapping
 from typing import Any
@@ -143,7 +142,7 @@ def insert_ready(conn: psycopg.Connection[Any], params: Mapping[str, Param]) -> 
 
 
 def _exchange_sync(send: Callable[..., None], pgconn: pq.abc.PGconn, *args: Any) -> pq.abc.PGresult:
-    """``send(*args)`` on ``pgconn``, then the answer, waiting in ``select``. Failing or
+    """``send(*args)`` on ``pgconn``, then the answer, waiting in ``poll``. Failing or
     interrupted in between, the connection is closed."""
     try:
         send(*args)
@@ -162,10 +161,7 @@ def _exchange_sync(send: Callable[..., None], pgconn: pq.abc.PGconn, *args: Any)
 
 def _wait(fd: int, *, write: bool) -> None:
     """Block until the socket ``fd`` takes more (``write``) or has something to read."""
-    if write:
-        select.select([], [fd], [])
-    else:
-        select.select([fd], [], [])
+    db.socket_ready(fd, write=write)
 
 
 def _send(pgconn: pq.abc.PGconn, name: bytes, values: list[bytes | None]) -> None:

@@ -5,6 +5,8 @@ waited) closed and replaced, never handed out again."""
 
 from __future__ import annotations
 
+import os
+import resource
 import threading
 from typing import Any
 
@@ -128,3 +130,26 @@ def test_an_interrupted_wait_closes_the_connection_and_the_next_enqueue_gets_a_n
     # The interrupted statement was sent: it may have committed once the lock was released
     # (autocommit), as with psycopg.
     assert count(conn, "queued_jobs") in (2, 3)
+
+
+def test_enqueue_works_when_the_connection_gets_a_descriptor_above_1023(make_app, conn):
+    """``select`` refuses descriptors above 1023: a process with many files or clients open
+    (a web server) had every pooled connection judged ended, and every enqueue refused."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 1_400
+    if soft < wanted:
+        if hard != resource.RLIM_INFINITY and hard < wanted:
+            pytest.fail(f"this test needs {wanted} open files; the hard limit is {hard}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    fillers = [os.open(os.devnull, os.O_RDONLY) for _ in range(1_100)]
+    try:
+        app: App = make_app(check_task_names=False, pool_size=1)
+        ready = app.enqueue("t.a", {})
+        keyed = app.enqueue("t.a", {}, idempotency_key="k")  # psycopg's path
+        assert _pooled(app).pgconn.socket > 1023
+        assert app.job(ready).id == ready  # a pooled read checks its connection the same way
+    finally:
+        for fd in fillers:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert count(conn, "queued_jobs") == 2 and keyed != ready
