@@ -477,7 +477,7 @@ def _pooler(conn: psycopg.Connection[Any], dsn: Dsn, server: _Server, limits: Th
     fix = (
         "point pgjobs (workers, `pgjobs migrate`, `pgjobs prune`) at PostgreSQL directly or "
         "through a session-mode pool; keep the transaction-mode pooler for the application's "
-        "enqueues only"
+        "enqueues only (PgBouncer 1.21 or later, with max_prepared_statements above 0)"
     )
     if elapsed is None or not same_session:
         what = (
