@@ -28,7 +28,8 @@ def run(ctx: Context) -> list[Row]:
     db = ctx.db
     app.bind(db.dsn)
     conn = psycopg.connect(db.url, autocommit=True)
-    single = ctx.size(4_000, 500)
+    single_chunks = ctx.size(20, 2)
+    single = single_chunks * CHUNK
     batches = ctx.size(50, 10)
 
     def pgjobs_single() -> None:
@@ -52,26 +53,27 @@ def run(ctx: Context) -> list[Row]:
     def raw_bulk() -> None:
         raw.enqueue_copy(conn, "bench.noop", ({"n": n} for n in range(BATCH)))
 
-    # Each group of ways: a chunk's call, the jobs it enqueues, chunks per run.
-    groups: list[dict[str, tuple[Callable[[], None], int, int]]] = [
-        {
-            "pgjobs_single": (pgjobs_single, CHUNK, single // CHUNK or 1),
-            "raw_single": (raw_single, CHUNK, single // CHUNK or 1),
-        },
-        {
-            "pgjobs_bulk": (pgjobs_bulk, BATCH, batches),
-            "pgjobs_bulk_unnest": (pgjobs_bulk_unnest, BATCH, batches),
-            "raw_bulk": (raw_bulk, BATCH, batches),
-        },
+    # Each group of ways (name: a chunk's call), the jobs of a chunk, the chunks of a run.
+    groups: list[tuple[dict[str, Callable[[], None]], int, int]] = [
+        ({"pgjobs_single": pgjobs_single, "raw_single": raw_single}, CHUNK, single_chunks),
+        (
+            {
+                "pgjobs_bulk": pgjobs_bulk,
+                "pgjobs_bulk_unnest": pgjobs_bulk_unnest,
+                "raw_bulk": raw_bulk,
+            },
+            BATCH,
+            batches,
+        ),
     ]
-    measured: dict[str, list[float]] = {name: [] for group in groups for name in group}
+    measured: dict[str, list[float]] = {name: [] for ways, _, _ in groups for name in ways}
     try:
         app.enqueue("bench.noop", {})  # open the pool and prepare its statements
         raw.enqueue_one_by_one(conn, "bench.noop", [{}])
         for _ in range(ctx.repeats):
-            for group in groups:
+            for ways, jobs, chunks in groups:
                 db.conn.execute("TRUNCATE queued_jobs")
-                for name, rate in _interleaved(group).items():
+                for name, rate in _interleaved(ways, jobs, chunks).items():
                     measured[name].append(rate)
                     say(f"  enqueue {name}: {rate:,.0f} jobs/s")
     finally:
@@ -119,18 +121,15 @@ def run(ctx: Context) -> list[Row]:
     ]
 
 
-def _interleaved(ways: dict[str, tuple[Callable[[], None], int, int]]) -> dict[str, float]:
-    """One run of ``ways`` (name: a chunk's call, its jobs, the chunks), their chunks taken in
-    turn, the order rotating at every chunk; each way's jobs/s over its own chunks."""
+def _interleaved(ways: dict[str, Callable[[], None]], jobs: int, chunks: int) -> dict[str, float]:
+    """One run of ``ways`` (name: the call of a chunk of ``jobs`` jobs), ``chunks`` chunks each,
+    taken in turn, the order rotating at every chunk; each way's jobs/s over its own chunks."""
     names = list(ways)
     spent = dict.fromkeys(names, 0.0)
-    chunks = max(chunks for _, _, chunks in ways.values())
     for turn in range(chunks):
         shift = turn % len(names)
         for name in names[shift:] + names[:shift]:
-            call, _, own = ways[name]
-            if turn < own:
-                started = time.perf_counter()
-                call()
-                spent[name] += time.perf_counter() - started
-    return {name: jobs * own / spent[name] for name, (_, jobs, own) in ways.items()}
+            started = time.perf_counter()
+            ways[name]()
+            spent[name] += time.perf_counter() - started
+    return {name: jobs * chunks / spent[name] for name in names}
