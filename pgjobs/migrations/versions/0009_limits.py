@@ -134,6 +134,12 @@ def downgrade() -> None:
             "ix_queued_jobs_claim_0008",
             tuple(name for name, _ in NEW_INDEXES if name != "ix_queued_jobs_claim_0009"),
         )
+    # In the order a worker's statements lock them (queued_jobs first, then pgjobs_queues and
+    # pgjobs_limit_states), as the upgrade does: dropping the table first deadlocked with a
+    # worker's trip that held queued_jobs and waited for pgjobs_queues.
+    op.execute(
+        "LOCK TABLE queued_jobs, pgjobs_queues, pgjobs_limit_states IN ACCESS EXCLUSIVE MODE"
+    )
     op.drop_table("pgjobs_limit_states")
     op.drop_constraint(op.f("ck_pgjobs_queues_rate_complete"), "pgjobs_queues", type_="check")
     op.drop_constraint(
