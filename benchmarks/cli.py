@@ -34,7 +34,7 @@ from benchmarks import (
 )
 from benchmarks.harness import BenchDatabase, BenchmarkError, Context, say
 from benchmarks.report import Row, render
-from pgjobs.dsn import Dsn, normalize_dsn, resolve_dsn
+from pgjobs.db.dsn import Dsn, normalize_dsn, resolve_dsn
 from pgjobs.errors import PgjobsError
 
 #: The groups in the order they run; letters as in the performance issue.

@@ -23,7 +23,7 @@ from benchmarks import harness
 from benchmarks.harness import BenchDatabase, Context, say
 from benchmarks.report import Figure, Row, limit_target, render
 from pgjobs import admin
-from pgjobs.dsn import normalize_dsn, resolve_dsn
+from pgjobs.db.dsn import normalize_dsn, resolve_dsn
 
 TOKEN = "bench-dashboard-token-0123456789"
 #: Requests per page.

@@ -26,7 +26,7 @@ from rich.console import Console
 
 from benchmarks import QUEUE
 from pgjobs import migrate, queries
-from pgjobs.dsn import ENV_DSN, Dsn
+from pgjobs.db.dsn import ENV_DSN, Dsn
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: Days over which the history rows of ``fill_archived`` finished.

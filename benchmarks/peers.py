@@ -42,7 +42,7 @@ from rich.table import Table
 from benchmarks import QUEUE, harness
 from benchmarks.cli import ENV_DSN
 from benchmarks.harness import BenchDatabase, BenchmarkError, say
-from pgjobs.dsn import Dsn, normalize_dsn, resolve_dsn
+from pgjobs.db.dsn import Dsn, normalize_dsn, resolve_dsn
 
 #: The systems compared, in the table's order.
 SYSTEMS = ("pgjobs", "pgqueuer", "procrastinate")

@@ -24,7 +24,7 @@ from benchmarks import harness
 from benchmarks.harness import BenchDatabase, Context, say
 from benchmarks.report import Figure, Row, render
 from pgjobs import retention
-from pgjobs.dsn import normalize_dsn, resolve_dsn
+from pgjobs.db.dsn import normalize_dsn, resolve_dsn
 
 DAYS = 40
 KEEP_DAYS = 30

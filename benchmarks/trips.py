@@ -24,9 +24,10 @@ import psycopg
 
 from benchmarks import QUEUE
 from benchmarks.harness import BenchDatabase
-from pgjobs import db, hotpath, queries
+from pgjobs import db, queries
 from pgjobs.completer import ClaimParams
-from pgjobs.dsn import Dsn
+from pgjobs.db import connections, libpq
+from pgjobs.db.dsn import Dsn
 
 CLAIM = ClaimParams("trips", [QUEUE])
 Rows = list[tuple[Any, ...]]
@@ -63,14 +64,14 @@ async def hot_path(url: str, trips: int, batch: int) -> None:
     conn = await db.connect_async(Dsn(url, "trips"), hot=True)
     done: Rows = []
     for _ in range(trips):
-        done = _jobs(await hotpath.succeed_and_claim(conn, _params(done, batch)))
+        done = _jobs(await libpq.succeed_and_claim(conn, _params(done, batch)))
     await conn.close()
 
 
 def _sync_connection(url: str) -> psycopg.Connection[Any]:
     conn = db.connect(Dsn(url, "trips"))
     conn.execute(queries.SESSION_HOT)
-    psycopg.types.json.set_json_loads(db._json_loads, conn)
+    psycopg.types.json.set_json_loads(connections._json_loads, conn)
     return conn
 
 
@@ -117,7 +118,7 @@ Way = Callable[[str, int, int], Coroutine[Any, Any, None] | None]
 WAYS: dict[str, Way] = {
     "async cursor (psycopg AsyncConnection)": async_cursor,
     "sync connection, one thread per lane": sync_in_thread,
-    "pgjobs.hotpath (libpq calls on the loop)": hot_path,
+    "pgjobs.db.libpq (libpq calls on the loop)": hot_path,
     "sync connection, no event loop (floor)": sync_no_loop,
 }
 

@@ -12,7 +12,7 @@ from typing import Any, overload
 import psycopg_pool
 
 from pgjobs import admin, db, producer, queues
-from pgjobs.dsn import Dsn, resolve_dsn
+from pgjobs.db.dsn import Dsn, resolve_dsn
 from pgjobs.errors import ConfigurationError
 from pgjobs.models import JobHistory
 from pgjobs.periodic import DEFAULT_CATCH_UP, CatchUp, Periodic

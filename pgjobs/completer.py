@@ -27,8 +27,9 @@ from typing import Any, NamedTuple, Protocol
 
 import psycopg
 
-from pgjobs import db, hotpath, queries
+from pgjobs import db, queries
 from pgjobs.context import JobContext
+from pgjobs.db import libpq
 from pgjobs.errors import (
     ConfigurationError,
     DatabaseUnavailable,
@@ -534,11 +535,11 @@ async def settle_and_claim(
     Example: ``await settle_and_claim(conn, outcomes.drain(), None, ClaimParams("w", ["q"]), 8)``
     """
     limited = limited and limit > 0  # claiming nothing, nothing to limit
+    if extend is None and (settle is None or settle.only_successes):
+        return await _succeed_and_claim(
+            conn, settle, claim.bind(limit, limited=limited, slots=slots), limited=limited
+        )
     with db.translate_errors():
-        if extend is None and (settle is None or settle.only_successes):
-            return await _succeed_and_claim(
-                conn, settle, claim.bind(limit, limited=limited, slots=slots), limited=limited
-            )
         # One transaction, so one commit (the unit of cost) for the whole trip.
         async with conn.pipeline(), conn.transaction():
             settled = extended = claimed = None
@@ -577,7 +578,7 @@ async def _succeed_and_claim(
     params["ok_attempts"] = _int_array(settle.ok_attempts if settle else [])
     # NULL when no handler returned a value: unnest pads it, and it costs nothing to send.
     params["ok_results"] = _text_array(results) if any(r is not None for r in results) else None
-    rows = await hotpath.succeed_and_claim(conn, params, limited=limited)
+    rows = await libpq.succeed_and_claim(conn, params, limited=limited)
     # The claimed jobs, then the trip's row: the ids archived, the claim's status (or null).
     said = rows.pop()[3]
     status = None if said["status"] is None else ClaimStatus.of(said["status"])

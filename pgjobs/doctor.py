@@ -27,7 +27,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from pgjobs import archive, db, migrate, queries
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError, DatabaseUnavailable, PgjobsError, SchemaMissing
 from pgjobs.maintenance import CONNECTIONS as SERVICE_CONNECTIONS
 from pgjobs.maintenance.registry import STALE_AFTER
@@ -554,10 +554,7 @@ def _budget(conn: psycopg.Connection[Any], plan: Plan, limits: Thresholds) -> Ch
     )
     available = max_connections - superuser - reserved
     try:
-        workers = [
-            db.worker_info_from_row(row)
-            for row in db.fetch_all(conn, queries.WORKERS_LIVE, {"stale_after": STALE_AFTER})
-        ]
+        workers = db.live_workers(conn, STALE_AFTER)
     except SchemaMissing:
         workers = []
     live_worker_connections = sum((1 if w.concurrency == 1 else 2) + 1 + 2 for w in workers)

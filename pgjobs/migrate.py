@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pgjobs import db, queries
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError, SchemaMissing
 
 if TYPE_CHECKING:

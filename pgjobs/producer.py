@@ -17,9 +17,9 @@ from typing import Any, NamedTuple
 
 import psycopg
 
-from pgjobs import hotpath, queries, tracing
-from pgjobs.db import translate_errors
-from pgjobs.dsn import Dsn
+from pgjobs import queries, tracing
+from pgjobs.db import libpq, translate_errors
+from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError, InvalidPayload, PgjobsError, UnknownTask
 from pgjobs.tasks import (
     DEFAULT_MAX_ATTEMPTS,
@@ -261,15 +261,15 @@ def insert(
     """Insert validated rows on ``conn`` (psycopg or SQLAlchemy) in one statement, or by COPY
     for a large batch without idempotency keys on a psycopg connection. ``pooled``: ``conn`` is
     one of the app's own pooled connections, where one job ready now goes in by
-    ``hotpath.insert_ready`` (half the client CPU of psycopg's cursor).
+    ``libpq.insert_ready`` (half the client CPU of psycopg's cursor).
 
     Returns the job ids in the order of ``rows`` (for a key already taken, the existing job's).
     """
     if not rows:
         return []
+    if pooled and len(rows) == 1 and _ready_now(rows[0]):
+        return [libpq.insert_ready(conn, _ready_params(rows[0]), dsn=dsn)]
     with translate_errors(dsn):
-        if pooled and len(rows) == 1 and _ready_now(rows[0]):
-            return [hotpath.insert_ready(conn, _ready_params(rows[0]))]
         if isinstance(conn, psycopg.Connection) and _by_copy(rows):
             return _copy_many(conn, rows)
         plan = _plan(rows, in_callers_transaction=_in_callers_transaction(conn))

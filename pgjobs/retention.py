@@ -26,7 +26,7 @@ import psycopg
 from psycopg import sql
 
 from pgjobs import archive, db, queries
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError, LockTimeout, PgjobsError, SchemaMissing
 from pgjobs.models import ArchivePartition
 

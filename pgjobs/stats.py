@@ -57,9 +57,7 @@ def snapshot(conn: psycopg.Connection[Any], *, verbose: bool = False) -> Snapsho
 def _read(conn: psycopg.Connection[Any], verbose: bool) -> Snapshot:
     stale = {"stale_after": STALE_AFTER}
     queues = [db.queue_stats_from_row(row) for row in db.fetch_all(conn, queries.QUEUE_STATS)]
-    workers = [
-        db.worker_info_from_row(row) for row in db.fetch_all(conn, queries.WORKERS_LIVE, stale)
-    ]
+    workers = db.live_workers(conn, STALE_AFTER)
     (leases,) = db.fetch_all(conn, queries.LEASES_WITHOUT_LIVE_WORKER, stale)
     orphaned = db.orphaned_leases_from_row(leases)
     scheduled = schedules(conn)

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import NoReturn, Protocol
 
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError, PgjobsError
 
 log = logging.getLogger("pgjobs.supervisor")

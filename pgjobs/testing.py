@@ -3,7 +3,7 @@
 Installing pgjobs registers this module as a pytest plugin (entry point ``pytest11``), which
 provides the fixtures:
 
-- ``pgjobs_database``: a migrated throwaway database (a ``pgjobs.dsn.Dsn``), every pgjobs table
+- ``pgjobs_database``: a migrated throwaway database (a ``pgjobs.db.dsn.Dsn``), every pgjobs table
   empty at the start of each test. The server comes from $PGJOBS_TEST_DSN or $DATABASE_URL, else
   the embedded server (the ``embedded`` extra, in a temporary folder), else a testcontainers
   PostgreSQL (which needs Docker); the database ``pgjobs_test_<random>`` is created once per
@@ -60,7 +60,7 @@ from pgjobs import db, migrate, producer, queries, tracing
 from pgjobs.app import App
 from pgjobs.completer import ClaimParams, Completer, SettleParams
 from pgjobs.context import HandlerExit, JobContext, call_async, call_sync
-from pgjobs.dsn import Dsn, normalize_dsn
+from pgjobs.db.dsn import Dsn, normalize_dsn
 from pgjobs.errors import ConfigurationError, InvalidPayload
 from pgjobs.models import DeadReason, Job
 from pgjobs.tasks import JobSpec, Task, UpgradeFailed

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from pgjobs import db, external, migrate, queries, tracing
 from pgjobs.completer import Claimed, ClaimParams, ClaimStatus, Completer
 from pgjobs.context import HandlerExit, JobContext, call_async, call_sync
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from pgjobs.errors import (
     ConfigurationError,
     DatabaseUnavailable,

@@ -22,7 +22,7 @@ import pytest
 from psycopg import sql
 
 from pgjobs import App, migrate
-from pgjobs.dsn import Dsn, normalize_dsn
+from pgjobs.db.dsn import Dsn, normalize_dsn
 from tests.helpers import embedded_server, pgjobs_env
 
 NO_DATABASE = (

@@ -31,7 +31,7 @@ from pgjobs.cli import (
     work,
 )
 from pgjobs.cli.render import error
-from pgjobs.dsn import scrub
+from pgjobs.db.dsn import scrub
 from pgjobs.errors import ConfigurationError, PgjobsError
 
 cli = typer.Typer(

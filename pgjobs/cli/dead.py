@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from pgjobs import admin
 from pgjobs.cli import parse, render
 from pgjobs.cli.options import DsnOption, JobIdArgument, JsonFlag, database
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError
 
 dead_cli = typer.Typer(

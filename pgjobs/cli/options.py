@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 
 from pgjobs.app import App
-from pgjobs.dsn import Dsn, resolve_dsn
+from pgjobs.db.dsn import Dsn, resolve_dsn
 from pgjobs.errors import ConfigurationError
 
 DsnOption = Annotated[

@@ -16,7 +16,7 @@ from pgjobs import db
 from pgjobs import stats as read_model
 from pgjobs.cli import render
 from pgjobs.cli.options import DsnOption, database
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from pgjobs.errors import PgjobsError
 
 

@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 import psycopg
 
 from pgjobs import db
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError
 
 log = logging.getLogger("pgjobs.maintenance")

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 
 from pgjobs import db, queries
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError, PgjobsError
 from pgjobs.maintenance import RoundResult, Service, ServiceConfig
 

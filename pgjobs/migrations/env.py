@@ -14,7 +14,7 @@ from typing import Any
 from alembic import context
 from sqlalchemy import Connection, create_engine, pool
 
-from pgjobs.dsn import normalize_dsn, resolve_dsn
+from pgjobs.db.dsn import normalize_dsn, resolve_dsn
 from pgjobs.migrate import take_turn
 from pgjobs.schema import metadata
 

@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pgjobs import db
 from pgjobs.app import App
-from pgjobs.dsn import Dsn, resolve_dsn
+from pgjobs.db.dsn import Dsn, resolve_dsn
 from pgjobs.errors import ConfigurationError
 from pgjobs.web import errors
 from pgjobs.web.auth import Access, Tokens, load_tokens

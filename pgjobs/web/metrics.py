@@ -48,7 +48,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from pgjobs import db, queries
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError, PgjobsError
 from pgjobs.maintenance.registry import STALE_AFTER
 from pgjobs.models import ArchivedStatus, JobStatus, OrphanedLeases, WorkerInfo

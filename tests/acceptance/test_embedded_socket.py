@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pgjobs import ConfigurationError, embedded
+from pgjobs import ConfigurationError
+from pgjobs.db import embedded
 from tests.acceptance.test_embedded import _stop_leftover
 from tests.helpers import pgjobs_env, run_pgjobs
 

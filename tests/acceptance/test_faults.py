@@ -26,7 +26,7 @@ import pytest
 
 import pgjobs
 from pgjobs import migrate
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from tests.acceptance.faults_app import RUNS_DDL
 from tests.helpers import (
     Proc,

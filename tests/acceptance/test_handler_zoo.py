@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 
 import pgjobs
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from tests.acceptance.zoo_app import RUNS_DDL
 from tests.helpers import Proc, assert_one_home, count, wait_until
 

@@ -183,7 +183,7 @@ APP_ENV_PY = """
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-import pgjobs.dsn
+import pgjobs.db.dsn
 import pgjobs.migrate
 
 url = context.config.get_main_option("sqlalchemy.url")
@@ -196,7 +196,7 @@ def run_migrations_online() -> None:
         with context.begin_transaction():
             context.run_migrations()
     # pgjobs' migrations, in the same `alembic upgrade`, with their own version table.
-    pgjobs.migrate.upgrade(pgjobs.dsn.normalize_dsn(url, "alembic.ini"), lock_timeout="5s")
+    pgjobs.migrate.upgrade(pgjobs.db.dsn.normalize_dsn(url, "alembic.ini"), lock_timeout="5s")
 
 
 run_migrations_online()

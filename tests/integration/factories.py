@@ -16,7 +16,7 @@ from psycopg.rows import dict_row
 
 from pgjobs import App, Worker, WorkerConfig, db, queries
 from pgjobs.completer import ClaimParams, ClaimStatus, Outcomes
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from pgjobs.maintenance import R, Service
 from pgjobs.models import Job
 from pgjobs.tasks import Task, make_task

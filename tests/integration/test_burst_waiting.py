@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from pgjobs import App, queues
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from tests.helpers import assert_one_home, count
 from tests.integration.factories import work
 

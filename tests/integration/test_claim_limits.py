@@ -16,7 +16,7 @@ import pytest
 
 from pgjobs import JobSpec, queries, queues
 from pgjobs.completer import ClaimParams, Outcomes
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from pgjobs.maintenance.limits import LapsedLimits
 from pgjobs.models import Job
 from tests.helpers import assert_one_home, scalar

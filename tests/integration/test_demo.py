@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from examples import demo
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from pgjobs.models import ArchivedStatus, DeadReason
 from tests.integration.factories import work
 

@@ -18,7 +18,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from pgjobs import App, JobSpec, archive, doctor, migrate
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from tests.helpers import assert_one_line_error, pgjobs_process, run, scalar, wait_until
 from tests.integration.factories import claim
 

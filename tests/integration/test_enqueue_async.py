@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from pgjobs import App, JobSpec
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError, InvalidPayload
 from tests.helpers import count, scalar
 

@@ -1,4 +1,4 @@
-"""``app.enqueue`` of one job ready now, on the app's own pool, goes by ``hotpath.insert_ready``
+"""``app.enqueue`` of one job ready now, on the app's own pool, goes by ``libpq.insert_ready``
 (libpq's own calls): the same row as the statement through psycopg, errors translated alike, and
 a connection left in an unknown state (ended by the server mid-statement, interrupted while it
 waited) closed and replaced, never handed out again."""
@@ -13,7 +13,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgjobs import App, hotpath
+from pgjobs import App
+from pgjobs.db import libpq
 from pgjobs.errors import DatabaseUnavailable, QueryFailed
 from tests.helpers import count, wait_until
 from tests.integration.factories import row
@@ -33,13 +34,13 @@ def test_one_job_goes_in_by_the_lean_path_with_every_column_as_psycopg_wrote_it(
 ):
     app: App = make_app(check_task_names=False)
     sent: list[dict[str, Any]] = []
-    lean = hotpath.insert_ready
+    lean = libpq.insert_ready
 
-    def spy(c: psycopg.Connection[Any], params: dict[str, Any]) -> int:
+    def spy(c: psycopg.Connection[Any], params: dict[str, Any], **options: Any) -> int:
         sent.append(dict(params))
-        return lean(c, params)
+        return lean(c, params, **options)
 
-    monkeypatch.setattr(hotpath, "insert_ready", spy)
+    monkeypatch.setattr(libpq, "insert_ready", spy)
     options: dict[str, Any] = {"queue": "q1", "priority": -3, "max_attempts": 7}
     lean_id = app.enqueue("t.a", {"n": 1, "s": "é\u2028"}, **options)
     keyed_id = app.enqueue("t.a", {"n": 1, "s": "é\u2028"}, idempotency_key="k", **options)
@@ -121,7 +122,7 @@ def test_an_interrupted_wait_closes_the_connection_and_the_next_enqueue_gets_a_n
     # The table locked elsewhere: the insert cannot answer before the enqueue waits for it.
     with psycopg.connect(conn.info.dsn) as locker, monkeypatch.context() as patch:
         locker.execute("LOCK TABLE queued_jobs IN ACCESS EXCLUSIVE MODE")
-        patch.setattr(hotpath, "_wait", interrupted)
+        patch.setattr(libpq, "_wait", interrupted)
         with pytest.raises(KeyboardInterrupt):
             app.enqueue("t.a", {"n": 2})
     assert victim.closed, "a connection whose answer was not read is never used again"

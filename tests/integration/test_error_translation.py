@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from pgjobs import App, db
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from pgjobs.errors import DatabaseUnavailable, QueryFailed
 from tests.helpers import count, wait_until
 

@@ -23,7 +23,7 @@ from pgjobs.completer import (
     settle_and_claim,
 )
 from pgjobs.context import JobContext
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from pgjobs.errors import PgjobsError
 from tests.helpers import assert_one_home, scalar
 from tests.integration.factories import claim, declared_task, row

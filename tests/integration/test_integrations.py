@@ -19,7 +19,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)
     from starlette.testclient import TestClient
 
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from tests.helpers import database_name, pgjobs_env, scalar
 
 

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from pgjobs import App, JobSpec, queues
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from tests.helpers import assert_one_home, count, scalar, wait_until
 from tests.integration.external_helpers import run_worker_while
 from tests.integration.factories import claim_limited, work

@@ -14,7 +14,7 @@ import pytest
 
 from pgjobs import App
 from pgjobs.completer import ClaimParams, Completer
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from pgjobs.maintenance.leases import LeaseRescuer
 from pgjobs.models import DeadReason, Job
 from pgjobs.tasks import make_task

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from pgjobs import App
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError, InvalidPayload, UnknownTask
 from pgjobs.maintenance.scheduler import Scheduled, Scheduler
 from pgjobs.periodic import CatchUp

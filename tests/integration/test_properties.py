@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from pgjobs import App, ConfigurationError, InvalidPayload, JobSpec, PgjobsError
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from pgjobs.producer import MAX_PAYLOAD_DEPTH
 from pgjobs.worker import Worker, WorkerConfig
 from tests.helpers import run

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from pgjobs import App, ConfigurationError, Rate, queues
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from tests.helpers import assert_one_line_error, run
 
 pytestmark = pytest.mark.usefixtures("no_dsn_in_env")

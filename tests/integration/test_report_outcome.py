@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from pgjobs import App, admin
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError, JobNotFound, StaleOutcome
 from pgjobs.models import DeadReason, JobStatus
 from pgjobs.tasks import RetryPolicy

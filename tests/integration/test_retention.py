@@ -14,7 +14,7 @@ import pytest
 
 from pgjobs import App, migrate
 from pgjobs.archive import partition_name
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from pgjobs.maintenance.partitions import ArchivePartitions, Partitioned
 from pgjobs.models import ArchivedStatus
 from pgjobs.schema import archived_jobs

@@ -9,7 +9,7 @@ from urllib.parse import quote
 import pytest
 
 from pgjobs import App, ConfigurationError, DatabaseUnavailable
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from tests.helpers import assert_one_line_error, run, with_userinfo
 
 PASSWORDS = ["p#?/@%:x", "sec%ret", "p@ss:wqrd", "zq x7w k"]

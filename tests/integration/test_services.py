@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError
 from pgjobs.maintenance import CONNECTIONS, RoundResult, Service, ServiceConfig, run_services
 from pgjobs.maintenance.expirer import Expirer

@@ -21,7 +21,7 @@ import pytest
 
 import pgjobs
 from pgjobs import App, JobSpec, testing
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from pgjobs.testing import assert_enqueued, assert_not_enqueued, drain, eager, enqueued_jobs
 from tests.helpers import REPO, assert_one_home, count, scalar
 

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 
 from pgjobs import App, migrate
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from pgjobs.worker import Worker
 from tests.helpers import wait_until
 from tests.integration.external_helpers import run_worker_while

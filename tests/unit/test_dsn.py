@@ -7,7 +7,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from pgjobs import ConfigurationError, DatabaseUnavailable, db
-from pgjobs.dsn import Dsn, normalize_dsn, redact, resolve_dsn, scrub
+from pgjobs.db.dsn import Dsn, normalize_dsn, redact, resolve_dsn, scrub
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ import pytest
 import typer.main
 
 from pgjobs import App, ConfigurationError, PgjobsError, WorkerConfig, cli, supervisor
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from pgjobs.tasks import ExternalTarget
 from tests.helpers import assert_one_line_error, run
 

@@ -16,7 +16,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)
     from starlette.testclient import TestClient as TestClient
 
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from pgjobs.web import create_app
 
 TOKEN = "full-token-0123456789abcdef"

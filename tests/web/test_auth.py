@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from fastapi import FastAPI
 
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError
 from pgjobs.web import create_app
 from pgjobs.web.auth import load_tokens

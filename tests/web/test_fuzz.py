@@ -19,7 +19,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from pgjobs.web import create_app
 from tests.web.conftest import AUTH, READ_TOKEN, TOKEN
 

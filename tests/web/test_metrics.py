@@ -17,7 +17,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from pgjobs import App, NonRetryableError, db, queries
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError
 from pgjobs.web.metrics import DURATION_BUCKETS, QueueMetrics
 from tests.helpers import assert_one_home, scalar

@@ -7,7 +7,7 @@ import socket
 
 import httpx
 
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from tests.helpers import pgjobs_process, run_pgjobs, wait_until
 from tests.web.conftest import READ_TOKEN, TOKEN
 

@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 from fastapi import FastAPI
 
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from tests.helpers import run, wait_until
 from tests.integration.admin_factories import bury, claim_one
 from tests.web.conftest import AUTH, TestClient, assert_error

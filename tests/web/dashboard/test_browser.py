@@ -27,7 +27,7 @@ import psycopg
 import pytest
 
 from pgjobs import App
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from pgjobs.web.dashboard import routes
 from pgjobs.web.dashboard.routes import REFRESH_SECONDS
 from tests.helpers import REPO, assert_one_home, scalar, wait_until

@@ -14,7 +14,7 @@ import pytest
 from fastapi import FastAPI
 
 from pgjobs import App, queues
-from pgjobs.dsn import Dsn
+from pgjobs.db.dsn import Dsn
 from pgjobs.models import DeadReason
 from tests.helpers import assert_one_home
 from tests.integration.admin_factories import bury, succeed

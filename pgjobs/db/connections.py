@@ -1,17 +1,12 @@
-"""Connections and the pool, and the edge where driver errors become ``pgjobs.errors`` and rows
-become ``models``. Nothing outside this module catches ``psycopg.Error``.
-
-Where the database is (``Dsn``) is ``pgjobs.dsn``'s business; the embedded server is
-``pgjobs.embedded``'s.
-"""
+"""Connections and pools: opening them (sync and async, the worker's "hot" ones), taking a live
+one from a pool, running a statement with its errors translated (``pgjobs.db.translate``), the
+LISTEN stream, and the SQLAlchemy engine of migrations."""
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import select
-import sys
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -21,37 +16,15 @@ import psycopg.types.json
 import psycopg_pool
 
 from pgjobs import queries
-from pgjobs.dsn import Dsn, scrub
-from pgjobs.errors import (
-    DatabaseUnavailable,
-    LockTimeout,
-    PgjobsError,
-    QueryFailed,
-    SchemaMissing,
-)
-from pgjobs.models import (
-    ArchivePartition,
-    DeadGroup,
-    DeadJob,
-    DeadReason,
-    Job,
-    JobHistory,
-    JobStatus,
-    OrphanedLeases,
-    QueueState,
-    QueueStats,
-    ScheduleInfo,
-    TableHealth,
-    WorkerInfo,
-)
+from pgjobs.db.dsn import Dsn
+from pgjobs.db.translate import translate_errors
+from pgjobs.errors import DatabaseUnavailable
 
 if TYPE_CHECKING:
     import sqlalchemy
 
 #: Seconds to wait for a TCP connection before calling the database unreachable.
 CONNECT_TIMEOUT = 5
-
-MIGRATE_HINT = "run `pgjobs migrate`"
 
 
 def _connect_kwargs(dsn: Dsn) -> dict[str, Any]:
@@ -127,163 +100,6 @@ def target_connection(target: Target) -> Iterator[psycopg.Connection[Any]]:
     else:
         with translate_errors():
             yield target
-
-
-@contextlib.contextmanager
-def translate_errors(dsn: Dsn | None = None, *, connecting: bool = False) -> Iterator[None]:
-    """Turn psycopg errors raised inside the block into ``pgjobs.errors``, by SQLSTATE: only a
-    lost or refused connection is ``DatabaseUnavailable`` (the statement may be sent again
-    later); anything else the server refused is a ``QueryFailed`` that names what happened.
-    ``connecting``: the block opens a connection, so any refusal means it cannot be used."""
-    try:
-        yield
-    except Exception as exc:
-        original = _driver_error(exc) or exc
-        if isinstance(original, psycopg.Error):
-            raise translated(original, dsn, connecting=connecting) from exc
-        raise
-
-
-def translated(
-    exc: psycopg.Error, dsn: Dsn | None = None, *, connecting: bool = False
-) -> PgjobsError:
-    """The ``pgjobs.errors`` counterpart of the driver error ``exc``."""
-    state = exc.sqlstate or ""
-    reason = scrub(_reason(exc), dsn.url if dsn else None)
-    if state == "42P01":
-        return SchemaMissing(f"the pgjobs tables are missing: {MIGRATE_HINT}")
-    if state == "42703":
-        return SchemaMissing(f"the pgjobs schema is out of date: {MIGRATE_HINT}")
-    if state == "55P03":
-        return LockTimeout(f"gave up waiting for a lock (lock_timeout): {reason}")
-    if connecting or is_connection_failure(exc):
-        if state in _SERVER_CLOSED or _closed_by_server(exc):
-            return DatabaseUnavailable(f"the connection was closed by the server: {reason}")
-        if isinstance(exc, psycopg.InterfaceError):  # e.g. the connection was closed under us
-            return DatabaseUnavailable(f"database connection unusable: {reason}")
-        where = f" {dsn.redacted} ({dsn.source})" if dsn else ""
-        return DatabaseUnavailable(
-            f"cannot reach the database{where}: {reason}; check the DSN and that PostgreSQL is up"
-        )
-    what = _REFUSALS.get(state) or _REFUSALS.get(state[:2], "PostgreSQL refused a statement")
-    return QueryFailed(f"{what} (SQLSTATE {state or 'unknown'}): {reason}")
-
-
-#: SQLSTATEs of a server that ended the session: admin shutdown, crash shutdown, starting up.
-_SERVER_CLOSED = frozenset({"57P01", "57P02", "57P03"})
-
-#: What a refusal that is not about the connection means, by SQLSTATE or its two-letter class.
-_REFUSALS = {
-    "22": "PostgreSQL refused a value (data exception)",
-    "23": "PostgreSQL refused a row (integrity constraint violation)",
-    "54": "a value is too large for PostgreSQL (program limit exceeded)",
-    "42501": "permission denied: the database role lacks a privilege",
-    "42": "PostgreSQL refused the statement (syntax error or access rule violation)",
-    "40001": "serialization failure: the transaction conflicted with a concurrent one; try again",
-    "40P01": "deadlock detected: the transaction was cancelled; try again",
-    "40": "the transaction was rolled back",
-    "57014": "the statement was cancelled (statement_timeout or a cancel request)",
-    "25": "the statement is not allowed in this transaction state",
-}
-
-
-def is_connection_failure(exc: psycopg.Error) -> bool:
-    """Whether ``exc`` means the connection is gone or could not be made (SQLSTATE class 08,
-    57P01-57P03, or a libpq failure without SQLSTATE), or the server is out of resources
-    (class 53: disk, memory, connections), which passes: the statement may be sent again."""
-    state = exc.sqlstate
-    if state is None:
-        return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
-    return state.startswith(("08", "53")) or state in _SERVER_CLOSED
-
-
-def _closed_by_server(exc: psycopg.Error) -> bool:
-    """libpq's words for a session the server ended (pg_terminate_backend, a restart)."""
-    text = str(exc)
-    return "server closed the connection unexpectedly" in text or "terminating connection" in text
-
-
-def _reason(exc: psycopg.Error) -> str:
-    """The driver's message as one line, to be shown."""
-    return _one_line(str(exc))
-
-
-def _driver_error(exc: Exception) -> psycopg.Error | None:
-    """The psycopg error SQLAlchemy wrapped in ``exc``, to be judged as the original. SQLAlchemy
-    is imported only where it is used (migrations): when it is not loaded, it raised nothing."""
-    sqlalchemy_exc = sys.modules.get("sqlalchemy.exc")
-    if sqlalchemy_exc is None or not isinstance(exc, sqlalchemy_exc.DBAPIError):
-        return None
-    return exc.orig if isinstance(exc.orig, psycopg.Error) else None
-
-
-def _one_line(message: str) -> str:
-    return " ".join(message.split())
-
-
-def job_from_row(row: tuple[Any, ...]) -> Job:
-    """A claimed ``queued_jobs`` row (columns as ``queries.JOB_COLUMNS``) as a ``Job``."""
-    return Job(*row)
-
-
-def dead_job_from_row(row: tuple[Any, ...]) -> DeadJob:
-    """A ``dead_letter`` row (columns as ``queries.DEAD_LIST``) as a ``DeadJob``."""
-    job = DeadJob(*row)
-    return dataclasses.replace(job, reason=DeadReason(job.reason))
-
-
-def dead_group_from_row(row: tuple[Any, ...]) -> DeadGroup:
-    """A row of ``queries.DEAD_GROUP`` as a ``DeadGroup``."""
-    task, fingerprint, fingerprint_id, count, first, last, queues, latest_id = row
-    return DeadGroup(
-        task, fingerprint, fingerprint_id, count, first, last, tuple(queues), latest_id
-    )
-
-
-def job_history_from_row(row: tuple[Any, ...]) -> JobHistory:
-    """A row of ``queries.JOB_LOOKUP`` as a ``JobHistory``."""
-    job = JobHistory(*row)
-    return dataclasses.replace(
-        job,
-        status=JobStatus(job.status),
-        reason=None if job.reason is None else DeadReason(job.reason),
-        replays=tuple(job.replays),
-    )
-
-
-def archive_partition_from_row(row: tuple[Any, ...]) -> ArchivePartition:
-    """A row of ``queries.ARCHIVE_PARTITIONS`` as an ``ArchivePartition``."""
-    return ArchivePartition(*row)
-
-
-def queue_stats_from_row(row: tuple[Any, ...]) -> QueueStats:
-    """A row of ``queries.QUEUE_STATS`` as a ``QueueStats``."""
-    return QueueStats(*row)
-
-
-def queue_state_from_row(row: tuple[Any, ...]) -> QueueState:
-    """A row of ``queries.QUEUE_LIST`` or ``queries.QUEUE_GET`` as a ``QueueState``."""
-    return QueueState(*row)
-
-
-def schedule_info_from_row(row: tuple[Any, ...]) -> ScheduleInfo:
-    """A row of ``queries.SCHEDULE_LIST`` as a ``ScheduleInfo``."""
-    return ScheduleInfo(*row)
-
-
-def worker_info_from_row(row: tuple[Any, ...]) -> WorkerInfo:
-    """A row of ``queries.WORKERS_LIVE`` as a ``WorkerInfo``."""
-    return WorkerInfo(*row)
-
-
-def orphaned_leases_from_row(row: tuple[Any, ...]) -> OrphanedLeases:
-    """The row of ``queries.LEASES_WITHOUT_LIVE_WORKER`` as an ``OrphanedLeases``."""
-    return OrphanedLeases(*row)
-
-
-def table_health_from_row(row: tuple[Any, ...]) -> TableHealth:
-    """A row of ``queries.TABLE_HEALTH`` as a ``TableHealth``."""
-    return TableHealth(*row)
 
 
 def schema_revision(conn: psycopg.Connection[Any]) -> str | None:

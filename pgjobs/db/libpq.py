@@ -18,8 +18,8 @@ The connection stays a psycopg connection, used by everything else as usual; thi
 its lock for the statement. An I/O failure or an interruption in the middle of a statement
 leaves the protocol state unknown: the connection is then closed (``conn.closed``; after a
 cancellation of the worker's trip, once the server was asked to cancel the statement), and the
-worker opens a new one (the pool drops it), as after any lost connection. Errors are
-psycopg's, raised for the caller's ``db.translate_errors``.
+worker opens a new one (the pool drops it), as after any lost connection. Errors come out
+as ``pgjobs.errors``, translated as everywhere else in ``pgjobs.db``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,10 @@ import psycopg.adapt
 import psycopg.errors
 from psycopg import pq
 
-from pgjobs import db, queries
+from pgjobs import queries
+from pgjobs.db.connections import cancel_quietly, socket_ready
+from pgjobs.db.dsn import Dsn
+from pgjobs.db.translate import translate_errors
 
 #: A parameter as this path sends it: as text, or NULL.
 Param = str | int | float | None
@@ -104,41 +107,47 @@ async def succeed_and_claim(
     statement = _LIMITED if limited else _PLAIN
     values = [_text(params[name]) for name in statement.order]
     session = _session(conn)
-    async with conn.lock:
-        pgconn = conn.pgconn
-        if statement.name not in session.prepared:
-            _check(
-                conn,
-                await _exchange(conn, pgconn.send_prepare, statement.name, statement.text),
-            )
-            session.prepared.add(statement.name)
-        result = _check(conn, await _exchange(conn, _send, pgconn, statement.name, values))
-    transformer = session.transformer
-    transformer.set_pgresult(result)
-    return transformer.load_rows(0, result.ntuples, tuple)
+    with translate_errors():
+        async with conn.lock:
+            pgconn = conn.pgconn
+            if statement.name not in session.prepared:
+                _check(
+                    conn,
+                    await _exchange(conn, pgconn.send_prepare, statement.name, statement.text),
+                )
+                session.prepared.add(statement.name)
+            result = _check(conn, await _exchange(conn, _send, pgconn, statement.name, values))
+        transformer = session.transformer
+        transformer.set_pgresult(result)
+        return transformer.load_rows(0, result.ntuples, tuple)
 
 
-def insert_ready(conn: psycopg.Connection[Any], params: Mapping[str, Param]) -> int:
+def insert_ready(
+    conn: psycopg.Connection[Any], params: Mapping[str, Param], *, dsn: Dsn | None = None
+) -> int:
     """Run ``JOB_INSERT_READY`` with ``params`` (by name) on ``conn``, an autocommit connection
     that runs nothing else meanwhile and is in no pipeline (the app's pooled connections; a
-    caller's connection is not: psycopg would not have begun its transaction); the job's id."""
+    caller's connection is not: psycopg would not have begun its transaction); the job's id.
+    ``dsn``, where ``conn`` goes, is named in errors (its secrets scrubbed)."""
     statement = _INSERT_READY
     values = [_text(params[name]) for name in statement.order]
     session = _session(conn)
-    with conn.lock:
-        pgconn = conn.pgconn
-        if statement.name not in session.prepared:
-            _check(
-                conn, _exchange_sync(pgconn.send_prepare, pgconn, statement.name, statement.text)
+    with translate_errors(dsn):
+        with conn.lock:
+            pgconn = conn.pgconn
+            if statement.name not in session.prepared:
+                _check(
+                    conn,
+                    _exchange_sync(pgconn.send_prepare, pgconn, statement.name, statement.text),
+                )
+                session.prepared.add(statement.name)
+            result = _check(
+                conn, _exchange_sync(pgconn.send_query_prepared, pgconn, statement.name, values)
             )
-            session.prepared.add(statement.name)
-        result = _check(
-            conn, _exchange_sync(pgconn.send_query_prepared, pgconn, statement.name, values)
-        )
-    job_id = result.get_value(0, 0) if result.ntuples == 1 else None
-    if job_id is None:
-        raise psycopg.InterfaceError("the insert returned no job id")
-    return int(job_id)
+        job_id = result.get_value(0, 0) if result.ntuples == 1 else None
+        if job_id is None:
+            raise psycopg.InterfaceError("the insert returned no job id")
+        return int(job_id)
 
 
 def _exchange_sync(send: Callable[..., None], pgconn: pq.abc.PGconn, *args: Any) -> pq.abc.PGresult:
@@ -161,7 +170,7 @@ def _exchange_sync(send: Callable[..., None], pgconn: pq.abc.PGconn, *args: Any)
 
 def _wait(fd: int, *, write: bool) -> None:
     """Block until the socket ``fd`` takes more (``write``) or has something to read."""
-    db.socket_ready(fd, write=write)
+    socket_ready(fd, write=write)
 
 
 def _send(pgconn: pq.abc.PGconn, name: bytes, values: list[bytes | None]) -> None:
@@ -176,7 +185,7 @@ def _text(value: Param) -> bytes | None:
         return value.encode()
     if isinstance(value, int | float) and not isinstance(value, bool):
         return repr(value).encode()
-    raise TypeError(f"hotpath sends text, int, float or None, got {type(value).__name__}")
+    raise TypeError(f"the libpq path sends text, int, float or None, got {type(value).__name__}")
 
 
 def _check(conn: Connection, result: pq.abc.PGresult) -> pq.abc.PGresult:
@@ -200,7 +209,7 @@ async def _exchange(conn: psycopg.AsyncConnection[Any], send: Any, *args: Any) -
     except BaseException as exc:
         try:
             if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit):
-                await db.cancel_quietly(conn)
+                await cancel_quietly(conn)
         finally:
             pgconn.finish()
         raise

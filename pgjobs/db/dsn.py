@@ -11,7 +11,7 @@ from urllib.parse import quote, unquote
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from pgjobs import embedded
+from pgjobs.db import embedded
 from pgjobs.errors import ConfigurationError
 
 ENV_DSN = ("PGJOBS_DATABASE_URL", "DATABASE_URL")

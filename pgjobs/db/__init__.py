@@ -1,0 +1,80 @@
+"""The database edge of pgjobs: where the database is (``dsn``, ``embedded``), connections and
+pools (``connections``), driver errors turned into ``pgjobs.errors`` (``translate``), rows turned
+into ``models`` (``rows``), the hot statements on libpq's own calls (``libpq``) and the reads
+several parts share (``reads``). Nothing outside this package catches ``psycopg.Error``.
+
+This module is the package's common face: ``from pgjobs import db; db.connect(dsn)``.
+"""
+
+from __future__ import annotations
+
+from pgjobs.db.connections import (
+    CONNECT_TIMEOUT,
+    Target,
+    cancel_quietly,
+    checkout,
+    checkout_async,
+    connect,
+    connect_async,
+    fetch_all,
+    fetch_all_async,
+    notifications,
+    open_async_pool,
+    open_pool,
+    pooled,
+    schema_revision,
+    socket_ready,
+    sqlalchemy_engine,
+    target_connection,
+)
+from pgjobs.db.reads import live_workers
+from pgjobs.db.rows import (
+    archive_partition_from_row,
+    dead_group_from_row,
+    dead_job_from_row,
+    job_from_row,
+    job_history_from_row,
+    orphaned_leases_from_row,
+    queue_state_from_row,
+    queue_stats_from_row,
+    schedule_info_from_row,
+    table_health_from_row,
+    worker_info_from_row,
+)
+from pgjobs.db.translate import MIGRATE_HINT, is_connection_failure, translate_errors, translated
+
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "MIGRATE_HINT",
+    "Target",
+    "archive_partition_from_row",
+    "cancel_quietly",
+    "checkout",
+    "checkout_async",
+    "connect",
+    "connect_async",
+    "dead_group_from_row",
+    "dead_job_from_row",
+    "fetch_all",
+    "fetch_all_async",
+    "is_connection_failure",
+    "job_from_row",
+    "job_history_from_row",
+    "live_workers",
+    "notifications",
+    "open_async_pool",
+    "open_pool",
+    "orphaned_leases_from_row",
+    "pooled",
+    "queue_state_from_row",
+    "queue_stats_from_row",
+    "schedule_info_from_row",
+    "schema_revision",
+    "socket_ready",
+    "sqlalchemy_engine",
+    "table_health_from_row",
+    "target_connection",
+    "translate_errors",
+    "translated",
+    "worker_info_from_row",
+]
