@@ -19,6 +19,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from pgjobs import App, JobSpec, archive, doctor, migrate
 from pgjobs.db.dsn import Dsn
+from pgjobs.doctor import connections as doctor_connections
 from tests.helpers import assert_one_line_error, pgjobs_process, run, scalar, wait_until
 from tests.integration.factories import claim
 
@@ -351,8 +352,8 @@ def test_what_a_transaction_mode_pooler_does_fails_the_pooler_check(
     dsn, monkeypatch, round_trip, same_session, said
 ):
     # What PgBouncer in transaction mode does to a LISTEN and to a session, played without one.
-    monkeypatch.setattr(doctor, "_listen_round_trip", lambda _dsn, _timeout: round_trip)
-    monkeypatch.setattr(doctor, "_same_session", lambda _conn: same_session)
+    monkeypatch.setattr(doctor_connections, "_listen_round_trip", lambda _dsn, _timeout: round_trip)
+    monkeypatch.setattr(doctor_connections, "_same_session", lambda _conn: same_session)
     report = doctor.diagnose(dsn)
     pooler = next(c for c in report.checks if c.name == "pooler")
     assert pooler.status is doctor.Status.FAIL
