@@ -53,9 +53,6 @@ class Claimed(NamedTuple):
     asked: int
 
 
-# --- the whole path, for one worker -------------------------------------------------------------
-
-
 class Completer:
     """One worker's outcome path: it classifies and buffers outcomes, holds lease extensions
     until the next trip, sends both with the next claim, and interprets what was applied.
