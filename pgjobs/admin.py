@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 
 from pgjobs import db, queries
-from pgjobs.completer import ReportedOutcome
+from pgjobs.completer.reports import ReportedOutcome
 from pgjobs.errors import ConfigurationError, JobNotFound, JobStateConflict, StaleOutcome
 from pgjobs.models import DeadGroup, DeadJob, JobHistory, JobStatus
 from pgjobs.tasks import RetryPolicy

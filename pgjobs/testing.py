@@ -58,7 +58,8 @@ from psycopg import sql
 
 from pgjobs import db, migrate, producer, queries, tracing
 from pgjobs.app import App
-from pgjobs.completer import ClaimParams, Completer, SettleParams
+from pgjobs.completer import ClaimParams, Completer
+from pgjobs.completer.params import SettleParams
 from pgjobs.context import HandlerExit, JobContext, call_async, call_sync
 from pgjobs.db.dsn import Dsn, normalize_dsn
 from pgjobs.errors import ConfigurationError, InvalidPayload

@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 
-from pgjobs.completer import Outcomes
+from pgjobs.completer.outcomes import Outcomes
 from pgjobs.models import DeadReason, Job
 from tests.helpers import TABLES
 from tests.integration.factories import claim, settle

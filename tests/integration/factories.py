@@ -15,7 +15,8 @@ import psycopg
 from psycopg.rows import dict_row
 
 from pgjobs import App, Worker, WorkerConfig, db, queries
-from pgjobs.completer import ClaimParams, ClaimStatus, Outcomes
+from pgjobs.completer import ClaimParams, ClaimStatus
+from pgjobs.completer.outcomes import Outcomes
 from pgjobs.db.dsn import Dsn
 from pgjobs.maintenance import R, Service
 from pgjobs.models import Job

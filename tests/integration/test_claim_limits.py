@@ -15,7 +15,8 @@ import psycopg
 import pytest
 
 from pgjobs import JobSpec, queries, queues
-from pgjobs.completer import ClaimParams, Outcomes
+from pgjobs.completer import ClaimParams
+from pgjobs.completer.outcomes import Outcomes
 from pgjobs.db.dsn import Dsn
 from pgjobs.maintenance.limits import LapsedLimits
 from pgjobs.models import Job

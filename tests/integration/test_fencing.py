@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pgjobs.completer import Outcomes
+from pgjobs.completer.outcomes import Outcomes
 from pgjobs.maintenance.leases import LeaseRescuer, Rescued
 from pgjobs.models import DeadReason
 from tests.helpers import assert_one_home, wait_until

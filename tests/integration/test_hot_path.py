@@ -13,18 +13,14 @@ import psycopg
 import pytest
 
 from pgjobs import db, queries
-from pgjobs.completer import (
-    ClaimParams,
-    Completer,
-    ExtendParams,
-    Outcomes,
-    TripResult,
-    result_json,
-    settle_and_claim,
-)
+from pgjobs.completer import ClaimParams, Completer
+from pgjobs.completer.outcomes import Outcomes
+from pgjobs.completer.params import ExtendParams
+from pgjobs.completer.trip import TripResult, settle_and_claim
 from pgjobs.context import JobContext
 from pgjobs.db.dsn import Dsn
 from pgjobs.errors import PgjobsError
+from pgjobs.text import result_json
 from tests.helpers import assert_one_home, scalar
 from tests.integration.factories import claim, declared_task, row
 

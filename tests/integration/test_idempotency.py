@@ -8,7 +8,7 @@ import psycopg
 import pytest
 
 from pgjobs import JobSpec
-from pgjobs.completer import Outcomes
+from pgjobs.completer.outcomes import Outcomes
 from pgjobs.models import DeadReason
 from tests.helpers import assert_one_home, wait_until
 from tests.integration.factories import claim, counts, row, settle

@@ -12,7 +12,7 @@ import sqlalchemy
 from psycopg import IsolationLevel
 
 from pgjobs import App, ConfigurationError, JobSpec
-from pgjobs.completer import Outcomes
+from pgjobs.completer.outcomes import Outcomes
 from tests.helpers import assert_one_home
 from tests.integration.factories import claim, counts, settle
 

@@ -6,8 +6,9 @@ import asyncio
 from datetime import UTC, datetime
 
 from pgjobs import App, JobSpec
-from pgjobs.completer import Outcomes, result_json
+from pgjobs.completer.outcomes import Outcomes
 from pgjobs.models import DeadReason
+from pgjobs.text import result_json
 from tests.helpers import assert_one_home
 from tests.integration.factories import claim, counts, row, settle, work
 

@@ -14,7 +14,7 @@ import pytest
 
 from pgjobs import JobSpec, queues
 from pgjobs import stats as read_model
-from pgjobs.completer import Outcomes
+from pgjobs.completer.outcomes import Outcomes
 from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError
 from tests.acceptance.workload import RUNS_DDL

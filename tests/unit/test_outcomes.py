@@ -1,5 +1,6 @@
 """completer: the statements' parameter objects; Outcomes buffering, draining into
-JOB_SETTLE_MANY's parameters, restoring; classifying a handler's outcome."""
+JOB_SETTLE_MANY's parameters, restoring; classifying a handler's outcome (the ``Outcome`` each
+decision returns); the text PostgreSQL can store (``pgjobs.text``)."""
 
 from __future__ import annotations
 
@@ -8,18 +9,14 @@ import re
 from datetime import UTC, datetime
 
 from pgjobs import queries
-from pgjobs.completer import (
-    MAX_ERROR_LENGTH,
-    ClaimParams,
-    Completer,
-    ExtendParams,
-    Outcomes,
-    error_text,
-    result_json,
-)
+from pgjobs.completer import ClaimParams, Completer, Outcome
+from pgjobs.completer.outcomes import TIMEOUT_ERROR_TYPE, Outcomes, timeout_error
+from pgjobs.completer.params import ExtendParams
 from pgjobs.errors import NonRetryableError
 from pgjobs.models import DeadReason, Job
+from pgjobs.probe import OUTCOMES
 from pgjobs.tasks import make_task
+from pgjobs.text import MAX_ERROR_LENGTH, error_text, result_json
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -111,14 +108,26 @@ def test_the_completer_classifies_what_a_handler_did():
         lambda: None, name="t", queue="default", max_attempts=3, retry_base=1, retry_cap=5, lease=30
     )
     completer = Completer(ClaimParams("w", ["default"]))
-    completer.finished(job(1), task, {"n": 1}, None)
-    completer.finished(job(2, attempts=1), task, None, Flaky("again"))
-    completer.finished(job(3, attempts=5), task, None, Flaky("last"))
-    completer.finished(job(4, attempts=1), task, None, NonRetryableError("never"))
-    completer.cancelled(job(5))
-    completer.interrupted(job(6), at_most_once=True)
-    completer.unknown_task(job(7))
-    completer.invalid_payload(job(8), "missing argument 'x'")
+    decided = [
+        completer.finished(job(1), task, {"n": 1}, None),
+        completer.finished(job(2, attempts=1), task, None, Flaky("again")),
+        completer.finished(job(3, attempts=5), task, None, Flaky("last")),
+        completer.finished(job(4, attempts=1), task, None, NonRetryableError("never")),
+        completer.cancelled(job(5)),
+        completer.interrupted(job(6), at_most_once=True),
+        completer.unknown_task(job(7)),
+        completer.invalid_payload(job(8), "missing argument 'x'"),
+    ]
+    assert decided == [
+        Outcome.SUCCEEDED,
+        Outcome.RETRIED,
+        Outcome.DEAD,
+        Outcome.DEAD,
+        Outcome.RELEASED,
+        Outcome.DEAD,
+        Outcome.DEAD,
+        Outcome.DEAD,
+    ]
 
     settle = completer.outcomes.drain()
     assert settle.ok_ids == [1] and settle.ok_results == ['{"n": 1}']
@@ -135,6 +144,35 @@ def test_the_completer_classifies_what_a_handler_did():
     assert settle.dead_types[:2] == [f"{__name__}.Flaky", "pgjobs.errors.NonRetryableError"]
     assert "Flaky: last" in (settle.dead_tracebacks[0] or "")
     assert settle.release_ids == [5] and settle.release_refunds == [False]
+
+
+def test_the_outcome_decided_is_the_move_buffered():
+    task = make_task(
+        lambda: None, name="t", queue="default", max_attempts=3, retry_base=1, retry_cap=5, lease=30
+    )
+    once = make_task(
+        lambda: None, name="o", queue="default", max_attempts=3, retry_base=1, retry_cap=5,
+        lease=30, at_most_once=True,
+    )  # fmt: skip
+    completer = Completer(ClaimParams("w", ["default"]))
+    assert completer.timed_out(job(1), task, 2.5) is Outcome.RETRIED
+    assert completer.timed_out(job(2, attempts=5), task, 2.5) is Outcome.DEAD
+    assert completer.timed_out(job(3), once, 2.5) is Outcome.DEAD
+    assert completer.interrupted(job(4), at_most_once=False) is Outcome.RELEASED
+    settle = completer.outcomes.drain()
+    assert settle.retry_ids == [1] and settle.retry_errors == [timeout_error(2.5)]
+    assert settle.dead_ids == [2, 3] and settle.dead_reasons == [DeadReason.TIMEOUT] * 2
+    assert settle.dead_types == [TIMEOUT_ERROR_TYPE] * 2
+    assert settle.release_ids == [4] and settle.release_refunds == [False]
+
+
+def test_the_outcomes_are_the_worker_metrics_labels():
+    # The metrics count what the completer decided: one vocabulary, its values the label values
+    # (DELIVERED is the worker's: an external job handed to its downstream is not settled here).
+    assert [str(outcome) for outcome in Outcome] == list(OUTCOMES)
+    counts = dict.fromkeys(OUTCOMES, 0)
+    counts[Outcome.DELIVERED] += 1  # a StrEnum is its value as a key: the metrics' series
+    assert counts["delivered"] == 1 and len(counts) == len(OUTCOMES)
 
 
 def test_error_text_is_one_line_without_nul_and_bounded():

@@ -1,0 +1,259 @@
+"""The ``Completer``: one worker's outcome path. It classifies how each attempt ended (deciding
+its ``Outcome``), buffers it in ``Outcomes``, holds the lease extensions handlers asked for, and
+sends both with the next claim in one round trip (``trip.settle_and_claim``). What the database
+applied comes back and is interpreted here: an outcome that was not applied lost its lease (its
+job was rescued or claimed elsewhere), an extension that was refused marks its
+``JobContext.lease_lost``. Each outcome carries the attempt it settles: with the lease owner,
+that is the fence that keeps a stale worker from touching a job re-claimed elsewhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any, NamedTuple
+
+import psycopg
+
+from pgjobs.completer.outcomes import TIMEOUT_ERROR_TYPE, Outcome, Outcomes, timeout_error
+from pgjobs.completer.params import ClaimParams, ClaimStatus, ExtendParams
+from pgjobs.completer.trip import report_stale, settle_and_claim, settle_apart
+from pgjobs.context import JobContext
+from pgjobs.errors import DatabaseUnavailable, NonRetryableError, QueryFailed, SchemaMissing
+from pgjobs.models import DeadReason, Job
+from pgjobs.tasks import Task
+from pgjobs.text import error_text, result_json, storable, traceback_text
+
+# Outcomes are what a worker did with its jobs: they log under the worker's name.
+log = logging.getLogger("pgjobs.worker")
+
+#: Seconds between two claims under the tasks' limits while nothing else calls for one (a job
+#: of a limited task ending here, jobs enqueued, a claim that held jobs back, a rate's next
+#: token): the other claims pass the limited tasks' jobs by, so this bounds how long a slot
+#: freed by another worker, or a limited job enqueued while the worker is busy, waits.
+LIMITS_RECHECK = 1.0
+
+# The outcomes as module globals: an enum member read through its class costs ~0.1 µs, once per
+# job on the worker's busiest path.
+_SUCCEEDED, _RETRIED, _DEAD, _RELEASED = (
+    Outcome.SUCCEEDED,
+    Outcome.RETRIED,
+    Outcome.DEAD,
+    Outcome.RELEASED,
+)
+
+
+class Claimed(NamedTuple):
+    """What ``Completer.trip`` claimed: the jobs, the claim's status when it gave one, and how
+    many jobs it asked for."""
+
+    jobs: list[Job]
+    status: ClaimStatus | None
+    asked: int
+
+
+class Completer:
+    """One worker's outcome path: it classifies and buffers outcomes, holds lease extensions
+    until the next trip, sends both with the next claim, and interprets what was applied.
+
+    Every method runs on the worker's event loop.
+    """
+
+    def __init__(self, claim: ClaimParams, *, recheck: float = LIMITS_RECHECK) -> None:
+        self.owner = claim.owner
+        self.claim = claim
+        self.outcomes = Outcomes(claim.owner)
+        self._extensions: dict[int, tuple[JobContext, float]] = {}
+        # Some of the worker's queues are limited (the last claim said so): every claim is one
+        # under limits (all of those queues' jobs are).
+        self._queue_limits = False
+        # When the next claim under the tasks' limits is due (time.monotonic()); meanwhile the
+        # claims pass the limited tasks' jobs by, as cheap as those of a worker without limits.
+        self._recheck = recheck
+        self._limits_due = 0.0 if claim.limit_tasks else math.inf
+
+    @property
+    def limited(self) -> bool:
+        """Some of the worker's tasks, or of its queues, have a concurrency limit or a rate."""
+        return bool(self.claim.limit_tasks) or self._queue_limits
+
+    def limits_due(self) -> None:
+        """Claim under the tasks' limits on the next trip: a job of a limited task ended here
+        (its slot under the limit is free), or jobs were enqueued (some may be limited ones)."""
+        if self.claim.limit_tasks:
+            self._limits_due = 0.0
+
+    def _claim_under_limits(self, limit: int) -> bool:
+        return limit > 0 and (self._queue_limits or time.monotonic() >= self._limits_due)
+
+    def _learn(self, status: ClaimStatus | None, under_limits: bool, *, short: bool) -> None:
+        """What a claim said of the limits: which claim comes next, and when. A plain claim
+        that came back short may have met jobs of limited tasks, which it leaves where they are:
+        the next claim is one under limits (it takes them or holds them back)."""
+        self._queue_limits = status is not None and status.queue_limits
+        if not self.claim.limit_tasks:
+            return
+        if not under_limits:
+            if short:
+                self._limits_due = 0.0
+            return
+        now = time.monotonic()
+        due = now + self._recheck  # other workers free slots and refill buckets meanwhile
+        if status is not None:
+            if status.held:
+                due = now  # more jobs of limited tasks may lie in the queues' ranges
+            soon = status.retry_after()
+            if soon is not None:
+                due = min(due, now + soon)
+        self._limits_due = due
+
+    @property
+    def pending(self) -> bool:
+        """Something waits to be sent: an outcome or a lease extension."""
+        return bool(len(self.outcomes) or self._extensions)
+
+    @property
+    def extensions_pending(self) -> bool:
+        """A lease extension waits: the next trip should not wait to gather a batch."""
+        return bool(self._extensions)
+
+    def finished(self, job: Job, task: Task, result: Any, exc: BaseException | None) -> Outcome:
+        """Record how ``job``'s handler ended: it returned ``result`` or raised ``exc``. Returns
+        the outcome decided: ``SUCCEEDED``, ``RETRIED`` or ``DEAD``."""
+        self._extensions.pop(job.id, None)
+        if exc is None:
+            self.outcomes.succeed(job, result_json(result))
+            return _SUCCEEDED
+        error = error_text(exc)
+        where = f"job {job.id} ({job.task}) failed on attempt {job.attempts}/{job.max_attempts}"
+        if isinstance(exc, NonRetryableError) or job.is_last_attempt:
+            reason = (
+                DeadReason.NON_RETRYABLE
+                if isinstance(exc, NonRetryableError)
+                else DeadReason.EXHAUSTED
+            )
+            error_type = storable(f"{type(exc).__module__}.{type(exc).__qualname__}")
+            trace = traceback_text(exc)
+            self.outcomes.bury(job, reason, error, error_type, trace)
+            log.warning("%s: %s; sent to dead_letter (%s)", where, error, reason)
+            return _DEAD
+        delay = task.retry.delay(job.attempts)
+        self.outcomes.retry(job, delay, error)
+        log.warning("%s: %s; retry in %.1fs", where, error, delay)
+        return _RETRIED
+
+    def timed_out(self, job: Job, task: Task, timeout: float) -> Outcome:
+        """``job``'s handler ran longer than ``timeout`` seconds: the attempt failed with reason
+        timeout. Retried with the task's backoff while attempts remain; on the last attempt (or
+        for an at-most-once task, whose handler may still be running) sent to dead_letter with
+        reason ``timeout``. Returns the outcome decided: ``RETRIED`` or ``DEAD``."""
+        self._extensions.pop(job.id, None)
+        error = timeout_error(timeout)
+        where = f"job {job.id} ({job.task}) timed out on attempt {job.attempts}/{job.max_attempts}"
+        if job.is_last_attempt or task.at_most_once:
+            self.outcomes.bury(job, DeadReason.TIMEOUT, error, TIMEOUT_ERROR_TYPE)
+            log.warning("%s: %s; sent to dead_letter (%s)", where, error, DeadReason.TIMEOUT)
+            return _DEAD
+        delay = task.retry.delay(job.attempts)
+        self.outcomes.retry(job, delay, error)
+        log.warning("%s: %s; retry in %.1fs", where, error, delay)
+        return _RETRIED
+
+    def cancelled(self, job: Job) -> Outcome:
+        """``job``'s handler was cancelled before it finished: back to the queue, attempt used
+        (``RELEASED``)."""
+        self._extensions.pop(job.id, None)
+        self.outcomes.release(job, refund=False)
+        return _RELEASED
+
+    def forget(self, job: Job) -> None:
+        """``job`` was cancelled while it ran (``pgjobs cancel --force`` archived it): send
+        nothing more for it, not even a lease extension."""
+        self._extensions.pop(job.id, None)
+
+    def unknown_task(self, job: Job) -> Outcome:
+        """No task of ``job``'s name is registered here: to dead_letter (``DEAD``)."""
+        self.outcomes.bury(
+            job,
+            DeadReason.UNKNOWN_TASK,
+            f"no task named {job.task!r} is registered with this worker's app",
+        )
+        log.warning("job %d: unknown task %r, sent to dead_letter", job.id, job.task)
+        return _DEAD
+
+    def invalid_payload(self, job: Job, problem: str) -> Outcome:
+        """``job``'s payload does not fit its handler (``problem`` says how): to dead_letter
+        (``DEAD``)."""
+        self.outcomes.bury(job, DeadReason.INVALID_PAYLOAD, problem)
+        log.warning("job %d (%s): %s, sent to dead_letter", job.id, job.task, problem)
+        return _DEAD
+
+    def interrupted(self, job: Job, *, at_most_once: bool) -> Outcome:
+        """The shutdown grace period ran out while ``job`` ran: give it back now (its attempt
+        stays used) rather than leave it to its lease; an at-most-once job goes to dead_letter,
+        never to run again. Returns ``RELEASED`` or ``DEAD``."""
+        self._extensions.pop(job.id, None)
+        if at_most_once:
+            self.outcomes.bury(
+                job,
+                DeadReason.INTERRUPTED,
+                "worker shut down while the at-most-once job was running",
+            )
+            return _DEAD
+        self.outcomes.release(job, refund=False)
+        return _RELEASED
+
+    def extend(self, context: JobContext, seconds: float) -> None:
+        """Send a lease extension for ``context``'s job on the next trip."""
+        self._extensions[context.job.id] = (context, seconds)
+
+    async def trip(
+        self, conn: psycopg.AsyncConnection[Any], limit: int, *, ahead: int = 0
+    ) -> Claimed:
+        """Send everything pending and claim up to ``limit`` jobs (for free slots) and
+        ``ahead`` more (to start as slots free up), in one round trip; returns the jobs claimed
+        and what the claim said of the limits. A claim under limits takes no job ahead: a job
+        waiting for a slot would hold a place under its limit that another worker could use.
+        On a lost connection (``DatabaseUnavailable``) or a schema changed under the worker
+        (``SchemaMissing``, a migration in progress) everything stays pending for the next trip
+        and the error is raised."""
+        settle = self.outcomes.drain() if len(self.outcomes) else None
+        extensions, self._extensions = self._extensions, {}
+        extend = ExtendParams.of(self.owner, extensions.values()) if extensions else None
+        # Under limits only for free slots: a claim of jobs ahead alone stays a plain one.
+        under_limits = self._claim_under_limits(limit)
+        slots = limit
+        if not under_limits:
+            limit += ahead
+        try:
+            done = await settle_and_claim(
+                conn, settle, extend, self.claim, limit, limited=under_limits, slots=slots
+            )
+        except (DatabaseUnavailable, SchemaMissing):
+            if settle is not None:
+                self.outcomes.restore(settle)
+            self._extensions = {**extensions, **self._extensions}
+            raise
+        except QueryFailed as exc:
+            # Not a connection problem, so the same trip would be refused again: apply the
+            # outcomes apart, to find the one the database refuses. Claim on the next trip.
+            if settle is None:
+                log.error("%s; lease extension(s) of job(s) %s not sent", exc, _ids(extensions))
+                return Claimed([], None, 0)
+            self._extensions = {**extensions, **self._extensions}
+            log.warning("%s; applying the %d outcome(s) of the batch apart", exc, len(settle))
+            await settle_apart(conn, settle, self.claim, self.outcomes)
+            return Claimed([], None, 0)
+        report_stale(settle, done.settled)
+        for job_id, (context, _) in extensions.items():
+            if job_id not in done.extended:
+                context.lease_lost = True
+                log.warning("job %d: lease extension refused, the lease was already lost", job_id)
+        if limit > 0:  # every claim says whether some queues are limited (JOB_CLAIM: if so)
+            self._learn(done.status, under_limits, short=len(done.claimed) < limit)
+        return Claimed(done.claimed, done.status, limit)
+
+
+def _ids(extensions: dict[int, Any]) -> str:
+    return ",".join(map(str, extensions)) or "-"

@@ -1,0 +1,116 @@
+"""How an attempt ended (``Outcome``, decided once by the ``Completer`` and read by whoever
+counts or logs it) and the buffer of outcomes waiting for the worker's next round trip
+(``Outcomes``, filling a ``SettleParams``)."""
+
+from __future__ import annotations
+
+import enum
+from typing import Protocol
+
+from pgjobs.completer.params import SettleParams
+from pgjobs.models import DeadReason
+
+
+class Outcome(enum.StrEnum):
+    """How one attempt of a job ended, as the worker's metrics count it (the values are the
+    ``outcome`` label of ``pgjobs_worker_jobs_finished_total``).
+
+    Example: ``completer.finished(job, task, None, ValueError("x")) is Outcome.RETRIED``
+    """
+
+    #: The handler returned: the job is archived (succeeded).
+    SUCCEEDED = "succeeded"
+    #: The attempt failed (an error or its timeout) with attempts left: back to the queue after
+    #: the task's backoff.
+    RETRIED = "retried"
+    #: Sent to dead_letter: a non-retryable error, the last attempt failed or timed out, an
+    #: unknown task, a payload that does not fit, an at-most-once job interrupted.
+    DEAD = "dead"
+    #: Given back to the queue unfinished (cancelled, or the worker shut down while it ran).
+    RELEASED = "released"
+    #: An external task's job handed to its downstream: it stays running under its lease until
+    #: the downstream reports (decided by the worker's delivery, not by the completer).
+    DELIVERED = "delivered"
+
+
+#: dead_letter's error_type for an attempt stopped at its task's timeout (no exception was raised
+#: by the handler: the worker stopped it).
+TIMEOUT_ERROR_TYPE = "pgjobs.timeout"
+
+
+def timeout_error(timeout: float) -> str:
+    """last_error of an attempt stopped at its task's ``timeout`` (seconds)."""
+    return f"timeout: the handler ran longer than its {timeout:g}s timeout"
+
+
+class Attempt(Protocol):
+    """What an outcome settles: one attempt of one job (a claimed ``Job`` is one)."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def attempts(self) -> int: ...
+
+
+class Outcomes:
+    """Outcomes waiting to be sent: a ``SettleParams`` being filled."""
+
+    __slots__ = ("_batch", "owner")
+
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
+        self._batch = SettleParams(owner)
+
+    def __len__(self) -> int:
+        return len(self._batch)
+
+    def succeed(self, job: Attempt, result: str | None) -> None:
+        batch = self._batch
+        batch.ok_ids.append(job.id)
+        batch.ok_attempts.append(job.attempts)
+        batch.ok_results.append(result)
+
+    def retry(self, job: Attempt, delay: float, error: str) -> None:
+        """Reschedule ``job`` ``delay`` seconds from now, recording ``error``."""
+        batch = self._batch
+        batch.retry_ids.append(job.id)
+        batch.retry_attempts.append(job.attempts)
+        batch.retry_delays.append(delay)
+        batch.retry_errors.append(error)
+
+    def bury(
+        self,
+        job: Attempt,
+        reason: DeadReason,
+        error: str,
+        error_type: str | None = None,
+        traceback: str | None = None,
+    ) -> None:
+        """Move ``job`` to dead_letter for ``reason``."""
+        batch = self._batch
+        batch.dead_ids.append(job.id)
+        batch.dead_attempts.append(job.attempts)
+        batch.dead_reasons.append(reason)
+        batch.dead_types.append(error_type)
+        batch.dead_errors.append(error)
+        batch.dead_tracebacks.append(traceback)
+
+    def release(self, job: Attempt, *, refund: bool, hold: float = 0.0) -> None:
+        """Give ``job`` back to the queue; ``refund`` when it never started running. With
+        ``hold`` (seconds) > 0 no worker claims it again before then."""
+        batch = self._batch
+        batch.release_ids.append(job.id)
+        batch.release_attempts.append(job.attempts)
+        batch.release_refunds.append(refund)
+        batch.release_holds.append(hold)
+
+    def drain(self) -> SettleParams:
+        """Everything buffered, as the settle statement's parameters; empties the buffer."""
+        batch, self._batch = self._batch, SettleParams(self.owner)
+        return batch
+
+    def restore(self, batch: SettleParams) -> None:
+        """Put a drained ``batch`` back in front of newer outcomes (its flush failed)."""
+        batch.extend(self._batch)
+        self._batch = batch

@@ -1,0 +1,101 @@
+"""Text as pgjobs hands it on: what PostgreSQL can store (a handler's result as JSON, an error
+as one bounded line) whatever Python held. Rich-free, and it imports nothing from pgjobs, so
+that every layer may use it."""
+
+from __future__ import annotations
+
+import json
+import re
+import traceback
+from typing import Any
+
+# What PostgreSQL can store -------------------------------------------------------------------
+
+#: Longest error text kept in last_error (characters); the full traceback goes to dead_letter.
+MAX_ERROR_LENGTH = 2000
+
+
+def result_json(value: Any) -> str | None:
+    """A handler's return value as JSON text, or None. A value JSON has no form for (NaN) is
+    stored as its ``str``; one ``json`` cannot encode at all (tuple keys, nesting too deep, a
+    ``__str__`` that raises) as a note saying so: the job still succeeded."""
+    if value is None:
+        return None
+    try:
+        text = json.dumps(value, default=str, allow_nan=False)
+    except ValueError:
+        text = _as_string(value)
+    except Exception as exc:  # whatever encoding raised is reported, not raised
+        text = _unstorable(exc)
+    if "\\ud" in text:
+        text = _LONE_SURROGATE_ESCAPE_TO_REPLACE.sub(_keep_escape_or_replace, text)
+    # jsonb refuses the NUL character; store U+FFFD in its place.
+    return text.replace("\\u0000", "\\ufffd") if "\\u0000" in text else text
+
+
+def _as_string(value: Any) -> str:
+    try:
+        return json.dumps(str(value))
+    except Exception as exc:
+        return _unstorable(exc)
+
+
+def _unstorable(exc: BaseException) -> str:
+    return json.dumps(f"result not stored: json cannot encode it ({error_text(exc)})")
+
+
+# In json.dumps' ASCII output: an escaped backslash, a surrogate pair, or a lone surrogate, which
+# jsonb refuses ("unsupported Unicode escape sequence"); the lone ones are replaced by U+FFFD.
+# Backslashes are matched first so that an escape is never read from the middle of another.
+_LONE_SURROGATE_ESCAPE_TO_REPLACE = re.compile(
+    r"\\\\|\\ud[89ab][0-9a-f]{2}\\ud[c-f][0-9a-f]{2}|\\ud[89a-f][0-9a-f]{2}"
+)
+
+
+def _keep_escape_or_replace(match: re.Match[str]) -> str:
+    escape = match.group()
+    return escape if len(escape) != 6 else "\\ufffd"
+
+
+def error_text(exc: BaseException) -> str:
+    """``exc`` as one line for last_error: type and message, at most ``MAX_ERROR_LENGTH``, and
+    storable whatever the message holds (a ``__str__`` that raises, lone surrogates, NUL).
+
+    Example: ``error_text(ValueError("no\nway")) == "ValueError: no way"``
+    """
+    return error_line(f"{type(exc).__name__}: {_message(exc)}")
+
+
+def error_line(text: str) -> str:
+    """``text`` as one storable line (its whitespace runs made one space) of at most
+    ``MAX_ERROR_LENGTH`` characters, ending in "…" when cut."""
+    line = storable(" ".join(text.split()))
+    return line if len(line) <= MAX_ERROR_LENGTH else line[: MAX_ERROR_LENGTH - 1] + "…"
+
+
+def traceback_text(exc: BaseException) -> str | None:
+    """``exc``'s traceback as dead_letter stores it; None when formatting it fails."""
+    try:
+        return storable("".join(traceback.format_exception(exc)))
+    except BaseException:  # a hostile __str__ or __traceback__: the error line says enough
+        return None
+
+
+def _message(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except BaseException as problem:  # a hostile __str__ (even one raising SystemExit)
+        return (
+            f"<the exception's message cannot be shown: its str() raised {type(problem).__name__}>"
+        )
+
+
+def storable(text: str) -> str:
+    """``text`` as PostgreSQL can store it: NUL as ``\\x00``, lone surrogates (which UTF-8
+    cannot encode) as ``\\udcxx``."""
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            text = text.encode("utf-8", "backslashreplace").decode()
+    return text.replace("\x00", "\\x00") if "\x00" in text else text
