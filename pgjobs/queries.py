@@ -1063,7 +1063,8 @@ AND (%(fingerprint)s::text IS NULL OR %(fingerprint)s::text IN (f.fingerprint, f
 _DEAD_JOB_COLUMNS = """
 d.id, d.queue, d.task, d.payload, d.priority, d.run_at, d.attempts, d.max_attempts, d.reason,
 d.error_type, d.last_error, {traceback}, d.worker, d.created_at, d.failed_at, d.expires_at,
-d.idempotency_key, d.redrive_count, d.redriven_at, d.replay_of, f.fingerprint, f.id
+d.idempotency_key, d.redrive_count, d.redriven_at, d.replay_of, d.started_at, f.fingerprint,
+f.id
 """
 
 

@@ -231,9 +231,9 @@ class DeadJob(_Response):
     redrive_count: int
     redriven_at: datetime | None
     replay_of: int | None
+    started_at: datetime | None
     fingerprint: str
     fingerprint_id: str
-    started_at: datetime | None = None
 
 
 class DeadJobList(BaseModel):
