@@ -1,5 +1,5 @@
 """The routes: ``/api/v1/...`` (token required), ``/healthz`` and ``/readyz`` (no token), and
-``/metrics`` (a token when tokens are configured, unless $PGJOBS_METRICS_PUBLIC=1).
+``/metrics`` (a token when tokens are configured, unless $PGJOBS_METRICS_PUBLIC=1, see ``backend``).
 
 Each route is thin: it turns the request into a call of ``pgjobs.admin``, ``pgjobs.browse``,
 ``pgjobs.stats`` or the App's enqueue on one pooled connection, and the result into a response
@@ -10,7 +10,6 @@ model. Validation beyond types and bounds is pgjobs' own; its errors become the 
 from __future__ import annotations
 
 import dataclasses
-import os
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -26,11 +25,9 @@ from pgjobs.maintenance.registry import STALE_AFTER
 from pgjobs.models import JobHistory, JobStatus
 from pgjobs.tasks import MAX_KEY_BYTES, JobSpec
 from pgjobs.web import models
-from pgjobs.web.app import API_PREFIX, Backend, backend, check_token
 from pgjobs.web.auth import READ_METHODS
+from pgjobs.web.backend import API_PREFIX, Backend, backend, check_token
 from pgjobs.web.errors import ApiError, responses
-
-ENV_METRICS_PUBLIC = "PGJOBS_METRICS_PUBLIC"
 
 _bearer = HTTPBearer(
     auto_error=False,
@@ -512,8 +509,3 @@ def prometheus_metrics(request: Request, credentials: Credentials, server: Serve
         check_token(request, credentials, write=False)
     body, content_type = server.metrics.render(server.pool(), server.dsn)
     return Response(content=body, media_type=content_type)
-
-
-def metrics_public_from_env() -> bool:
-    """Whether $PGJOBS_METRICS_PUBLIC lets /metrics answer without a token."""
-    return os.environ.get(ENV_METRICS_PUBLIC, "").strip().lower() in ("1", "true", "yes")
