@@ -17,6 +17,7 @@ from pgjobs.web.auth import load_tokens
 from pgjobs.web.backend import API_PREFIX, Backend, metrics_public_from_env
 from pgjobs.web.dashboard import dashboard_router
 from pgjobs.web.guards import DEFAULT_MAX_BODY_BYTES, Guards
+from pgjobs.web.health import health_router
 
 logger = logging.getLogger("pgjobs.web")
 
@@ -116,7 +117,7 @@ def create_app(
     )
     web.state.pgjobs = state
     errors.install(web)
-    web.include_router(api.health_router)
+    web.include_router(health_router)
     web.include_router(api.router)
     web.include_router(
         dashboard_router(state.connection, tokens=loaded, insecure_no_auth=insecure_no_auth)

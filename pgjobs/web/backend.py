@@ -14,11 +14,12 @@ import contextlib
 import os
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Annotated, Any
 
 import psycopg
 import psycopg_pool
-from fastapi.security import HTTPAuthorizationCredentials
+from fastapi import Depends
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.requests import Request
 
 from pgjobs import db
@@ -91,6 +92,16 @@ def backend(request: Request) -> Backend:
     """The ``Backend`` of the app serving ``request`` (a FastAPI dependency)."""
     found: Backend = request.app.state.pgjobs
     return found
+
+
+_bearer = HTTPBearer(
+    auto_error=False,
+    description="A token of $PGJOBS_API_TOKENS (or a read-only one, for GET routes).",
+)
+#: A route's parameter that receives the request's bearer token, if any.
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+#: A route's parameter that receives the server's ``Backend``.
+Server = Annotated[Backend, Depends(backend)]
 
 
 def check_token(

@@ -155,6 +155,9 @@ class PurgeRequest(DeadSelectionRequest):
 
 # -- responses ----------------------------------------------------------------------------------
 
+# A response model restates a domain row (pgjobs.models) so that the OpenAPI document shows its
+# types; tests/web/test_models.py holds the two to the same fields and nullability.
+
 
 class _Response(BaseModel):
     model_config = ConfigDict(from_attributes=True)
