@@ -156,6 +156,8 @@ class DeadJob:
     redrive_count: int
     redriven_at: datetime | None
     replay_of: int | None
+    #: When its last attempt started (None when it never ran).
+    started_at: datetime | None
     #: The error with numbers, UUIDs, hex ids and quoted strings replaced by placeholders.
     fingerprint: str
     #: The first 8 hex digits of the fingerprint's MD5: a short handle for `--fingerprint`.

@@ -1046,8 +1046,9 @@ CROSS JOIN LATERAL (SELECT f0.fingerprint, left(md5(f0.fingerprint), 8) AS id) f
 
 # The filters of `pgjobs dead list/group/redrive/purge`; a NULL parameter does not filter.
 # ``error`` is a case-insensitive substring of last_error; ``fingerprint`` is a fingerprint or its
-# short id; ``until`` is exclusive.
-_DEAD_WHERE = """
+# short id; ``until`` is exclusive. _DEAD_WHERE_BUT_FINGERPRINT needs no _DEAD_FROM (a count
+# without a fingerprint filter need not compute each row's fingerprint).
+_DEAD_WHERE_BUT_FINGERPRINT = """
 (%(ids)s::bigint[] IS NULL OR d.id = ANY(%(ids)s::bigint[]))
 AND (%(queue)s::text IS NULL OR d.queue = %(queue)s::text)
 AND (%(task)s::text IS NULL OR d.task = %(task)s::text)
@@ -1055,15 +1056,19 @@ AND (%(since)s::timestamptz IS NULL OR d.failed_at >= %(since)s::timestamptz)
 AND (%(until)s::timestamptz IS NULL OR d.failed_at < %(until)s::timestamptz)
 AND (%(error)s::text IS NULL
      OR strpos(lower(coalesce(d.last_error, '')), lower(%(error)s::text)) > 0)
-AND (%(fingerprint)s::text IS NULL OR %(fingerprint)s::text IN (f.fingerprint, f.id))
 """
+_DEAD_WHERE = (
+    _DEAD_WHERE_BUT_FINGERPRINT
+    + "AND (%(fingerprint)s::text IS NULL OR %(fingerprint)s::text IN (f.fingerprint, f.id))\n"
+)
 
 # Columns of dead_letter ``d`` in the order models.DeadJob takes them; {traceback} is
 # ``d.traceback`` or NULL (listings leave it out).
 _DEAD_JOB_COLUMNS = """
 d.id, d.queue, d.task, d.payload, d.priority, d.run_at, d.attempts, d.max_attempts, d.reason,
 d.error_type, d.last_error, {traceback}, d.worker, d.created_at, d.failed_at, d.expires_at,
-d.idempotency_key, d.redrive_count, d.redriven_at, d.replay_of, f.fingerprint, f.id
+d.idempotency_key, d.redrive_count, d.redriven_at, d.replay_of, d.started_at, f.fingerprint,
+f.id
 """
 
 
@@ -1813,4 +1818,159 @@ SET expires_at = q.expires_at - (q.run_at - now()),
 FROM due
 WHERE q.id = due.id
 RETURNING q.id
+"""
+
+
+# -- The dashboard's pages (pgjobs.web.dashboard) -----------------------------------------------
+
+# Each is index-backed and LIMITed, or reads the small hot table, or reads the planner's
+# statistics instead of counting a big table. Plans at 1M archived and 100k dead rows
+# (``benchmarks/dashboard.py`` fills such a database):
+#   JOBS_FINISHED_PER_MINUTE  Index Only Scan of ix_archived_jobs_finished_at (today's
+#                             partition) and of ix_dead_letter_failed_at over the last hour
+#   TABLE_ROW_ESTIMATES       pg_class.reltuples of each table and archive partition: no table read
+#   DEAD_LIST_PAGE            Index Scan Backward of ix_dead_letter_failed_at, stopped at the LIMIT
+#   DEAD_NEWEST_IDS           the same, ids only
+#   DEAD_COUNT_CAPPED         a scan of dead_letter (no fingerprint) stopped at ``cap`` matching rows
+#   JOB_IDS_BY_KEY            the three idempotency-key indexes
+#   QUEUE_STATS_BY_TASK       queued_jobs (small), dead_letter of one queue, the last hour of the
+#                             archive
+
+# The dead-letter filters plus the reason (the dashboard filters on it; the CLI and the API
+# do not).
+_DEAD_WHERE_AND_REASON = (
+    _DEAD_WHERE + "AND (%(reason)s::text IS NULL OR d.reason = %(reason)s::text)\n"
+)
+
+#: The database's clock (the dashboard shows ages against it, not the web server's).
+DATABASE_NOW = "SELECT now()"
+
+#: Jobs archived and dead-lettered in each of the last 60 minutes (the current one included),
+#: oldest first. Rows: (minute, archived, of which succeeded, dead-lettered).
+JOBS_FINISHED_PER_MINUTE = """
+WITH minutes AS (
+    SELECT generate_series(date_trunc('minute', now()) - interval '59 minutes',
+                           date_trunc('minute', now()), interval '1 minute') AS minute
+),
+finished AS (
+    SELECT date_trunc('minute', finished_at) AS minute, count(*) AS finished,
+           count(*) FILTER (WHERE status = 'succeeded') AS succeeded
+    FROM archived_jobs
+    -- A bound the planner sees (now() is stable): it prunes to today's partitions and reads
+    -- them by index. (Joined from a CTE, it would scan every partition.)
+    WHERE finished_at >= date_trunc('minute', now()) - interval '59 minutes'
+    GROUP BY 1
+),
+failed AS (
+    SELECT date_trunc('minute', failed_at) AS minute, count(*) AS failed
+    FROM dead_letter
+    WHERE failed_at >= date_trunc('minute', now()) - interval '59 minutes'
+    GROUP BY 1
+)
+SELECT m.minute, coalesce(finished.finished, 0), coalesce(finished.succeeded, 0),
+       coalesce(failed.failed, 0)
+FROM minutes m
+LEFT JOIN finished USING (minute)
+LEFT JOIN failed USING (minute)
+ORDER BY m.minute
+"""
+
+#: The planner's row estimate of each pgjobs table (archived_jobs summed over its partitions),
+#: from the statistics ANALYZE left: NULL for a table never analysed. Rows: (table, rows).
+TABLE_ROW_ESTIMATES = """
+SELECT t.name,
+       (SELECT sum(c.reltuples)::bigint
+        FROM pg_class c
+        WHERE c.relkind = 'r' AND c.reltuples >= 0
+          AND (c.oid = t.name::regclass
+               OR c.oid IN (SELECT relid FROM pg_partition_tree(t.name::regclass)
+                            WHERE isleaf)))
+FROM unnest(ARRAY['queued_jobs', 'archived_jobs', 'dead_letter']) AS t(name)
+"""
+
+#: DEAD_LIST narrowed by ``reason`` too, one page after the cursor (``before_at``,
+#: ``before_id``: the last job of the previous page; NULL for the first page).
+DEAD_LIST_PAGE = f"""
+SELECT {_DEAD_JOB_COLUMNS.format(traceback="NULL::text")}
+FROM {_DEAD_FROM}
+WHERE {_DEAD_WHERE_AND_REASON}
+  AND (%(before_at)s::timestamptz IS NULL
+       OR (d.failed_at, d.id) < (%(before_at)s::timestamptz, %(before_id)s::bigint))
+ORDER BY d.failed_at DESC, d.id DESC
+LIMIT %(limit)s
+"""
+
+#: The ids of the newest ``limit`` dead jobs matching the filters and ``reason`` (all of them
+#: when ``limit`` is NULL), newest first.
+DEAD_NEWEST_IDS = f"""
+SELECT d.id
+FROM {_DEAD_FROM}
+WHERE {_DEAD_WHERE_AND_REASON}
+ORDER BY d.failed_at DESC, d.id DESC
+LIMIT %(limit)s
+"""
+
+#: How many dead jobs match the filters but the fingerprint, and ``reason``, counting no further
+#: than ``cap``.
+DEAD_COUNT_CAPPED = f"""
+SELECT count(*) FROM (
+    SELECT 1 FROM dead_letter d
+    WHERE {_DEAD_WHERE_BUT_FINGERPRINT}
+      AND (%(reason)s::text IS NULL OR d.reason = %(reason)s::text)
+    LIMIT %(cap)s
+) matching
+"""
+
+#: The jobs holding the idempotency key ``key`` in any table, newest first, at most ``limit``:
+#: (id). A key is unique among queued jobs only; the archive and dead letters may hold several.
+JOB_IDS_BY_KEY = """
+SELECT id FROM (
+    SELECT id, created_at FROM queued_jobs WHERE idempotency_key = %(key)s
+    UNION ALL
+    SELECT id, created_at FROM archived_jobs WHERE idempotency_key = %(key)s
+    UNION ALL
+    SELECT id, created_at FROM dead_letter WHERE idempotency_key = %(key)s
+) found
+ORDER BY created_at DESC, id DESC
+LIMIT %(limit)s
+"""
+
+#: One queue's jobs by task: ready, scheduled, running, dead, archived in the last hour and
+#: dead-lettered in the last hour; ages in seconds. Rows: (task, ready, scheduled, running, dead,
+#: finished last hour, failed last hour, oldest ready age), by task.
+QUEUE_STATS_BY_TASK = """
+WITH hot AS (
+    SELECT task,
+           count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at <= now()) AS ready,
+           count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at > now()) AS scheduled,
+           count(*) FILTER (WHERE lease_expires_at IS NOT NULL) AS running,
+           extract(epoch FROM now() - min(run_at)
+                   FILTER (WHERE lease_expires_at IS NULL AND run_at <= now()))::float8
+               AS oldest_ready_age
+    FROM queued_jobs
+    WHERE queue = %(queue)s
+    GROUP BY task
+),
+dead AS (
+    SELECT task, count(*) AS dead,
+           count(*) FILTER (WHERE failed_at > now() - interval '1 hour') AS failed_last_hour
+    FROM dead_letter
+    WHERE queue = %(queue)s
+    GROUP BY task
+),
+finished AS (
+    SELECT task, count(*) AS finished_last_hour
+    FROM archived_jobs
+    WHERE queue = %(queue)s AND finished_at > now() - interval '1 hour'
+    GROUP BY task
+)
+SELECT t.task,
+       coalesce(hot.ready, 0), coalesce(hot.scheduled, 0), coalesce(hot.running, 0),
+       coalesce(dead.dead, 0), coalesce(finished.finished_last_hour, 0),
+       coalesce(dead.failed_last_hour, 0), hot.oldest_ready_age
+FROM (SELECT task FROM hot UNION SELECT task FROM dead UNION SELECT task FROM finished) t
+LEFT JOIN hot USING (task)
+LEFT JOIN dead USING (task)
+LEFT JOIN finished USING (task)
+ORDER BY t.task
 """

@@ -20,6 +20,7 @@ from pgjobs.cli.enqueue import _parse_payload
 from pgjobs.cli.options import DsnOption, database, load_app
 from pgjobs.errors import ConfigurationError, InvalidPayload, UnknownTask
 from pgjobs.tasks import JobSpec
+from pgjobs.text import printable
 
 #: Jobs one batch may hold (one INSERT, or COPY from 64 jobs).
 MAX_BATCH = 100_000
@@ -79,7 +80,7 @@ def producer_command(
                     stop.wait(max(0.0, next_at - time.monotonic()))
         finally:
             if total:
-                typer.echo(f"produced {total:,} job(s) of {render.printable(task)}")
+                typer.echo(f"produced {total:,} job(s) of {printable(task)}")
     if not total:
         typer.echo("produced 0 job(s)")
 
@@ -98,8 +99,7 @@ def _batch_line(task: str, ids: list[int], total: int) -> str:
     now = render.cell_time(datetime.now(UTC))
     which = f"id {ids[0]}" if len(ids) == 1 else f"ids {ids[0]}..{ids[-1]}"
     return (
-        f"{now} UTC enqueued {len(ids):,} job(s) of {render.printable(task)} ({which}), "
-        f"{total:,} in all"
+        f"{now} UTC enqueued {len(ids):,} job(s) of {printable(task)} ({which}), {total:,} in all"
     )
 
 

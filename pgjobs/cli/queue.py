@@ -15,6 +15,7 @@ from pgjobs.cli.options import DsnOption, JsonFlag, database
 from pgjobs.errors import ConfigurationError
 from pgjobs.models import QueueState
 from pgjobs.tasks import rate_text
+from pgjobs.text import printable
 
 queue_cli = typer.Typer(
     help="Pause and resume queues, limit them; list every queue with its settings.",
@@ -103,7 +104,7 @@ def _report(change: queues.Change, as_json: bool, what: str) -> None:
         render.print_json({**_state_json(change.queue), "changed": change.changed})
         return
     state = change.queue
-    line = f"queue {render.printable(state.name)} {what}"
+    line = f"queue {printable(state.name)} {what}"
     if state.limited:
         line += f": {render.queue_limits(state)}"
     if not state.has_jobs:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 from datetime import UTC, datetime
 from typing import Any
@@ -25,29 +24,9 @@ from pgjobs.maintenance.registry import STALE_AFTER
 from pgjobs.models import DeadGroup, DeadJob, QueueState, QueueStats, ScheduleInfo
 from pgjobs.stats import Snapshot
 from pgjobs.tasks import limits_text
+from pgjobs.text import printable
 
 # -- values --------------------------------------------------------------------------------------
-
-#: Characters that would act on a terminal rather than show: C0 controls (ESC, CR, BS, ...), DEL,
-#: C1 controls, line and paragraph separators, bidirectional overrides and isolates, and lone
-#: surrogates (which cannot be encoded at all).
-_OTHERS = r"\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff"
-_CONTROL = re.compile(rf"[\x00-\x1f{_OTHERS}]")
-_CONTROL_EXCEPT_NEWLINE = re.compile(rf"[\x00-\x09\x0b-\x1f{_OTHERS}]")
-
-
-def _escaped(match: re.Match[str]) -> str:
-    code = ord(match.group(0))
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def printable(text: str, *, multiline: bool = False) -> str:
-    """``text`` (job data: names, errors, payloads) safe to show on a terminal: every control
-    character written as an escape, ``\\x1b`` for ESC; newlines kept when ``multiline``.
-
-    Example: ``printable("red\\x1b[31m") == "red\\\\x1b[31m"``
-    """
-    return (_CONTROL_EXCEPT_NEWLINE if multiline else _CONTROL).sub(_escaped, text)
 
 
 def cell(text: str) -> str:

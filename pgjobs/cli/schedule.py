@@ -10,6 +10,7 @@ from pgjobs import db, queues
 from pgjobs import stats as read_model
 from pgjobs.cli import render
 from pgjobs.cli.options import DsnOption, JsonFlag, database
+from pgjobs.text import printable
 
 
 def schedule_command(
@@ -30,7 +31,7 @@ def schedule_command(
     resolved = database(dsn)
     if forget is not None:
         queues.forget_schedule(resolved, forget)
-        typer.echo(f"schedule {render.printable(forget)} forgotten")
+        typer.echo(f"schedule {printable(forget)} forgotten")
         return
     with db.connect(resolved) as conn:
         found = read_model.schedules(conn)

@@ -1,5 +1,5 @@
-"""The routes: ``/api/v1/...`` (token required), ``/healthz`` and ``/readyz`` (no token), and
-``/metrics`` (a token when tokens are configured, unless $PGJOBS_METRICS_PUBLIC=1).
+"""The routes of ``/api/v1/...``, each of which needs a token (a full one unless it only reads):
+jobs, dead letters, stats and workers. ``/healthz``, ``/readyz`` and ``/metrics`` are ``health``'s.
 
 Each route is thin: it turns the request into a call of ``pgjobs.admin``, ``pgjobs.browse``,
 ``pgjobs.stats`` or the App's enqueue on one pooled connection, and the result into a response
@@ -10,34 +10,23 @@ model. Validation beyond types and bounds is pgjobs' own; its errors become the 
 from __future__ import annotations
 
 import dataclasses
-import os
 from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from pgjobs import admin, browse, db, migrate, queries
+from pgjobs import admin, browse, db, queries
 from pgjobs import stats as read_model
-from pgjobs.errors import ConfigurationError, SchemaMissing
+from pgjobs.errors import ConfigurationError
 from pgjobs.maintenance.registry import STALE_AFTER
 from pgjobs.models import JobHistory, JobStatus
 from pgjobs.tasks import MAX_KEY_BYTES, JobSpec
 from pgjobs.web import models
-from pgjobs.web.app import API_PREFIX, Backend, backend, check_token
 from pgjobs.web.auth import READ_METHODS
+from pgjobs.web.backend import API_PREFIX, Backend, Credentials, Server, check_token
 from pgjobs.web.errors import ApiError, responses
-
-ENV_METRICS_PUBLIC = "PGJOBS_METRICS_PUBLIC"
-
-_bearer = HTTPBearer(
-    auto_error=False,
-    description="A token of $PGJOBS_API_TOKENS (or a read-only one, for GET routes).",
-)
-Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-Server = Annotated[Backend, Depends(backend)]
 
 
 async def authorize(request: Request, credentials: Credentials) -> None:
@@ -50,7 +39,6 @@ router = APIRouter(
     dependencies=[Depends(authorize)],
     responses=responses(401, 403, 422, 500, 503),
 )
-health_router = APIRouter()
 
 JobIdPath = Annotated[int, Path(ge=1, le=models.MAX_JOB_ID, description="The job id.")]
 QueueQuery = Annotated[models.Name | None, Query(description="Only this queue.")]
@@ -460,60 +448,3 @@ def list_workers(server: Server) -> models.WorkerList:
         rows = db.fetch_all(conn, queries.WORKERS_LIVE, {"stale_after": STALE_AFTER})
     workers = [dataclasses.asdict(db.worker_info_from_row(row)) for row in rows]
     return models.WorkerList(workers=[models.Worker.model_validate(w) for w in workers])
-
-
-# -- health ---------------------------------------------------------------------------------------
-
-
-@health_router.get(
-    "/healthz", response_model=models.Health, summary="The process is up (no database)"
-)
-async def healthz() -> models.Health:
-    return models.Health(status="ok")
-
-
-@health_router.get(
-    "/readyz",
-    response_model=models.Health,
-    responses=responses(500, 503),
-    summary="The database is reachable and its pgjobs schema is at this release's head",
-)
-def readyz(server: Server) -> models.Health:
-    with server.connection() as conn:
-        revision = db.schema_revision(conn)
-    if revision != migrate.head():
-        where = "missing" if revision is None else f"at revision {revision}"
-        raise SchemaMissing(
-            f"the pgjobs schema is {where}, this server needs {migrate.head()}: "
-            "run `pgjobs migrate`"
-        )
-    return models.Health(status="ready")
-
-
-@health_router.get(
-    "/metrics",
-    response_class=Response,
-    responses={
-        200: {
-            "description": "Prometheus' text exposition format (see the README's metric names)",
-            "content": {"text/plain": {"schema": {"type": "string"}}},
-        },
-        **responses(401, 500, 503),
-    },
-    summary="Queue-level metrics for Prometheus",
-)
-def prometheus_metrics(request: Request, credentials: Credentials, server: Server) -> Response:
-    """Jobs by queue, task and state, dead letters, the oldest ready job's age, workers,
-    finished jobs by outcome, run time and pickup latency; read from the tables at most every
-    few seconds. A token (read-only will do) when tokens are configured, unless the server
-    makes it public ($PGJOBS_METRICS_PUBLIC=1). 503 only until the database was reached once;
-    after that a database outage shows as ``pgjobs_metrics_up 0``."""
-    if not server.metrics_public:
-        check_token(request, credentials, write=False)
-    body, content_type = server.metrics.render(server.pool(), server.dsn)
-    return Response(content=body, media_type=content_type)
-
-
-def metrics_public_from_env() -> bool:
-    """Whether $PGJOBS_METRICS_PUBLIC lets /metrics answer without a token."""
-    return os.environ.get(ENV_METRICS_PUBLIC, "").strip().lower() in ("1", "true", "yes")

@@ -1,265 +1,28 @@
-"""The HTTP API as an ASGI application: ``create_app``, the connection pool it serves from, and
-the guards in front of the routes (body limit, media type, tokens, the last-resort 500).
-
-Endpoints are plain functions: FastAPI runs them in its thread pool, each holding one pooled
-connection for the length of the request (the operations below them are synchronous psycopg).
-The pool is bounded (``pool_size``) and opened on the first request that needs the database, so
-the server starts, and answers ``/healthz``, while the database is down; a request that cannot
-get a connection within ``POOL_WAIT`` seconds gets 503 with ``Retry-After``.
-"""
+"""The HTTP API as an ASGI application: ``create_app`` checks its settings, builds the server's
+``Backend`` and assembles the API's routes, the dashboard's and the guards in front of them."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import threading
-from collections.abc import AsyncIterator, Iterable, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Iterable
 
-import psycopg
-import psycopg_pool
 from fastapi import FastAPI
-from fastapi.security import HTTPAuthorizationCredentials
-from starlette.datastructures import Headers
-from starlette.requests import Request
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from pgjobs import db
 from pgjobs.app import App
 from pgjobs.db.dsn import Dsn, resolve_dsn
 from pgjobs.errors import ConfigurationError
-from pgjobs.web import errors
-from pgjobs.web.auth import Access, Tokens, load_tokens
-from pgjobs.web.errors import ApiError
-from pgjobs.web.metrics import QueueMetrics
+from pgjobs.web import api, errors
+from pgjobs.web.auth import load_tokens
+from pgjobs.web.backend import API_PREFIX, Backend, metrics_public_from_env
+from pgjobs.web.dashboard import dashboard_router
+from pgjobs.web.guards import DEFAULT_MAX_BODY_BYTES, Guards
+from pgjobs.web.health import health_router
 
 logger = logging.getLogger("pgjobs.web")
 
-API_PREFIX = "/api/v1"
-#: Bytes a request body may have unless told otherwise: a batch of 1,000 jobs with small
-#: payloads takes about 150 kB. Bigger payloads belong in object storage, referenced by the job;
-#: raise it with ``max_body_bytes`` / ``--max-body-bytes`` (the payload limit is 16 MiB).
-DEFAULT_MAX_BODY_BYTES = 1_048_576
 #: Connections the server holds at most unless told otherwise.
 DEFAULT_POOL_SIZE = 10
-#: Seconds a request waits for a pooled connection before answering 503.
-POOL_WAIT = 5.0
-_METHODS_WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
-
-
-class Backend:
-    """What the routes share: the database, its pool, the app's tasks and the tokens. Held in
-    ``app.state.pgjobs``; ``close()`` closes the pool (the lifespan does it at shutdown)."""
-
-    def __init__(
-        self,
-        app: App,
-        dsn: Dsn,
-        *,
-        tokens: Tokens,
-        app_given: bool,
-        pool_size: int,
-        metrics_public: bool,
-    ) -> None:
-        self.app = app
-        self.dsn = dsn
-        self.tokens = tokens
-        #: Whether the server was given the user's App (unknown task names are then refused).
-        self.app_given = app_given
-        self.pool_size = pool_size
-        self.metrics_public = metrics_public
-        #: The queue metrics /metrics serves (their counters live as long as the app).
-        self.metrics = QueueMetrics()
-        self._pool: psycopg_pool.ConnectionPool[Any] | None = None
-        self._lock = threading.Lock()
-
-    def pool(self) -> psycopg_pool.ConnectionPool[Any]:
-        """The pool, opened on first use; ``DatabaseUnavailable`` while the database cannot be
-        reached (the next request tries again)."""
-        pool = self._pool
-        if pool is not None:
-            return pool
-        with self._lock:
-            if self._pool is None:
-                pool = db.open_pool(self.dsn, self.pool_size)
-                # A request waits this long for a connection, then answers 503.
-                pool.timeout = POOL_WAIT
-                self._pool = pool
-            return self._pool
-
-    @contextlib.contextmanager
-    def connection(self) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled autocommit connection, errors translated to ``pgjobs.errors``."""
-        with db.pooled(self.pool(), self.dsn) as conn:
-            yield conn
-
-    def close(self) -> None:
-        with self._lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.close()
-
-
-def backend(request: Request) -> Backend:
-    """The ``Backend`` of the app serving ``request`` (a FastAPI dependency)."""
-    found: Backend = request.app.state.pgjobs
-    return found
-
-
-def check_token(
-    request: Request, credentials: HTTPAuthorizationCredentials | None, *, write: bool
-) -> None:
-    """Let the request through, or raise 401 (no or unknown token) / 403 (a read-only token on
-    a route that writes)."""
-    tokens = backend(request).tokens
-    if not tokens.configured:
-        return
-    challenge = {"WWW-Authenticate": 'Bearer realm="pgjobs"'}
-    if credentials is None or credentials.scheme.lower() != "bearer":
-        raise ApiError(
-            401,
-            "unauthenticated",
-            "this route needs a token: send the header Authorization: Bearer <token>",
-            headers=challenge,
-        )
-    access = tokens.access(credentials.credentials)
-    if access is None:
-        raise ApiError(
-            401,
-            "unauthenticated",
-            "the bearer token is not one of this server's tokens",
-            headers={"WWW-Authenticate": 'Bearer realm="pgjobs", error="invalid_token"'},
-        )
-    if write and access is Access.READ_ONLY:
-        raise ApiError(
-            403,
-            "forbidden",
-            "this token is read-only: it may use GET routes only",
-        )
-
-
-class _Guards:
-    """ASGI middleware in front of the routes: refuses a body larger than ``max_body_bytes``
-    (413; by its Content-Length before reading, else while reading, never buffering more than
-    the limit), a body that is not JSON on a method that takes one (415), and turns an
-    unexpected exception into a 500 in the one error shape, logged once."""
-
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
-        self.app = app
-        self.max_body_bytes = max_body_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = False
-
-        async def send_tracked(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            refusal, replay = await self._read_body(scope, receive)
-            if refusal is not None:
-                await self._answer(send_tracked, *refusal)
-                return
-            await self.app(scope, replay, send_tracked)
-        except Exception:
-            # Nothing of the request but its method and path: headers may hold a token.
-            logger.exception("unexpected error answering %s %s", scope["method"], scope["path"])
-            if not started:
-                await self._answer(
-                    send_tracked,
-                    500,
-                    "internal_error",
-                    "unexpected server error; it was logged (see the server's log)",
-                )
-
-    async def _read_body(
-        self, scope: Scope, receive: Receive
-    ) -> tuple[tuple[int, str, str] | None, Receive]:
-        headers = Headers(scope=scope)
-        length = headers.get("content-length")
-        too_large = (
-            413,
-            "payload_too_large",
-            f"the request body is larger than this server's limit of {self.max_body_bytes:,} "
-            "bytes (send fewer jobs per batch, or store large data elsewhere)",
-        )
-        if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
-            return too_large, receive
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":  # the client went away
-                return None, _replay([message], receive)
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                return too_large, receive
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
-        if (
-            body
-            and scope["method"] in _METHODS_WITH_BODY
-            and not _is_json(headers)
-            and not _is_dashboard_form(scope, headers)
-        ):
-            return (
-                415,
-                "unsupported_media_type",
-                "the request body must be JSON: send Content-Type: application/json",
-            ), receive
-        return None, _replay([{"type": "http.request", "body": body, "more_body": False}], receive)
-
-    @staticmethod
-    async def _answer(send: Send, status: int, code: str, message: str) -> None:
-        body = errors.error_body(code, message)
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
-
-
-def _is_json(headers: Headers) -> bool:
-    kind = headers.get("content-type", "").split(";", 1)[0].strip().lower()
-    return kind == "application/json" or (
-        kind.startswith("application/") and kind.endswith("+json")
-    )
-
-
-def _is_dashboard_form(scope: Scope, headers: Headers) -> bool:
-    """An HTML form posted to the dashboard (outside /api/v1), which reads it itself."""
-    path, root = scope["path"], scope.get("root_path", "")
-    if root and path.startswith(root):
-        path = path[len(root) :]
-    kind = headers.get("content-type", "").split(";", 1)[0].strip().lower()
-    return kind == "application/x-www-form-urlencoded" and not path.startswith(API_PREFIX)
-
-
-def _replay(messages: list[Message], receive: Receive) -> Receive:
-    """A ``receive`` that gives ``messages`` first, then waits on the real one (for a
-    disconnect)."""
-    pending = list(messages)
-
-    async def replayed() -> Message:
-        if pending:
-            return pending.pop(0)
-        return await receive()
-
-    return replayed
 
 
 def create_app(
@@ -292,9 +55,6 @@ def create_app(
         site = FastAPI()
         site.mount("/jobs", pgjobs.web.create_app(pgjobs_app))  # /jobs/api/v1/...
     """
-    from pgjobs.web import api
-    from pgjobs.web.dashboard import dashboard_router
-
     if (
         isinstance(max_body_bytes, bool)
         or not isinstance(max_body_bytes, int)
@@ -324,7 +84,7 @@ def create_app(
     else:
         resolved = dsn if isinstance(dsn, Dsn) else resolve_dsn(dsn)
     if metrics_public is None:
-        metrics_public = api.metrics_public_from_env()
+        metrics_public = metrics_public_from_env()
     state = Backend(
         app if app is not None else _bare_app(resolved),
         resolved,
@@ -357,12 +117,12 @@ def create_app(
     )
     web.state.pgjobs = state
     errors.install(web)
-    web.include_router(api.health_router)
+    web.include_router(health_router)
     web.include_router(api.router)
     web.include_router(
         dashboard_router(state.connection, tokens=loaded, insecure_no_auth=insecure_no_auth)
     )
-    web.add_middleware(_Guards, max_body_bytes=max_body_bytes)
+    web.add_middleware(Guards, max_body_bytes=max_body_bytes)
     return web
 
 

@@ -155,6 +155,9 @@ class PurgeRequest(DeadSelectionRequest):
 
 # -- responses ----------------------------------------------------------------------------------
 
+# A response model restates a domain row (pgjobs.models) so that the OpenAPI document shows its
+# types; tests/web/test_models.py holds the two to the same fields and nullability.
+
 
 class _Response(BaseModel):
     model_config = ConfigDict(from_attributes=True)
@@ -231,9 +234,9 @@ class DeadJob(_Response):
     redrive_count: int
     redriven_at: datetime | None
     replay_of: int | None
+    started_at: datetime | None
     fingerprint: str
     fingerprint_id: str
-    started_at: datetime | None = None
 
 
 class DeadJobList(BaseModel):

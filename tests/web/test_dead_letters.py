@@ -3,13 +3,14 @@ ids, fingerprint or filter, with dry runs and the purge's confirmation."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import psycopg
 
 from pgjobs import admin
 from tests.helpers import assert_one_home, count
-from tests.integration.admin_factories import bury
+from tests.integration.admin_factories import bury, claim_one, fail_for_good
 from tests.web.conftest import TestClient, assert_error
 
 
@@ -39,6 +40,25 @@ def test_list_with_the_cli_filters(client: TestClient, conn: psycopg.Connection[
     assert ids(until="2000-01-01T00:00:00Z") == []
     with_tracebacks = client.get("/api/v1/dead-letters", params={"tracebacks": True}).json()
     assert all(job["traceback"] for job in with_tracebacks["dead_letters"])
+
+
+def test_a_dead_job_that_ran_shows_when_its_last_attempt_started(
+    client: TestClient, conn: psycopg.Connection[Any]
+) -> None:
+    job_id = client.post("/api/v1/jobs", json={"task": "t"}).json()["id"]
+    fail_for_good(conn, claim_one(conn, job_id), "ValueError: boom")
+    started_at = conn.execute(
+        "SELECT started_at FROM dead_letter WHERE id = %s", [job_id]
+    ).fetchone()
+    assert started_at is not None and started_at[0] is not None
+
+    listed = client.get("/api/v1/dead-letters").json()["dead_letters"]
+    shown = client.get(f"/api/v1/dead-letters/{job_id}").json()
+    for job in (listed[0], shown):
+        assert job["id"] == job_id and job["started_at"] is not None, job
+        assert datetime.fromisoformat(job["started_at"]) == started_at[0]
+    never_ran = bury(conn, 1)[0]
+    assert client.get(f"/api/v1/dead-letters/{never_ran}").json()["started_at"] is None
 
 
 def test_groups_and_show(client: TestClient, conn: psycopg.Connection[Any]) -> None:

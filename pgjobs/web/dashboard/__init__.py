@@ -2,7 +2,8 @@
 
 ``create_app`` includes ``dashboard_router(...)`` beside the HTTP API; the pages call the same
 functions the API calls (``pgjobs.stats``, ``pgjobs.admin``, ``pgjobs.browse``), never the API
-over HTTP. See ``routes`` for the pages and actions and ``security`` for sessions and CSRF.
+over HTTP. See ``routes`` for the route table, ``frame`` for what every page shares, ``pages``
+for the pages and actions, and ``security`` for sessions and CSRF.
 
 Example::
 
@@ -15,6 +16,7 @@ Example::
 
 from __future__ import annotations
 
-from pgjobs.web.dashboard.routes import ConnectionSource, Dashboard, dashboard_router
+from pgjobs.web.dashboard.frame import ConnectionSource
+from pgjobs.web.dashboard.routes import Dashboard, dashboard_router
 
 __all__ = ["ConnectionSource", "Dashboard", "dashboard_router"]

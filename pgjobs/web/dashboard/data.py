@@ -15,7 +15,6 @@ from pgjobs import admin, db, queries, queues, stats
 from pgjobs.admin import DeadFilter
 from pgjobs.maintenance.registry import STALE_AFTER
 from pgjobs.models import DeadGroup, DeadJob, DeadReason, QueueState, WorkerInfo
-from pgjobs.web.dashboard import sql
 
 #: Dead jobs a page lists at once.
 DEAD_PAGE_SIZE = 50
@@ -81,21 +80,21 @@ class TaskLine:
 
 def now(conn: psycopg.Connection[Any]) -> datetime:
     """The database's clock (pages show ages against it, not the web server's)."""
-    row = db.fetch_all(conn, "SELECT now()")[0]
+    row = db.fetch_all(conn, queries.DATABASE_NOW)[0]
     moment: datetime = row[0]
     return moment
 
 
 def estimates(conn: psycopg.Connection[Any]) -> dict[str, int | None]:
     """The planner's row estimate of each pgjobs table."""
-    return {name: rows for name, rows in db.fetch_all(conn, sql.TABLE_ESTIMATES)}
+    return {name: rows for name, rows in db.fetch_all(conn, queries.TABLE_ROW_ESTIMATES)}
 
 
 def overview(conn: psycopg.Connection[Any]) -> Overview:
     """Everything the overview shows: `pgjobs stats`' snapshot, the last hour by minute, and the
     tables' estimated sizes."""
     snap = stats.snapshot(conn)
-    chart = [ChartPoint(*row) for row in db.fetch_all(conn, sql.CHART_LAST_HOUR)]
+    chart = [ChartPoint(*row) for row in db.fetch_all(conn, queries.JOBS_FINISHED_PER_MINUTE)]
     return Overview(snap, chart, estimates(conn), now(conn))
 
 
@@ -111,7 +110,7 @@ def dead_ids(
 ) -> list[int]:
     """Ids of the newest ``limit`` (all when None) dead jobs matching, newest first."""
     params = {**_dead_params(where, reason), "limit": limit}
-    return [row[0] for row in db.fetch_all(conn, sql.DEAD_NEWEST_IDS, params)]
+    return [row[0] for row in db.fetch_all(conn, queries.DEAD_NEWEST_IDS, params)]
 
 
 def dead_view(
@@ -127,7 +126,7 @@ def dead_view(
     params = _dead_params(where, reason)
     rows = db.fetch_all(
         conn,
-        sql.DEAD_LIST,
+        queries.DEAD_LIST_PAGE,
         {
             **params,
             "before_at": before[0] if before else None,
@@ -142,7 +141,7 @@ def dead_view(
     if where.fingerprint is None:
         counted = {**params, "cap": COUNT_CAP + 1}
         del counted["fingerprint"]
-        (count,) = db.fetch_all(conn, sql.DEAD_COUNT_CAPPED, counted)[0]
+        (count,) = db.fetch_all(conn, queries.DEAD_COUNT_CAPPED, counted)[0]
         matching = int(count)
     return DeadView(
         groups,
@@ -183,12 +182,16 @@ def dead_groups(
 
 def jobs_by_key(conn: psycopg.Connection[Any], key: str, limit: int = 50) -> list[int]:
     """Ids of the jobs holding the idempotency key ``key``, newest first."""
-    return [row[0] for row in db.fetch_all(conn, sql.JOBS_BY_KEY, {"key": key, "limit": limit})]
+    return [
+        row[0] for row in db.fetch_all(conn, queries.JOB_IDS_BY_KEY, {"key": key, "limit": limit})
+    ]
 
 
 def queue_tasks(conn: psycopg.Connection[Any], queue: str) -> list[TaskLine]:
     """One queue's jobs by task."""
-    return [TaskLine(*row) for row in db.fetch_all(conn, sql.QUEUE_TASKS, {"queue": queue})]
+    return [
+        TaskLine(*row) for row in db.fetch_all(conn, queries.QUEUE_STATS_BY_TASK, {"queue": queue})
+    ]
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,44 +1,20 @@
-"""How job data and numbers read on the dashboard's pages.
+"""How job data, moments and numbers read on the dashboard's pages.
 
 Job data (task and queue names, errors, tracebacks, payloads) is whatever producers and handlers
 wrote: it may hold HTML, which jinja2's autoescaping turns into text, and control characters,
-which ``printable`` writes as visible escapes (as `pgjobs` does on a terminal) so that a newline
-cannot fake a second line and a bidirectional override cannot reverse what follows it.
+which ``pgjobs.text.printable`` writes as visible escapes, as `pgjobs` does on a terminal.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from datetime import UTC, datetime
 from typing import Any
 
 from pgjobs.models import QueueState
 from pgjobs.tasks import limits_text
-
-# C0 controls, DEL, C1 controls, line and paragraph separators, bidirectional overrides and
-# isolates, and lone surrogates: characters that act rather than show.
-_OTHERS = r"\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff"
-_CONTROL = re.compile(rf"[\x00-\x1f{_OTHERS}]")
-_CONTROL_EXCEPT_NEWLINE = re.compile(rf"[\x00-\x09\x0b-\x1f{_OTHERS}]")
-
-
-def _escaped(match: re.Match[str]) -> str:
-    code = ord(match.group(0))
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def printable(text: object, *, multiline: bool = False) -> str:
-    """``text`` with every control character written as an escape (``\\x1b`` for ESC); newlines
-    kept when ``multiline``. None becomes "". HTML is left to the template's autoescaping.
-
-    Example: ``printable("a\\x1b[31mb") == "a\\\\x1b[31mb"``
-    """
-    if text is None:
-        return ""
-    value = text if isinstance(text, str) else str(text)
-    return (_CONTROL_EXCEPT_NEWLINE if multiline else _CONTROL).sub(_escaped, value)
+from pgjobs.text import printable
 
 
 def pretty_json(value: Any) -> str:

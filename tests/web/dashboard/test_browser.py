@@ -28,8 +28,8 @@ import pytest
 
 from pgjobs import App
 from pgjobs.db.dsn import Dsn
-from pgjobs.web.dashboard import routes
-from pgjobs.web.dashboard.routes import REFRESH_SECONDS
+from pgjobs.web.dashboard.frame import REFRESH_SECONDS
+from pgjobs.web.dashboard.pages import dead as dead_pages
 from tests.helpers import REPO, assert_one_home, scalar, wait_until
 from tests.integration.admin_factories import bury
 from tests.integration.factories import claim
@@ -419,7 +419,7 @@ def test_a_large_bulk_purge_shows_its_progress_until_it_ends_without_a_reload(
     monkeypatch: pytest.MonkeyPatch,
     screenshots: Callable[..., Path],
 ) -> None:
-    monkeypatch.setattr(routes, "BATCH_SIZE", 1000)
+    monkeypatch.setattr(dead_pages, "BATCH_SIZE", 1000)
     doomed = bury(conn, 2500, task="reports.nightly", queue="reports")
     kept = bury(conn, 3, task="emails.send", queue="emails")
     dead_triggers.hold_at(doomed[1500])  # the second batch waits until released

@@ -21,6 +21,7 @@ from fastapi import FastAPI
 
 from pgjobs.admin import DeadFilter, DeadSelection
 from pgjobs.web.dashboard import actions, routes
+from pgjobs.web.dashboard.pages import dead as dead_pages
 from tests.helpers import assert_one_home, scalar, wait_until
 from tests.integration.admin_factories import bury
 from tests.web.conftest import AUTH, READ_TOKEN, TOKEN, TestClient
@@ -35,7 +36,7 @@ _STATE = re.compile(
 
 @pytest.fixture(autouse=True)
 def _batches_of_1000(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(routes, "BATCH_SIZE", 1000)
+    monkeypatch.setattr(dead_pages, "BATCH_SIZE", 1000)
 
 
 def _confirmed(client: TestClient, action: str, **filters: str) -> dict[str, str]:

@@ -1,0 +1,141 @@
+"""What the API's routes share: the server's ``Backend`` (database pool, the app's tasks, tokens,
+metrics), the FastAPI dependency that finds it, and the token check.
+
+Endpoints are plain functions: FastAPI runs them in its thread pool, each holding one pooled
+connection for the length of the request (the operations below them are synchronous psycopg).
+The pool is bounded (``pool_size``) and opened on the first request that needs the database, so
+the server starts, and answers ``/healthz``, while the database is down; a request that cannot
+get a connection within ``POOL_WAIT`` seconds gets 503 with ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+import psycopg
+import psycopg_pool
+from fastapi import Depends
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.requests import Request
+
+from pgjobs import db
+from pgjobs.app import App
+from pgjobs.db.dsn import Dsn
+from pgjobs.web.auth import Access, Tokens
+from pgjobs.web.errors import ApiError
+from pgjobs.web.metrics import QueueMetrics
+
+API_PREFIX = "/api/v1"
+#: Seconds a request waits for a pooled connection before answering 503.
+POOL_WAIT = 5.0
+ENV_METRICS_PUBLIC = "PGJOBS_METRICS_PUBLIC"
+
+
+class Backend:
+    """What the routes share: the database, its pool, the app's tasks and the tokens. Held in
+    ``app.state.pgjobs``; ``close()`` closes the pool (the lifespan does it at shutdown)."""
+
+    def __init__(
+        self,
+        app: App,
+        dsn: Dsn,
+        *,
+        tokens: Tokens,
+        app_given: bool,
+        pool_size: int,
+        metrics_public: bool,
+    ) -> None:
+        self.app = app
+        self.dsn = dsn
+        self.tokens = tokens
+        #: Whether the server was given the user's App (unknown task names are then refused).
+        self.app_given = app_given
+        self.pool_size = pool_size
+        self.metrics_public = metrics_public
+        #: The queue metrics /metrics serves (their counters live as long as the app).
+        self.metrics = QueueMetrics()
+        self._pool: psycopg_pool.ConnectionPool[Any] | None = None
+        self._lock = threading.Lock()
+
+    def pool(self) -> psycopg_pool.ConnectionPool[Any]:
+        """The pool, opened on first use; ``DatabaseUnavailable`` while the database cannot be
+        reached (the next request tries again)."""
+        pool = self._pool
+        if pool is not None:
+            return pool
+        with self._lock:
+            if self._pool is None:
+                pool = db.open_pool(self.dsn, self.pool_size)
+                # A request waits this long for a connection, then answers 503.
+                pool.timeout = POOL_WAIT
+                self._pool = pool
+            return self._pool
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled autocommit connection, errors translated to ``pgjobs.errors``."""
+        with db.pooled(self.pool(), self.dsn) as conn:
+            yield conn
+
+    def close(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+
+def backend(request: Request) -> Backend:
+    """The ``Backend`` of the app serving ``request`` (a FastAPI dependency)."""
+    found: Backend = request.app.state.pgjobs
+    return found
+
+
+_bearer = HTTPBearer(
+    auto_error=False,
+    description="A token of $PGJOBS_API_TOKENS (or a read-only one, for GET routes).",
+)
+#: A route's parameter that receives the request's bearer token, if any.
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+#: A route's parameter that receives the server's ``Backend``.
+Server = Annotated[Backend, Depends(backend)]
+
+
+def check_token(
+    request: Request, credentials: HTTPAuthorizationCredentials | None, *, write: bool
+) -> None:
+    """Let the request through, or raise 401 (no or unknown token) / 403 (a read-only token on
+    a route that writes)."""
+    tokens = backend(request).tokens
+    if not tokens.configured:
+        return
+    challenge = {"WWW-Authenticate": 'Bearer realm="pgjobs"'}
+    if credentials is None or credentials.scheme.lower() != "bearer":
+        raise ApiError(
+            401,
+            "unauthenticated",
+            "this route needs a token: send the header Authorization: Bearer <token>",
+            headers=challenge,
+        )
+    access = tokens.access(credentials.credentials)
+    if access is None:
+        raise ApiError(
+            401,
+            "unauthenticated",
+            "the bearer token is not one of this server's tokens",
+            headers={"WWW-Authenticate": 'Bearer realm="pgjobs", error="invalid_token"'},
+        )
+    if write and access is Access.READ_ONLY:
+        raise ApiError(
+            403,
+            "forbidden",
+            "this token is read-only: it may use GET routes only",
+        )
+
+
+def metrics_public_from_env() -> bool:
+    """Whether $PGJOBS_METRICS_PUBLIC lets /metrics answer without a token."""
+    return os.environ.get(ENV_METRICS_PUBLIC, "").strip().lower() in ("1", "true", "yes")

@@ -1,0 +1,160 @@
+"""The jobs pages: a listing by state, queue, task and time (or a search by id or idempotency
+key), one job's whole record, and its cancel, replay and redrive actions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from fastapi import Request
+from fastapi.responses import Response
+
+from pgjobs import admin, browse
+from pgjobs.admin import DeadFilter
+from pgjobs.errors import ConfigurationError, JobNotFound
+from pgjobs.maintenance.registry import STALE_AFTER
+from pgjobs.models import JobStatus
+from pgjobs.web.dashboard import data, forms
+from pgjobs.web.dashboard.frame import GET, PAGE_SIZE, POST, Frame, PostedForm, Route
+from pgjobs.web.dashboard.security import Viewer
+
+
+class JobPages:
+    """``/jobs``, ``/jobs/{id}`` and a job's actions."""
+
+    def __init__(self, frame: Frame) -> None:
+        self.frame = frame
+
+    def routes(self) -> list[Route]:
+        return [
+            ("/jobs", self.jobs, GET),
+            ("/jobs/{job_id}", self.job, GET),
+            ("/jobs/{job_id}/{action}", self.job_action, POST),
+        ]
+
+    def jobs(self, request: Request) -> Response:
+        params = request.query_params
+
+        def build(viewer: Viewer, conn: psycopg.Connection[Any]) -> Response:
+            find = (params.get("find") or "").strip()
+            if find:
+                found = _find(conn, find)
+                if len(found) == 1:
+                    return self.frame.redirect(request, f"/jobs/{found[0]}")
+                return self.frame.render(
+                    request,
+                    viewer,
+                    "jobs.html",
+                    page="jobs",
+                    find=find,
+                    jobs=browse.jobs_by_id(conn, found),
+                    query=None,
+                    raw=dict.fromkeys(forms.JOB_FIELDS, ""),
+                    next_cursor=None,
+                    states=list(JobStatus),
+                    filter_error=None,
+                )
+            try:
+                query = forms.job_query(params)
+                page = browse.jobs(
+                    conn,
+                    states=query.states,
+                    queue=query.queue,
+                    task=query.task,
+                    since=query.since,
+                    until=query.until,
+                    limit=PAGE_SIZE,
+                    cursor=params.get("cursor") or None,
+                )
+            except ConfigurationError as exc:
+                return self.frame.render(
+                    request,
+                    viewer,
+                    "jobs.html",
+                    status=422,
+                    page="jobs",
+                    find="",
+                    jobs=[],
+                    query=None,
+                    raw={k: params.get(k, "") for k in forms.JOB_FIELDS},
+                    next_cursor=None,
+                    states=list(JobStatus),
+                    filter_error=str(exc),
+                )
+            return self.frame.render(
+                request,
+                viewer,
+                "jobs.html",
+                page="jobs",
+                find="",
+                jobs=page.jobs,
+                query=query,
+                raw={k: query.raw.get(k, "") for k in forms.JOB_FIELDS},
+                next_cursor=page.next_cursor,
+                states=list(JobStatus),
+                filter_error=None,
+            )
+
+        return self.frame.page(request, build)
+
+    def job(self, request: Request, job_id: str) -> Response:
+        def build(viewer: Viewer, conn: psycopg.Connection[Any]) -> Response:
+            number = forms.job_id(job_id)
+            if number is None:
+                raise JobNotFound(f"{job_id!r} is not a job id")
+            found = admin.job(conn, number)
+            return self.frame.render(
+                request,
+                viewer,
+                "job.html",
+                page="jobs",
+                job=found,
+                now=data.now(conn),
+                stale_after=STALE_AFTER,
+            )
+
+        return self.frame.page(request, build)
+
+    def job_action(
+        self, request: Request, job_id: str, action: str, posted: PostedForm
+    ) -> Response:
+        number = forms.job_id(job_id)
+        back = f"/jobs/{number}" if number is not None else "/jobs"
+
+        def act(
+            viewer: Viewer, fields: dict[str, str], conn: psycopg.Connection[Any]
+        ) -> tuple[str, str]:
+            if number is None:
+                raise JobNotFound(f"{job_id!r} is not a job id")
+            return _job_action(conn, number, action, fields)
+
+        return self.frame.act(request, posted, back, act)
+
+
+def _job_action(
+    conn: psycopg.Connection[Any], job_id: int, action: str, fields: dict[str, str]
+) -> tuple[str, str]:
+    if action == "cancel":
+        force = fields.get("force") == "1"
+        admin.cancel(conn, job_id, force=force)
+        if force:
+            return f"/jobs/{job_id}", (
+                f"Job {job_id} force-cancelled: archived as cancelled; its handler may still run "
+                "to its end, but its outcome is discarded."
+            )
+        return f"/jobs/{job_id}", f"Job {job_id} cancelled (archived as cancelled, never run)."
+    if action == "replay":
+        new_id = admin.replay(conn, job_id)
+        return f"/jobs/{new_id}", f"Job {job_id} replayed as job {new_id}."
+    if action == "redrive":
+        moved = admin.redrive(conn, DeadFilter(ids=(job_id,)))
+        return f"/jobs/{job_id}", f"Job {job_id} redriven ({moved} moved back to the queue)."
+    raise JobNotFound(f"no action {action!r} on jobs: use cancel, replay or redrive")
+
+
+def _find(conn: psycopg.Connection[Any], find: str) -> list[int]:
+    """Jobs a search box names: an id (when such a job exists), else an idempotency key."""
+    number = forms.job_id(find)
+    if number is not None and browse.jobs_by_id(conn, [number]):
+        return [number]
+    return data.jobs_by_key(conn, find)

@@ -1,0 +1,144 @@
+"""The ASGI middleware in front of every route: the request body's size limit and media type,
+and the last-resort 500 in the one error shape."""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from pgjobs.web import errors
+from pgjobs.web.backend import API_PREFIX
+
+logger = logging.getLogger("pgjobs.web")
+
+#: Bytes a request body may have unless told otherwise: a batch of 1,000 jobs with small
+#: payloads takes about 150 kB. Bigger payloads belong in object storage, referenced by the job;
+#: raise it with ``max_body_bytes`` / ``--max-body-bytes`` (the payload limit is 16 MiB).
+DEFAULT_MAX_BODY_BYTES = 1_048_576
+_METHODS_WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
+
+
+class Guards:
+    """ASGI middleware in front of the routes: refuses a body larger than ``max_body_bytes``
+    (413; by its Content-Length before reading, else while reading, never buffering more than
+    the limit), a body that is not JSON on a method that takes one (415), and turns an
+    unexpected exception into a 500 in the one error shape, logged once."""
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_tracked(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            refusal, replay = await self._read_body(scope, receive)
+            if refusal is not None:
+                await self._answer(send_tracked, *refusal)
+                return
+            await self.app(scope, replay, send_tracked)
+        except Exception:
+            # Nothing of the request but its method and path: headers may hold a token.
+            logger.exception("unexpected error answering %s %s", scope["method"], scope["path"])
+            if not started:
+                await self._answer(
+                    send_tracked,
+                    500,
+                    "internal_error",
+                    "unexpected server error; it was logged (see the server's log)",
+                )
+
+    async def _read_body(
+        self, scope: Scope, receive: Receive
+    ) -> tuple[tuple[int, str, str] | None, Receive]:
+        headers = Headers(scope=scope)
+        length = headers.get("content-length")
+        too_large = (
+            413,
+            "payload_too_large",
+            f"the request body is larger than this server's limit of {self.max_body_bytes:,} "
+            "bytes (send fewer jobs per batch, or store large data elsewhere)",
+        )
+        if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
+            return too_large, receive
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return None, _replay([message], receive)
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                return too_large, receive
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        if (
+            body
+            and scope["method"] in _METHODS_WITH_BODY
+            and not _is_json(headers)
+            and not _is_dashboard_form(scope, headers)
+        ):
+            return (
+                415,
+                "unsupported_media_type",
+                "the request body must be JSON: send Content-Type: application/json",
+            ), receive
+        return None, _replay([{"type": "http.request", "body": body, "more_body": False}], receive)
+
+    @staticmethod
+    async def _answer(send: Send, status: int, code: str, message: str) -> None:
+        body = errors.error_body(code, message)
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+def _is_json(headers: Headers) -> bool:
+    kind = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    return kind == "application/json" or (
+        kind.startswith("application/") and kind.endswith("+json")
+    )
+
+
+def _is_dashboard_form(scope: Scope, headers: Headers) -> bool:
+    """An HTML form posted to the dashboard (outside /api/v1), which reads it itself."""
+    path, root = scope["path"], scope.get("root_path", "")
+    if root and path.startswith(root):
+        path = path[len(root) :]
+    kind = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    return kind == "application/x-www-form-urlencoded" and not path.startswith(API_PREFIX)
+
+
+def _replay(messages: list[Message], receive: Receive) -> Receive:
+    """A ``receive`` that gives ``messages`` first, then waits on the real one (for a
+    disconnect)."""
+    pending = list(messages)
+
+    async def replayed() -> Message:
+        if pending:
+            return pending.pop(0)
+        return await receive()
+
+    return replayed
