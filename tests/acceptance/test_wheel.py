@@ -179,28 +179,10 @@ def test_pgjobs_migrate_from_the_wheel_brings_a_new_database_to_head(
     assert checked.stdout.split() == ["current:", migrate.HEAD, "head:", migrate.HEAD]
 
 
-APP_ENV_PY = """
-from alembic import context
-from sqlalchemy import create_engine, pool
-
-import pgjobs.db.dsn
-import pgjobs.migrate
-
-url = context.config.get_main_option("sqlalchemy.url")
-
-
-def run_migrations_online() -> None:
-    engine = create_engine(url, poolclass=pool.NullPool)
-    with engine.connect() as connection:
-        context.configure(connection=connection, target_metadata=None)
-        with context.begin_transaction():
-            context.run_migrations()
-    # pgjobs' migrations, in the same `alembic upgrade`, with their own version table.
-    pgjobs.migrate.upgrade(pgjobs.db.dsn.normalize_dsn(url, "alembic.ini"), lock_timeout="5s")
-
-
-run_migrations_online()
-"""
+#: The manual's recipe (Deploy and upgrade), as the page shows it.
+APP_ENV_PY = (
+    Path(__file__).resolve().parents[2] / "docs" / "snippets" / "alembic_env.py"
+).read_text()
 
 APP_REVISION = """
 from alembic import op
@@ -223,7 +205,7 @@ def downgrade() -> None:
 def test_an_applications_alembic_run_includes_pgjobs_migrations(
     installed, create_database, tmp_path
 ):
-    """The README's recipe: the application's env.py calls ``pgjobs.migrate.upgrade`` after its
+    """The manual's recipe: the application's env.py calls ``pgjobs.migrate.upgrade`` after its
     own migrations, and one `alembic upgrade head` upgrades both histories."""
     dsn = create_database()
     (tmp_path / "migrations" / "versions").mkdir(parents=True)

@@ -1,5 +1,5 @@
-"""The README's SQL cookbook runs as printed, and its fingerprint query counts exactly what
-`pgjobs dead group` counts."""
+"""The SQL cookbook (docs/snippets/cookbook.sql, which the manual's cookbook page shows) runs as
+printed, and its fingerprint query counts exactly what `pgjobs dead group` counts."""
 
 from __future__ import annotations
 
@@ -10,15 +10,21 @@ from pgjobs import App, admin
 from pgjobs.models import DeadReason
 from tests.integration.admin_factories import bury, claim_one, succeed
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+COOKBOOK = Path(__file__).resolve().parents[2] / "docs" / "snippets" / "cookbook.sql"
+#: The lines that mark a section of the file for the pages that show one statement of it.
+SECTION_MARK = re.compile(r"^-- --8<-- \[(start|end):[\w-]+\]$")
 
 
 def cookbook() -> list[str]:
-    text = README.read_text()
-    section = text[text.index("### SQL cookbook") :]
-    block = re.search(r"```sql\n(.*?)```", section, re.S)
-    assert block is not None, "the SQL cookbook has a ```sql block"
-    statements = [s.strip() for s in block.group(1).split(";\n") if s.strip()]
+    """The file's statements, each starting with its title comment."""
+    lines = [line for line in COOKBOOK.read_text().splitlines() if not SECTION_MARK.match(line)]
+    chunks = "\n".join(lines).split(";\n")
+    statements = []
+    for chunk in chunks:
+        # A statement's own comment lines start at the first line after the blank one before it.
+        body = chunk.strip().split("\n\n")[-1].strip()
+        if body:
+            statements.append(body)
     assert len(statements) >= 6
     return statements
 
@@ -54,3 +60,5 @@ def test_every_cookbook_query_runs_and_the_fingerprints_match_dead_group(make_ap
     assert (task, jobs) == ("t.ok", 1) and 0 <= run_p50 <= run_p99 < 60 and 0 <= pickup_p99 < 60
     (top,) = [rows for title, rows in results.items() if "Top failing" in title]
     assert top[0] == ("sync", 40, 0)
+    (timed_out,) = [rows for title, rows in results.items() if "timeout" in title]
+    assert timed_out == []

@@ -1,6 +1,6 @@
-"""The framework examples of the README run against the test database: FastAPI (a request's
-row and job in one SQLAlchemy transaction), Django (a job on Django's connection inside
-transaction.atomic, and on_commit), and a plain script."""
+"""The framework examples the manual includes (docs/guides/frameworks.md) run against the test
+database: FastAPI (a request's row and job in one SQLAlchemy transaction), Django (a job on
+Django's connection inside transaction.atomic, and on_commit), and a plain script."""
 
 from __future__ import annotations
 

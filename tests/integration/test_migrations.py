@@ -4,6 +4,7 @@ and ``pgjobs.schema``."""
 from __future__ import annotations
 
 import os
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -165,7 +166,8 @@ def test_the_head_workers_check_is_the_newest_migration():
 
 
 def test_the_server_is_a_supported_major(database):
-    """pgjobs needs PostgreSQL 14 or newer (README, "Supported PostgreSQL versions"). A run for
+    """pgjobs needs PostgreSQL 14 or newer (docs/getting-started.md, "Supported PostgreSQL
+    versions"). A run for
     one major (`make test-pg14`, `make test-pg18`) names it in $PGJOBS_TEST_PG_MAJOR, so that it
     cannot pass on another server by mistake."""
     with psycopg.connect(database.url) as c:
@@ -174,3 +176,34 @@ def test_the_server_is_a_supported_major(database):
     expected = os.environ.get("PGJOBS_TEST_PG_MAJOR")
     if expected:
         assert version // 10000 == int(expected), f"the tests ran on {version}, not {expected}"
+
+
+def test_the_manuals_include_object_keeps_autogenerate_off_pgjobs_tables(create_database):
+    """docs/snippets/alembic_include_object.py, which Deploy and upgrade shows: an application's
+    autogenerate, with that filter and only its own metadata, proposes nothing about pgjobs'
+    tables, their partitions or their version table, and still sees the application's tables."""
+    snippet = runpy.run_path(str(REPO / "docs" / "snippets" / "alembic_include_object.py"))
+    fresh = create_database()
+    migrate.upgrade(fresh)
+    with psycopg.connect(fresh.url, autocommit=True) as c:
+        c.execute("CREATE TABLE app_users (id int PRIMARY KEY)")
+    app_metadata = sqlalchemy.MetaData()
+    sqlalchemy.Table(
+        "app_users", app_metadata, sqlalchemy.Column("id", sqlalchemy.Integer, primary_key=True)
+    )
+    engine = sqlalchemy.create_engine(fresh.sqlalchemy_url, poolclass=sqlalchemy.NullPool)
+    try:
+        with engine.connect() as connection:
+            opts = {"include_object": snippet["include_object"]}
+            assert (
+                list(
+                    compare_metadata(
+                        MigrationContext.configure(connection, opts=opts), app_metadata
+                    )
+                )
+                == []
+            )
+            unfiltered = compare_metadata(MigrationContext.configure(connection), app_metadata)
+            assert {d[1].name for d in unfiltered if d[0] == "remove_table"} >= PGJOBS_TABLES
+    finally:
+        engine.dispose()

@@ -7,7 +7,7 @@ set; cancel and replay from a job page, and a tampered form refused; a payload h
 ``<script>`` shown as text with no dialog; a bulk purge of several batches followed on its
 progress page until it ends, in place with the script and by reloads without it. Screenshots of the overview, the dead letters and a
 job page are saved under $PGJOBS_SCREENSHOTS (else the test run's temporary folder) and, with
-PGJOBS_UPDATE_SCREENSHOTS=1, to docs/screenshots/ for the README.
+PGJOBS_UPDATE_SCREENSHOTS=1, to docs/screenshots/ for the manual's Dashboard page.
 
 One browser and one server for the module; each test has its own browser context (cookies).
 """
@@ -128,7 +128,7 @@ def page(browser: Browser, server: str, dsn: Dsn) -> Iterator[Page]:
 @pytest.fixture(scope="module")
 def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
     """Save a full-page screenshot ``NAME.png``; with PGJOBS_UPDATE_SCREENSHOTS=1 also as the
-    README's docs/screenshots/NAME.png."""
+    manual's docs/screenshots/NAME.png (docs/operations/dashboard.md shows them)."""
     folder = Path(os.environ.get("PGJOBS_SCREENSHOTS") or tmp_path_factory.mktemp("screenshots"))
     folder.mkdir(parents=True, exist_ok=True)
 
@@ -368,7 +368,7 @@ def test_cancel_and_replay_from_a_job_page(
     assert_one_home(
         conn, [*ids(conn, "queued_jobs"), *ids(conn, "archived_jobs"), *ids(conn, "dead_letter")]
     )
-    # The README's job page: a dead charge, its payload, error and traceback.
+    # The manual's job page: a dead charge, its payload, error and traceback.
     dead_id = seeded["timeouts"][0]
     conn.execute(
         "UPDATE dead_letter SET traceback = %s WHERE id = %s",

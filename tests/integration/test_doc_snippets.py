@@ -1,0 +1,96 @@
+"""The manual's runnable snippets (docs/snippets/*.py) run as the pages show them: the pages
+include these files, so a snippet that stops working fails here, not in a reader's hands. The
+SQL cookbook and the Alembic recipes are run by test_admin_cookbook.py, test_migrations.py and
+tests/acceptance/test_wheel.py."""
+
+from __future__ import annotations
+
+import runpy
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import pgjobs
+from pgjobs.db.dsn import Dsn
+from pgjobs.testing import drain
+from tests.helpers import pgjobs_env
+
+REPO = Path(__file__).resolve().parents[2]
+SNIPPETS = REPO / "docs" / "snippets"
+
+
+@pytest.fixture
+def snippet(monkeypatch: pytest.MonkeyPatch, dsn: Dsn) -> Iterator[Any]:
+    """Run a snippet file as a module (not as __main__) with the test database as its DSN; its
+    App is closed after the test."""
+    apps: list[pgjobs.App] = []
+
+    def run(name: str) -> dict[str, Any]:
+        monkeypatch.setenv("PGJOBS_DATABASE_URL", dsn.url)
+        monkeypatch.delenv("DATABASE_URL", raising=False)
+        found = runpy.run_path(str(SNIPPETS / name))
+        apps.append(found["app"])
+        return found
+
+    yield run
+    for app in apps:
+        app.close()
+
+
+def test_the_quickstart_commands_enqueue_and_work_its_jobs(dsn: Dsn, conn):
+    env = pgjobs_env(dsn.url)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [sys.executable, *args],
+            cwd=SNIPPETS,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done
+
+    enqueued = run("quickstart.py")
+    assert enqueued.stdout.startswith("enqueued job ")
+    worked = run(
+        "-m", "pgjobs", "work", "--app", "quickstart:app", "--burst", "--log-level", "error"
+    )
+    assert "welcome e-mail to user 42 (default)" in worked.stdout
+    rows = conn.execute("SELECT task, status, result FROM archived_jobs ORDER BY id").fetchall()
+    assert rows == [
+        ("emails.welcome", "succeeded", None),
+        ("images.resize", "succeeded", {"width": 640}),
+    ]
+
+
+def test_the_readme_quickstart_is_the_tested_snippet():
+    """The README shows docs/snippets/quickstart.py as it is (GitHub cannot include files)."""
+    assert (SNIPPETS / "quickstart.py").read_text() in (REPO / "README.md").read_text()
+
+
+def test_typed_payloads_are_checked_at_enqueue_and_a_model_parameter_gets_its_instance(snippet):
+    found = snippet("typed_payloads.py")
+    app = found["app"]
+    app.enqueue("billing.refund", {"order_id": 42, "amount": 9.5, "reason": "late"})
+    with pytest.raises(pgjobs.InvalidPayload) as refused:
+        app.enqueue("billing.refund", {"order_id": 42, "amount": "9.50", "reason": "late"})
+    assert refused.value.field == "payload.amount"
+    assert "expected float, got str" in str(refused.value)
+    first = app.enqueue(found["book"], found["Shipment"](order_id=1, carrier="dhl", weight_kg=2.5))
+    second = app.enqueue("shipping.book", {"order_id": 2, "carrier": "ups"})
+    result = drain(app)
+    assert result.dead == []
+    assert (result.results[first], result.results[second]) == ("dhl", "ups")
+
+
+def test_an_old_payload_is_upgraded_step_by_step(snippet, dsn: Dsn):
+    app = snippet("payload_versions.py")["app"]
+    with pgjobs.App(dsn.url, check_task_names=False) as old_producer:  # enqueues version 1
+        job_id = old_producer.enqueue("billing.charge", {"order": 7, "amount": 9.99})
+    assert drain(app).results == {job_id: "7: 999 EUR"}
