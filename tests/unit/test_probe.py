@@ -11,13 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pgjobs import ConfigurationError
 from pgjobs.models import Job
-from pgjobs.probe import (
-    MAX_REQUEST_HEAD,
-    ProbeServer,
-    ProbeState,
-    WorkerMetrics,
-    parse_address,
-)
+from pgjobs.worker.http import MAX_REQUEST_HEAD, ProbeServer, ProbeState, parse_address
+from pgjobs.worker.metrics import WorkerMetrics
 
 
 @pytest.mark.parametrize(
