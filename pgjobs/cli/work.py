@@ -14,9 +14,10 @@ import typer
 from pgjobs import supervisor
 from pgjobs.cli.options import DsnOption, database, load_app
 from pgjobs.errors import ConfigurationError, PgjobsError
-from pgjobs.probe import address_text, parse_address
 from pgjobs.tasks import ExternalTarget, check_headers, check_seconds, check_url
-from pgjobs.worker import MAX_READ_AHEAD, Worker, WorkerConfig
+from pgjobs.worker import Worker, WorkerConfig
+from pgjobs.worker.config import MAX_READ_AHEAD
+from pgjobs.worker.http import address_text, parse_address
 
 #: The worker's defaults, shown by --help (WorkerConfig holds them).
 _DEFAULTS = WorkerConfig()

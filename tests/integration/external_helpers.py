@@ -121,7 +121,7 @@ def run_worker_while(
 
     def drive() -> None:
         try:
-            wait_until(lambda: worker._checked, timeout=30, what="the worker to start")
+            wait_until(lambda: worker.checked, timeout=30, what="the worker to start")
             scenario(worker)
         except BaseException as exc:
             failures.append(exc)

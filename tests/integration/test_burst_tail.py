@@ -47,7 +47,7 @@ def test_a_waiting_burst_worker_exits_when_the_last_busy_one_does(make_app, conn
         )
         threads.append(run("waiting", waiting))
         # The second worker found nothing to claim and waits for the job the first one runs.
-        wait_until(lambda: waiting._burst_waiting is not None, timeout=30, what="it to wait")
+        wait_until(lambda: waiting.burst.waiting_for is not None, timeout=30, what="it to wait")
         release.set()
         for thread in threads:
             thread.join(POLL / 2)

@@ -15,11 +15,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgjobs import App, ConfigurationError, admin, external
+from pgjobs import App, ConfigurationError, admin
 from pgjobs.errors import StaleOutcome
 from pgjobs.models import JobStatus
 from pgjobs.tasks import ExternalTarget, RetryPolicy
-from pgjobs.worker import Worker, WorkerConfig
+from pgjobs.worker import Worker, WorkerConfig, external
 from tests.helpers import assert_one_home, scalar, wait_until
 from tests.integration.external_helpers import downstream_service, run_worker_while
 from tests.integration.factories import row
@@ -67,7 +67,7 @@ def test_delivered_job_stays_running_until_the_downstream_reports_success(
                 "report_url_path": f"/api/v1/jobs/{job_id}/outcome",
             }
             # The slot is free at once: the worker is not waiting for the report.
-            wait_until(lambda: not worker._running, what="the slot to be free")
+            wait_until(lambda: not worker.slots.busy, what="the slot to be free")
             history.append(
                 admin.report_outcome(
                     dsn, job_id, attempt=1, status="succeeded", result={"charged": "9.99"}
@@ -335,7 +335,7 @@ def test_a_report_that_arrives_before_the_2xx_breaks_nothing(make_app, dsn, conn
                 lambda: scalar(conn, "SELECT count(*) FROM archived_jobs") == len(ids),
                 what="every job archived",
             )
-            wait_until(lambda: not worker._running, what="every slot free")
+            wait_until(lambda: not worker.slots.busy, what="every slot free")
 
         run_worker_while(app, scenario)
     assert len(downstream.received) == len(ids)

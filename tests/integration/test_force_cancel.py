@@ -76,7 +76,7 @@ def test_force_cancel_of_a_running_async_job_cancels_its_handler(
         asked.append(time.monotonic())
         assert app.cancel(job_id, force=True).status is JobStatus.CANCELLED
         wait_until(lambda: cancelled_at, timeout=10, what="the handler to be cancelled")
-        wait_until(lambda: not worker._running, timeout=10, what="its slot to be free")
+        wait_until(lambda: not worker.slots.busy, timeout=10, what="its slot to be free")
 
     with caplog.at_level(logging.INFO, logger="pgjobs"):
         run_worker(app, scenario)
@@ -126,7 +126,7 @@ def test_force_cancel_of_a_running_sync_job_sets_its_cancelled_flag(
         assert (code, err) == (0, "")
         said.append(out)
         wait_until(lambda: noticed_after, timeout=10, what="the handler to see the flag")
-        wait_until(lambda: not worker._running, timeout=10, what="its slot to be free")
+        wait_until(lambda: not worker.slots.busy, timeout=10, what="its slot to be free")
 
     with caplog.at_level(logging.INFO, logger="pgjobs"):
         run_worker(app, scenario)
@@ -160,10 +160,10 @@ def test_a_force_cancelled_sync_handler_that_ignores_the_flag_is_given_up_at_its
         wait_until(started.is_set, timeout=30, what="the handler to start")
         wait_until(lambda: running_here(conn, job_id), timeout=10, what="the lease")
         app.cancel(job_id, force=True)
-        wait_until(lambda: not worker._running, timeout=20, what="its slot to be given back")
+        wait_until(lambda: not worker.slots.busy, timeout=20, what="its slot to be given back")
         assert not release.is_set()  # given up while the thread still waits
         release.set()
-        wait_until(lambda: worker._stray_threads() == 0, timeout=20, what="its thread to end")
+        wait_until(lambda: worker.slots.stray_threads() == 0, timeout=20, what="its thread to end")
 
     with caplog.at_level(logging.INFO, logger="pgjobs"):
         run_worker(app, scenario)

@@ -127,7 +127,7 @@ def test_an_async_handler_that_swallows_its_cancellation_is_still_timed_out(
     def scenario(worker: Worker) -> None:
         wait_until(lambda: dead_row(conn, job_id), timeout=30, what="the job in dead_letter")
         wait_until(returned.is_set, timeout=30, what="the handler to return")
-        wait_until(lambda: not worker._running, timeout=30, what="its slot to be given back")
+        wait_until(lambda: not worker.slots.busy, timeout=30, what="its slot to be given back")
 
     with caplog.at_level(logging.INFO, logger="pgjobs"):
         run_worker(app, scenario)
@@ -172,7 +172,7 @@ def test_a_sync_handler_past_its_timeout_fails_at_the_deadline_and_its_return_ch
         seen["quick"] = quick_id
         release.set()
         wait_until(lambda: "cancelled" in seen, timeout=30, what="the stuck handler to return")
-        wait_until(lambda: worker._stray_threads() == 0, timeout=30, what="its thread to end")
+        wait_until(lambda: worker.slots.stray_threads() == 0, timeout=30, what="its thread to end")
 
     with caplog.at_level(logging.INFO, logger="pgjobs"):
         run_worker(app, scenario, concurrency=1)
@@ -208,7 +208,7 @@ def test_a_cooperative_sync_handler_sees_cancelled_and_stops(
     def scenario(worker: Worker) -> None:
         wait_until(lambda: stopped, timeout=30, what="the handler to notice its timeout")
         wait_until(lambda: dead_row(conn, job_id), timeout=30, what="the job in dead_letter")
-        wait_until(lambda: worker._stray_threads() == 0, timeout=30, what="its thread to end")
+        wait_until(lambda: worker.slots.stray_threads() == 0, timeout=30, what="its thread to end")
 
     run_worker(app, scenario)
     assert 0 < stopped[0] < 30  # it stopped because of the flag, not at the end of its loop
@@ -253,7 +253,7 @@ def test_a_handler_within_its_timeout_succeeds(
             what="the job archived",
         )
         # Its timer went with it: nothing fires later for a job that finished.
-        wait_until(lambda: not worker._deadlines, timeout=10, what="no timer left")
+        wait_until(lambda: not worker.slots.timers, timeout=10, what="no timer left")
 
     run_worker(app, scenario)
     assert assert_one_home(conn, [job_id]) == {job_id: "archived_jobs"}
@@ -329,8 +329,8 @@ def test_the_worker_metrics_count_timed_out_attempts_as_retried_then_dead(
 
     def scenario(worker: Worker) -> None:
         wait_until(lambda: dead_row(conn, job_id), timeout=30, what="the job in dead_letter")
-        assert worker._metrics is not None
-        text.append(worker._metrics.render(busy=0, connected=True))
+        assert worker.metrics is not None
+        text.append(worker.metrics.render(busy=0, connected=True))
 
     run_worker(app, scenario, http=("127.0.0.1", 0))
     finished = [line for line in text[0].splitlines() if "jobs_finished_total{" in line]

@@ -70,7 +70,7 @@ def test_readyz_says_stopping_once_asked_to_stop(make_app):
     seen: list[tuple[int, dict[str, Any]]] = []
 
     def scenario(worker: Worker) -> None:
-        wait_until(lambda: worker._running, what="the job running")
+        wait_until(lambda: worker.slots.busy, what="the job running")
         worker.stop()  # the running job holds the worker for its grace period
         wait_until(lambda: _get(worker, "/readyz")[0] == 503, what="/readyz 503")
         seen.append(_get(worker, "/readyz"))

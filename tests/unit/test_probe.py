@@ -10,14 +10,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pgjobs import ConfigurationError
+from pgjobs.completer import Outcome
 from pgjobs.models import Job
-from pgjobs.probe import (
-    MAX_REQUEST_HEAD,
-    ProbeServer,
-    ProbeState,
-    WorkerMetrics,
-    parse_address,
-)
+from pgjobs.worker.http import MAX_REQUEST_HEAD, ProbeServer, ProbeState, parse_address
+from pgjobs.worker.metrics import WorkerMetrics
 
 
 @pytest.mark.parametrize(
@@ -73,9 +69,9 @@ def _families(text: str) -> dict[str, list[tuple[str, dict[str, str], float]]]:
 def test_metrics_parse_as_prometheus_text_with_escaped_labels():
     metrics = WorkerMetrics('host:1:"x"\\', slots=4, tasks={"send", WEIRD})
     metrics.claimed(_job(1, WEIRD, WEIRD, late=2.0), datetime.now(UTC).timestamp())
-    metrics.finished(_job(1, WEIRD, WEIRD), "succeeded")
+    metrics.finished(_job(1, WEIRD, WEIRD), Outcome.SUCCEEDED)
     metrics.claimed(_job(2, "mail", "send"), datetime.now(UTC).timestamp())
-    metrics.finished(_job(2, "mail", "send"), "retried")
+    metrics.finished(_job(2, "mail", "send"), Outcome.RETRIED)
     metrics.not_run(_job(3, "mail", "no.such.task"))
     metrics.trip()
     metrics.heartbeat()
@@ -93,8 +89,8 @@ def test_metrics_parse_as_prometheus_text_with_escaped_labels():
         for s in families["pgjobs_worker_jobs_finished"]
     }
     assert finished == {
-        (WEIRD, WEIRD, "succeeded"): 1,
-        ("mail", "send", "retried"): 1,
+        (WEIRD, WEIRD, Outcome.SUCCEEDED): 1,
+        ("mail", "send", Outcome.RETRIED): 1,
         ("mail", "(unknown)", "dead"): 1,
     }
     pickup = {

@@ -1,4 +1,4 @@
-"""The threads of sync handlers (``pgjobs.threads``), no database: calls run, start threads only
+"""The threads of sync handlers (``pgjobs.worker.threads``), no database: calls run, start threads only
 as needed and never beyond the bound, can be cancelled until they start, and shut down."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from pgjobs.threads import HandlerThreads
+from pgjobs.worker.threads import HandlerThreads
 
 WAIT = 10.0
 
@@ -109,7 +109,7 @@ def test_a_call_that_raises_is_logged_and_its_thread_carries_on(caplog):
     def boom() -> None:
         raise SystemExit(3)
 
-    with caplog.at_level(logging.ERROR, logger="pgjobs.threads"):
+    with caplog.at_level(logging.ERROR, logger="pgjobs.worker.threads"):
         failed = threads.submit(boom)
         threads.submit(done.set)
         assert done.wait(WAIT)

@@ -32,14 +32,14 @@ print(",".join(loaded))
     [
         "import pgjobs",
         "import pgjobs.cli",
-        "import pgjobs.worker, pgjobs.probe, pgjobs.external",
+        "import pgjobs.worker, pgjobs.worker.http, pgjobs.worker.external",
         # What `pgjobs work --http ... --external-url ...` builds before it runs.
         "import pgjobs\n"
         "from pgjobs.cli import work\n"
         "app = pgjobs.App('postgresql://nobody@127.0.0.1:1/none')\n"
         "app.external_task('t', url='https://downstream.internal/jobs')\n"
         "w = pgjobs.Worker(app, pgjobs.WorkerConfig(http=('127.0.0.1', 0)))\n"
-        "w._metrics.render(busy=0, connected=True)",
+        "w.metrics.render(busy=0, connected=True)",
     ],
 )
 def test_the_worker_does_not_load_the_web_extra(imports):

@@ -53,6 +53,12 @@ class DeliveryFailed(PgjobsError):
     ``dead_letter`` on the last attempt), with this message as its error."""
 
 
+# The error type recorded with a failed delivery (``error_type``, ``dead_letter.error_type``) is
+# ``pgjobs.external.DeliveryFailed``, as documented and as earlier rows hold it: alerts and
+# queries that filter on it keep finding the failures this module records.
+DeliveryFailed.__module__ = "pgjobs.external"
+
+
 @dataclass(frozen=True, slots=True)
 class Delivery:
     """Where and how the jobs of one external task are delivered, the task's settings completed

@@ -1,0 +1,107 @@
+"""How a worker runs: ``WorkerConfig`` and the timing constants of the claim loop."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from pgjobs.errors import ConfigurationError
+from pgjobs.maintenance import ServiceConfig
+from pgjobs.maintenance.expirer import Expirer
+from pgjobs.maintenance.leases import LeaseRescuer
+from pgjobs.tasks import ExternalTarget
+
+#: Seconds a busy worker waits for more slots to free up before its next round trip.
+BATCH_WINDOW = 0.005
+#: The same while jobs claimed ahead keep its slots busy (outcomes wait at most this long).
+FED_BATCH_WINDOW = 0.02
+#: Seconds between reconnection attempts after the database went away: doubling, capped.
+RECONNECT_DELAYS = (0.5, 1.0, 2.0, 5.0, 10.0)
+#: Seconds without a turn of the claim loop (or with one round trip in flight) after which
+#: `--http`'s /healthz answers 503.
+STUCK_AFTER = 60.0
+#: Seconds a job claimed ahead of a free slot may wait for one, at the pace the worker's
+#: handlers recently finished: what bounds the read-ahead of a worker whose handlers are slow
+#: (no job waits long, and a job claimed ahead can never outlive its lease).
+READ_AHEAD_WAIT = 0.05
+#: Jobs a worker claims ahead per slot unless told otherwise (``WorkerConfig.read_ahead``):
+#: enough for round trips of a hundred jobs and more at --concurrency 32 with quick handlers.
+READ_AHEAD_PER_SLOT = 8
+#: The most jobs a worker may claim ahead.
+MAX_READ_AHEAD = 10_000
+#: Seconds an async handler cancelled at its timeout (or by `pgjobs cancel --force`) may take to
+#: unwind (its ``finally`` blocks) before its slot is given back anyway.
+STOP_GRACE = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    """How a worker runs. Times are in seconds."""
+
+    concurrency: int = 8
+    #: Queues to work; None means every queue the app's tasks name.
+    queues: Sequence[str] | None = None
+    #: Longest wait between claims when no NOTIFY arrives (the polling fallback).
+    poll_interval: float = 1.0
+    #: After SIGTERM/SIGINT, how long running handlers may take to finish.
+    grace: float = 30.0
+    #: Exit once the worker's queues hold no job (ready, scheduled or running).
+    burst: bool = False
+    #: Run the lease rescuer, the expirer and the archive partitioner in this worker.
+    maintenance: bool = True
+    #: Seconds between lease-rescuer rounds (how soon after a lease expires its job is free).
+    rescue_interval: float = LeaseRescuer.default_interval
+    #: Seconds between expirer rounds.
+    expire_interval: float = Expirer.default_interval
+    #: (host, port) to serve /metrics, /healthz and /readyz on; None serves nothing and counts
+    #: nothing. Port 0 picks a free port (logged).
+    http: tuple[str, int] | None = None
+    #: Defaults for external tasks: the URL, timeout and headers of the tasks that set none.
+    external: ExternalTarget = field(default_factory=ExternalTarget)
+    #: Seconds the claim loop may go without turning (or wait on one round trip) before
+    #: /healthz reports it stuck.
+    stuck_after: float = STUCK_AFTER
+    #: The most jobs claimed ahead of free slots while the queues hold a backlog, started as
+    #: slots free up (bigger round trips, and handlers that never wait for one); None:
+    #: ``READ_AHEAD_PER_SLOT`` per slot. Held to what the worker's handlers start within
+    #: ``READ_AHEAD_WAIT`` seconds at their recent pace. 0 claims only for free slots.
+    read_ahead: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ConfigurationError(f"concurrency must be >= 1, got {self.concurrency}")
+        if self.read_ahead is not None and not 0 <= self.read_ahead <= MAX_READ_AHEAD:
+            raise ConfigurationError(
+                f"read_ahead must be 0..{MAX_READ_AHEAD}, got {self.read_ahead}",
+                field="read_ahead",
+            )
+        if not self.poll_interval > 0:
+            raise ConfigurationError(f"poll interval must be > 0 seconds, got {self.poll_interval}")
+        self.rescuer_config(), self.expirer_config()  # validated as the services will take them
+        if self.grace < 0:
+            raise ConfigurationError(f"grace must be >= 0 seconds, got {self.grace}")
+        if self.http is not None:
+            host, port = self.http
+            if not isinstance(host, str) or not host or not 0 <= port <= 65535:
+                raise ConfigurationError(
+                    f"http must be (host, port) with port 0..65535, got {self.http!r}",
+                    field="http",
+                )
+        if not self.stuck_after > self.poll_interval:
+            raise ConfigurationError(
+                f"stuck_after ({self.stuck_after}s) must exceed the poll interval "
+                f"({self.poll_interval}s)"
+            )
+
+    @property
+    def claim_ahead(self) -> int:
+        """``read_ahead`` with its default."""
+        if self.read_ahead is None:
+            return min(READ_AHEAD_PER_SLOT * self.concurrency, MAX_READ_AHEAD)
+        return self.read_ahead
+
+    def rescuer_config(self) -> ServiceConfig:
+        return ServiceConfig(interval=self.rescue_interval)
+
+    def expirer_config(self) -> ServiceConfig:
+        return ServiceConfig(interval=self.expire_interval)
