@@ -174,8 +174,8 @@ def test_the_worker_metrics_count_the_outcomes_by_their_values():
     for number, outcome in enumerate(Outcome, start=1):
         metrics.finished(job(number), outcome)
     text = metrics.render(busy=0, connected=True)
-    for outcome in ("succeeded", "retried", "dead", "released", "delivered"):
-        assert f'outcome="{outcome}"}} 1' in text
+    for label in ("succeeded", "retried", "dead", "released", "delivered"):
+        assert f'outcome="{label}"}} 1' in text
 
 
 def test_error_text_is_one_line_without_nul_and_bounded():
