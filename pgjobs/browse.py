@@ -133,7 +133,10 @@ def job_is_new(conn: psycopg.Connection[Any], job_id: int) -> bool:
     """Whether the queued job ``job_id`` was inserted by the transaction open on ``conn`` (an
     idempotent enqueue created it, rather than finding the job that holds its key).
 
-    Example: ``with conn.transaction(): new = browse.job_is_new(conn, app.enqueue(..., connection=conn))``
+    Example::
+
+        with conn.transaction():
+            new = browse.job_is_new(conn, app.enqueue(..., connection=conn))
     """
     with db.translate_errors():
         row = conn.execute(queries.BROWSE_JOB_IS_NEW, {"id": job_id}).fetchone()

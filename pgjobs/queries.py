@@ -1831,7 +1831,7 @@ RETURNING q.id
 #   TABLE_ROW_ESTIMATES       pg_class.reltuples of each table and archive partition: no table read
 #   DEAD_LIST_PAGE            Index Scan Backward of ix_dead_letter_failed_at, stopped at the LIMIT
 #   DEAD_NEWEST_IDS           the same, ids only
-#   DEAD_COUNT_CAPPED         a scan of dead_letter (no fingerprint) stopped at ``cap`` matching rows
+#   DEAD_COUNT_CAPPED         a scan of dead_letter (no fingerprint) stopped at ``cap`` rows
 #   JOB_IDS_BY_KEY            the three idempotency-key indexes
 #   QUEUE_STATS_BY_TASK       queued_jobs (small), dead_letter of one queue, the last hour of the
 #                             archive

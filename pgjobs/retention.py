@@ -6,9 +6,10 @@ left for VACUUM, and the table never bloats. The DDL needs a brief ACCESS EXCLUS
 ``archived_jobs``. While prune waits for it, every worker's archive insert waits behind prune's
 request in the lock queue: so each try waits at most ``LOCK_WAIT`` (tens of milliseconds) and
 prune tries again after a pause, for as long as its ``lock_timeout`` allows. A long reader of the
-archive makes prune wait, and workers stall at most ``LOCK_WAIT`` at each try. ``DETACH PARTITION ... CONCURRENTLY`` (PostgreSQL 14+) avoids even that
-lock, but PostgreSQL refuses it while a DEFAULT partition exists; pgjobs keeps one (an insert
-must never fail), so prune uses it only where the DEFAULT partition was dropped.
+archive makes prune wait, and workers stall at most ``LOCK_WAIT`` at each try.
+``DETACH PARTITION ... CONCURRENTLY`` (PostgreSQL 14+) avoids even that lock, but PostgreSQL
+refuses it while a DEFAULT partition exists; pgjobs keeps one (an insert must never fail), so
+prune uses it only where the DEFAULT partition was dropped.
 """
 
 from __future__ import annotations

@@ -42,7 +42,8 @@ class ArchivePartitions(Service[Partitioned]):
     partition is created once. Before migration 0004 (archived_jobs not partitioned) it does
     nothing.
 
-    Example: ``await ArchivePartitions().run_once(conn)`` returns ``Partitioned(created=4, moved=0)``.
+    Example: ``await ArchivePartitions().run_once(conn)`` returns
+    ``Partitioned(created=4, moved=0)``.
     """
 
     name = "archive-partitions"

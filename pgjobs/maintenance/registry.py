@@ -48,7 +48,8 @@ class WorkerRegistry(Service[Heartbeat]):
     """Registers one worker and refreshes its heartbeat; removes the rows of workers whose
     heartbeat is older than ``stale_after`` seconds.
 
-    Example: ``await WorkerRegistry(identity).run_once(conn)`` returns ``Heartbeat(stale_removed=0)``.
+    Example: ``await WorkerRegistry(identity).run_once(conn)`` returns
+    ``Heartbeat(stale_removed=0)``.
     """
 
     name = "worker-registry"

@@ -17,7 +17,7 @@ from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 
-from pgjobs import admin, browse, db, queries
+from pgjobs import admin, browse, db
 from pgjobs import stats as read_model
 from pgjobs.errors import ConfigurationError
 from pgjobs.maintenance.registry import STALE_AFTER
@@ -445,6 +445,5 @@ def get_stats(
 def list_workers(server: Server) -> models.WorkerList:
     """Workers that sent a heartbeat recently, with the jobs each one runs."""
     with server.connection() as conn:
-        rows = db.fetch_all(conn, queries.WORKERS_LIVE, {"stale_after": STALE_AFTER})
-    workers = [dataclasses.asdict(db.worker_info_from_row(row)) for row in rows]
+        workers = [dataclasses.asdict(w) for w in db.live_workers(conn, STALE_AFTER)]
     return models.WorkerList(workers=[models.Worker.model_validate(w) for w in workers])

@@ -411,10 +411,7 @@ class QueueMetrics:
                 (queue, task): jobs
                 for queue, task, jobs in db.fetch_all(conn, queries.METRICS_DEAD_LETTER)
             },
-            workers=[
-                db.worker_info_from_row(row)
-                for row in db.fetch_all(conn, queries.WORKERS_LIVE, stale)
-            ],
+            workers=db.live_workers(conn, STALE_AFTER),
             orphaned=db.orphaned_leases_from_row(orphaned),
         )
         advances = [

@@ -113,7 +113,7 @@ def test_without_jobs_the_families_are_still_described():
     assert "# TYPE pgjobs_worker_run_duration_seconds histogram" in text
 
 
-# --- the server ------------------------------------------------------------------------------------
+# --- the server ---------------------------------------------------------------------------
 
 
 async def _exchange(port: int, raw: bytes, *, read: bool = True) -> bytes:

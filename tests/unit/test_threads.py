@@ -1,5 +1,6 @@
-"""The threads of sync handlers (``pgjobs.worker.threads``), no database: calls run, start threads only
-as needed and never beyond the bound, can be cancelled until they start, and shut down."""
+"""The threads of sync handlers (``pgjobs.worker.threads``), no database: calls run, start
+threads only as needed and never beyond the bound, can be cancelled until they start, and shut
+down."""
 
 from __future__ import annotations
 

@@ -165,7 +165,8 @@ def test_worker_processes_run_the_same_options(capsys, fakes):
 
 def test_every_work_option_reaches_the_worker_processes(capsys, fakes):
     """An option added to `pgjobs work` must be handed to the worker processes too
-    (``cli.work.work_argv``), or be listed here with the reason. A new flag must be set in OPTIONS."""
+    (``cli.work.work_argv``), or be listed here with the reason. A new flag must be set in
+    OPTIONS."""
     not_forwarded = {
         "processes",  # each worker process is one process
         "supervisor_fd",  # set by the supervisor, per process

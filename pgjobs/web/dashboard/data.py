@@ -222,6 +222,5 @@ def queue_view(conn: psycopg.Connection[Any], queue: str) -> QueueView:
         failed_last_hour=sum(t.failed_last_hour for t in tasks),
         oldest_ready_age=max(ages) if ages else None,
     )
-    live = db.fetch_all(conn, queries.WORKERS_LIVE, {"stale_after": STALE_AFTER})
-    workers = [w for w in map(db.worker_info_from_row, live) if queue in w.queues]
+    workers = [w for w in db.live_workers(conn, STALE_AFTER) if queue in w.queues]
     return QueueView(totals, tasks, queues.queue(conn, queue), workers)

@@ -5,9 +5,10 @@ Signing in through the form; the overview showing the numbers the tables hold, a
 them without a reload; a dead group redriven from the browser; a bulk purge of exactly a filtered
 set; cancel and replay from a job page, and a tampered form refused; a payload holding
 ``<script>`` shown as text with no dialog; a bulk purge of several batches followed on its
-progress page until it ends, in place with the script and by reloads without it. Screenshots of the overview, the dead letters and a
-job page are saved under $PGJOBS_SCREENSHOTS (else the test run's temporary folder) and, with
-PGJOBS_UPDATE_SCREENSHOTS=1, to docs/screenshots/ for the manual's Dashboard page.
+progress page until it ends, in place with the script and by reloads without it. Screenshots of
+the overview, the dead letters and a job page are saved under $PGJOBS_SCREENSHOTS (else the test
+run's temporary folder) and, with PGJOBS_UPDATE_SCREENSHOTS=1, to docs/screenshots/ for the
+manual's Dashboard page.
 
 One browser and one server for the module; each test has its own browser context (cookies).
 """
