@@ -16,18 +16,16 @@ from pgjobs.dsn import Dsn, resolve_dsn
 from pgjobs.errors import ConfigurationError
 from pgjobs.models import JobHistory
 from pgjobs.periodic import DEFAULT_CATCH_UP, CatchUp, Periodic
-from pgjobs.tasks import (
+from pgjobs.rates import Rate
+from pgjobs.submission import (
     DEFAULT_LEASE,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_QUEUE,
-    ExternalTarget,
     JobSpec,
-    Rate,
-    Task,
-    check_headers,
     check_name,
-    make_task,
 )
+from pgjobs.targets import ExternalTarget, check_headers
+from pgjobs.tasks import Task, make_task
 
 #: How messages name a DSN given to ``App``.
 DSN_SOURCE = "App(dsn=...)"

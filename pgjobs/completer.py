@@ -37,7 +37,9 @@ from pgjobs.errors import (
     SchemaMissing,
 )
 from pgjobs.models import DeadReason, Job
-from pgjobs.tasks import DEFAULT_LEASE, RetryPolicy, Task
+from pgjobs.retry import RetryPolicy
+from pgjobs.submission import DEFAULT_LEASE
+from pgjobs.tasks import Task
 
 # Outcomes are what a worker did with its jobs: they log under the worker's name.
 log = logging.getLogger("pgjobs.worker")

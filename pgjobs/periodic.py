@@ -30,7 +30,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from pgjobs.errors import ConfigurationError
-from pgjobs.tasks import MAX_SECONDS, check_key, check_name
+from pgjobs.submission import MAX_SECONDS, check_key, check_name
 
 #: What a schedule does with occurrences it missed (workers down, maintenance off): "last" runs
 #: the latest one only, "skip" none, a whole number N the latest N.

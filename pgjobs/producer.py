@@ -21,12 +21,11 @@ from pgjobs import hotpath, queries, tracing
 from pgjobs.db import translate_errors
 from pgjobs.dsn import Dsn
 from pgjobs.errors import ConfigurationError, InvalidPayload, PgjobsError, UnknownTask
-from pgjobs.tasks import (
+from pgjobs.submission import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_QUEUE,
     PRIORITY_RANGE,
     JobSpec,
-    Task,
     check_key,
     check_max_attempts,
     check_moment,
@@ -34,6 +33,7 @@ from pgjobs.tasks import (
     check_queue,
     check_seconds,
 )
+from pgjobs.tasks import Task
 
 #: Bytes of serialised JSON one payload may take; larger payloads are refused at enqueue.
 #: Keep big blobs elsewhere (object storage) and enqueue a reference to them.
@@ -58,7 +58,7 @@ MAX_PAYLOAD_DEPTH = 100
 # A surrogate escape as the encoder writes it (lowercase hex), when an even number of backslashes
 # precedes it: a high one not followed by a low one, or a low one not preceded by a high one.
 # jsonb refuses such lone surrogates; a pair is a character outside the BMP and fine.
-_LONE_SURROGATE = re.compile(
+_LONE_SURROGATE_ESCAPE = re.compile(
     r"(?<!\\)(?:\\\\)*(?:\\ud[89ab][0-9a-f]{2}(?!\\ud[c-f])|(?<!\\ud[89ab][0-9a-f]{2})\\ud[c-f][0-9a-f]{2})"
 )
 
@@ -189,7 +189,7 @@ def _payload_text(given: Any, task: Task | None) -> str:
         raise InvalidPayload(
             "payload contains a NUL character (\\u0000), which PostgreSQL refuses", field="payload"
         )
-    if "\\ud" in text and _LONE_SURROGATE.search(text):
+    if "\\ud" in text and _LONE_SURROGATE_ESCAPE.search(text):
         raise InvalidPayload(
             "payload contains a lone surrogate (text that is not valid UTF-8), which PostgreSQL "
             "refuses",

@@ -48,8 +48,10 @@ from pgjobs.maintenance.partitions import ArchivePartitions
 from pgjobs.maintenance.registry import Heartbeat, WorkerIdentity, WorkerRegistry
 from pgjobs.maintenance.scheduler import Scheduler
 from pgjobs.models import Job
+from pgjobs.payloads import NEWER_VERSION_HOLD
 from pgjobs.probe import ProbeServer, ProbeState, WorkerMetrics, address_text
-from pgjobs.tasks import NEWER_VERSION_HOLD, ExternalTarget, Task, UpgradeFailed
+from pgjobs.targets import ExternalTarget
+from pgjobs.tasks import Task, UpgradeFailed
 from pgjobs.threads import HandlerThreads, Run
 
 if TYPE_CHECKING:

@@ -15,7 +15,8 @@ from pgjobs import supervisor
 from pgjobs.cli.options import DsnOption, database, load_app
 from pgjobs.errors import ConfigurationError, PgjobsError
 from pgjobs.probe import address_text, parse_address
-from pgjobs.tasks import ExternalTarget, check_headers, check_seconds, check_url
+from pgjobs.submission import check_seconds
+from pgjobs.targets import ExternalTarget, check_headers, check_url
 from pgjobs.worker import MAX_READ_AHEAD, Worker, WorkerConfig
 
 #: The worker's defaults, shown by --help (WorkerConfig holds them).

@@ -24,7 +24,7 @@ from pgjobs import stats as read_model
 from pgjobs.errors import ConfigurationError, SchemaMissing
 from pgjobs.maintenance.registry import STALE_AFTER
 from pgjobs.models import JobHistory, JobStatus
-from pgjobs.tasks import MAX_KEY_BYTES, JobSpec
+from pgjobs.submission import MAX_KEY_BYTES, JobSpec
 from pgjobs.web import models
 from pgjobs.web.app import API_PREFIX, Backend, backend, check_token
 from pgjobs.web.auth import READ_METHODS

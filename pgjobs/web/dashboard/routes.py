@@ -44,7 +44,7 @@ from pgjobs.errors import (
 )
 from pgjobs.maintenance.registry import STALE_AFTER
 from pgjobs.models import DeadReason, JobHistory, JobStatus
-from pgjobs.tasks import check_name
+from pgjobs.submission import check_name
 from pgjobs.web.auth import Tokens
 from pgjobs.web.dashboard import actions, data, forms, text
 from pgjobs.web.dashboard.security import (

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pgjobs.models import QueueState
-from pgjobs.tasks import limits_text
+from pgjobs.rates import limits_text
 
 # C0 controls, DEL, C1 controls, line and paragraph separators, bidirectional overrides and
 # isolates, and lone surrogates: characters that act rather than show.
