@@ -24,13 +24,12 @@ from pgjobs.errors import ConfigurationError, InvalidPayload, PgjobsError, Unkno
 from pgjobs.submission import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_QUEUE,
-    PRIORITY_RANGE,
     JobSpec,
     check_key,
     check_max_attempts,
     check_moment,
     check_name,
-    check_queue,
+    check_priority,
     check_seconds,
 )
 from pgjobs.tasks import Task
@@ -113,18 +112,8 @@ def prepare(spec: JobSpec, tasks: Mapping[str, Task] | None) -> PreparedJob:
     if spec.queue is None:
         queue = task.queue if task else DEFAULT_QUEUE
     else:
-        queue = spec.queue
-        check_queue(queue)
-    priority = spec.priority
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise ConfigurationError(
-            f"priority must be a whole number, got {priority!r}", field="priority"
-        )
-    if not PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:
-        raise ConfigurationError(
-            f"priority {priority} is out of range {PRIORITY_RANGE[0]}..{PRIORITY_RANGE[1]}",
-            field="priority",
-        )
+        queue = check_name("queue", spec.queue)
+    priority = check_priority(spec.priority)
     if spec.run_at is not None and spec.run_in is not None:
         raise ConfigurationError("give run_at or run_in, not both", field="run_in")
     run_at = None if spec.run_at is None else check_moment("run_at", spec.run_at)

@@ -119,6 +119,23 @@ def check_max_attempts(max_attempts: int) -> None:
         )
 
 
+def check_priority(priority: object) -> int:
+    """Refuse a ``priority`` that is not a whole number in ``PRIORITY_RANGE``.
+
+    Example: ``check_priority(10)`` returns ``10``.
+    """
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ConfigurationError(
+            f"priority must be a whole number, got {priority!r}", field="priority"
+        )
+    if not PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:
+        raise ConfigurationError(
+            f"priority {priority} is out of range {PRIORITY_RANGE[0]}..{PRIORITY_RANGE[1]}",
+            field="priority",
+        )
+    return priority
+
+
 def check_seconds(name: str, value: object, *, positive: bool = False) -> float:
     """A number of seconds (a number or a timedelta), finite, at most ``MAX_SECONDS``, and > 0
     when ``positive`` else >= 0; anything else is refused naming ``name``.
