@@ -95,7 +95,8 @@ def check_key(key: object) -> str:
         ) from None
     if size > MAX_KEY_BYTES:
         raise ConfigurationError(
-            f"idempotency_key is {size:,} bytes long; the limit is {MAX_KEY_BYTES} (hash a longer key)",
+            f"idempotency_key is {size:,} bytes long; the limit is {MAX_KEY_BYTES} "
+            "(hash a longer key)",
             field="idempotency_key",
         )
     if "\x00" in key:
@@ -114,7 +115,8 @@ def check_max_attempts(max_attempts: int) -> None:
         or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT
     ):
         raise ConfigurationError(
-            f"max_attempts must be a whole number in 1..{MAX_ATTEMPTS_LIMIT:,}, got {max_attempts!r}",
+            f"max_attempts must be a whole number in 1..{MAX_ATTEMPTS_LIMIT:,}, "
+            f"got {max_attempts!r}",
             field="max_attempts",
         )
 

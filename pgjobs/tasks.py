@@ -1,4 +1,5 @@
-"""Tasks: a registered handler (``Task``) and how one is made from a function (``make_task``)."""
+"""Tasks: a registered handler (``Task``), the options a task is declared with (``TaskOptions``,
+``HandlerOptions``) and how one is made from a function (``make_task``)."""
 
 from __future__ import annotations
 
