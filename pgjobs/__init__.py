@@ -17,7 +17,10 @@ from pgjobs.errors import (
     UnknownTask,
 )
 from pgjobs.models import DeadGroup, DeadJob, Job, JobHistory, JobStatus, QueueStats
-from pgjobs.tasks import JobSpec, Rate, RetryPolicy, Task
+from pgjobs.rates import Rate
+from pgjobs.retry import RetryPolicy
+from pgjobs.submission import JobSpec
+from pgjobs.tasks import Task
 from pgjobs.worker import Worker, WorkerConfig
 
 __all__ = [

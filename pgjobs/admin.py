@@ -25,7 +25,7 @@ from pgjobs import db, queries
 from pgjobs.completer.reports import ReportedOutcome
 from pgjobs.errors import ConfigurationError, JobNotFound, JobStateConflict, StaleOutcome
 from pgjobs.models import DeadGroup, DeadJob, JobHistory, JobStatus
-from pgjobs.tasks import RetryPolicy
+from pgjobs.retry import RetryPolicy
 
 #: Dead jobs moved (or deleted) per statement and transaction by a redrive or purge.
 DEFAULT_BATCH_SIZE = 1000

@@ -2,32 +2,26 @@
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 from types import MappingProxyType
-from typing import Any, overload
+from typing import Any, Concatenate, ParamSpec, TypeVar, Unpack, overload
 
-import psycopg_pool
+import psycopg
 
 from pgjobs import admin, db, producer, queues
 from pgjobs.db.dsn import Dsn, resolve_dsn
 from pgjobs.errors import ConfigurationError
 from pgjobs.models import JobHistory
-from pgjobs.periodic import DEFAULT_CATCH_UP, CatchUp, Periodic
-from pgjobs.tasks import (
-    DEFAULT_LEASE,
-    DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_QUEUE,
-    ExternalTarget,
-    JobSpec,
-    Rate,
-    Task,
-    check_headers,
-    check_name,
-    make_task,
-)
+from pgjobs.periodic import DEFAULT_CATCH_UP, DEFAULT_TIMEZONE, Periodic, ScheduleOptions
+from pgjobs.pools import Pools
+from pgjobs.rates import Rate
+from pgjobs.submission import JobOptions, JobSpec, check_name
+from pgjobs.targets import ExternalTarget, check_headers
+from pgjobs.tasks import HandlerOptions, Task, TaskOptions, make_task, refuse_unknown
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 #: How messages name a DSN given to ``App``.
 DSN_SOURCE = "App(dsn=...)"
@@ -39,8 +33,9 @@ class App:
     ``dsn`` is a ``postgresql://`` URL or a libpq ``key=value`` string (``"host=127.0.0.1
     dbname=app user=postgres"``), checked here (``ConfigurationError``); it may be omitted:
     pgjobs then reads $PGJOBS_DATABASE_URL, $DATABASE_URL, or starts the embedded server, on
-    first use. The pool opens on first use too, or ahead of it with ``open()``. With ``check_task_names`` (the default) and at least one task
-    registered, enqueueing an unknown task name raises ``UnknownTask``.
+    first use. The pool opens on first use too, or ahead of it with ``open()``. With
+    ``check_task_names`` (the default) and at least one task registered, enqueueing an unknown
+    task name raises ``UnknownTask``.
 
     Example::
 
@@ -59,16 +54,10 @@ class App:
             raise ConfigurationError(f"pool_size must be >= 1, got {pool_size}")
         # A DSN given here is checked at once; the environment and the embedded server are
         # looked at on first use.
-        self._dsn: Dsn | None = resolve_dsn(dsn, source=DSN_SOURCE) if dsn else None
+        self._pools = Pools(resolve_dsn(dsn, source=DSN_SOURCE) if dsn else None, pool_size)
         self._tasks: dict[str, Task] = {}
         self._periodics: dict[str, Periodic] = {}
         self._check_task_names = check_task_names
-        self._pool_size = pool_size
-        self._pool: psycopg_pool.ConnectionPool[Any] | None = None
-        self._lock = threading.Lock()
-        # enqueue_async's pool and the event loop it belongs to.
-        self._async_pool: tuple[psycopg_pool.AsyncConnectionPool[Any], Any] | None = None
-        self._async_pool_lock: tuple[asyncio.Lock, Any] | None = None
 
     @property
     def tasks(self) -> Mapping[str, Task]:
@@ -78,10 +67,17 @@ class App:
     @property
     def dsn(self) -> Dsn:
         """The database this app uses, resolved on first use."""
-        with self._lock:
-            if self._dsn is None:
-                self._dsn = resolve_dsn(None)
-            return self._dsn
+        return self._pools.dsn
+
+    @property
+    def _dsn(self) -> Dsn | None:
+        # The database if resolved yet, which the pytest plugin saves and restores around a
+        # test that rebinds the app (None: resolved again on next use).
+        return self._pools.known_dsn
+
+    @_dsn.setter
+    def _dsn(self, dsn: Dsn | None) -> None:
+        self._pools.known_dsn = dsn
 
     def bind(self, dsn: Dsn | str) -> None:
         """Use ``dsn`` from now on (the CLI's ``--dsn``); closes a pool opened on another one.
@@ -91,50 +87,18 @@ class App:
         """
         if isinstance(dsn, str):
             dsn = resolve_dsn(dsn, source=DSN_SOURCE)
-        self.close()
-        with self._lock:
-            self._dsn = dsn
+        self._pools.bind(dsn)
 
     @overload
     def task(self, fn: Callable[..., Any], /) -> Task: ...
 
     @overload
     def task(
-        self,
-        fn: None = None,
-        /,
-        *,
-        name: str | None = None,
-        queue: str = DEFAULT_QUEUE,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        retry_base: float = 1.0,
-        retry_cap: float = 3600.0,
-        lease: float = DEFAULT_LEASE,
-        at_most_once: bool = False,
-        version: int = 1,
-        upgrade: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
-        timeout: float | None = None,
-        concurrency: int | None = None,
-        rate: str | Rate | None = None,
+        self, fn: None = None, /, **options: Unpack[HandlerOptions]
     ) -> Callable[[Callable[..., Any]], Task]: ...
 
     def task(
-        self,
-        fn: Callable[..., Any] | None = None,
-        /,
-        *,
-        name: str | None = None,
-        queue: str = DEFAULT_QUEUE,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        retry_base: float = 1.0,
-        retry_cap: float = 3600.0,
-        lease: float = DEFAULT_LEASE,
-        at_most_once: bool = False,
-        version: int = 1,
-        upgrade: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
-        timeout: float | None = None,
-        concurrency: int | None = None,
-        rate: str | Rate | None = None,
+        self, fn: Callable[..., Any] | None = None, /, **options: Unpack[HandlerOptions]
     ) -> Task | Callable[[Callable[..., Any]], Task]:
         """Register a handler; it receives the job's JSON payload keys as keyword arguments.
 
@@ -166,6 +130,8 @@ class App:
         back stay ready, and other tasks of the queue are claimed past them. Declare them the
         same in every worker that runs the task (a worker enforces what its code declares).
 
+        The options and their defaults are those of ``pgjobs.tasks.HandlerOptions``.
+
         Example: ``@app.task(name="billing.charge", queue="billing", max_attempts=10)``
 
         Example: ``@app.task(name="crm.sync", concurrency=5, rate="100/m")``
@@ -180,24 +146,10 @@ class App:
             @app.task(name="billing.charge", version=2, upgrade={1: to_cents})
             def charge(cents: int) -> None: ...
         """
+        refuse_unknown(options, HandlerOptions, "App.task")
 
         def register(fn: Callable[..., Any]) -> Task:
-            task = make_task(
-                fn,
-                name=name,
-                queue=queue,
-                max_attempts=max_attempts,
-                retry_base=retry_base,
-                retry_cap=retry_cap,
-                lease=lease,
-                at_most_once=at_most_once,
-                version=version,
-                upgrade=upgrade,
-                timeout=timeout,
-                concurrency=concurrency,
-                rate=rate,
-            )
-            return self._register(task)
+            return self._register(make_task(fn, **options))
 
         return register(fn) if fn is not None else register
 
@@ -208,14 +160,7 @@ class App:
         url: str | None = None,
         timeout: float | None = None,
         headers: Mapping[str, str] | None = None,
-        queue: str = DEFAULT_QUEUE,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        retry_base: float = 1.0,
-        retry_cap: float = 3600.0,
-        lease: float = DEFAULT_LEASE,
-        at_most_once: bool = False,
-        concurrency: int | None = None,
-        rate: str | Rate | None = None,
+        **options: Unpack[TaskOptions],
     ) -> Task:
         """Register a task whose jobs are not run by a Python handler: a worker delivers each
         job to a downstream HTTP service (a JSON ``POST`` to ``url``), which reports the outcome
@@ -232,7 +177,8 @@ class App:
         from the worker (`pgjobs work --external-url ... --external-timeout ...
         --external-header ...`, or ``$PGJOBS_EXTERNAL_TOKEN`` for a bearer token).
         ``concurrency`` caps the jobs the downstream holds at once (delivered and not yet
-        reported), ``rate`` the deliveries per period, as for ``task``.
+        reported), ``rate`` the deliveries per period, as for ``task``; the other options
+        and their defaults are those of ``pgjobs.tasks.TaskOptions``.
 
         Example::
 
@@ -244,6 +190,7 @@ class App:
             )
             app.enqueue(charge, {"order": 42})
         """
+        refuse_unknown(options, TaskOptions, "App.external_task")
         check_name("task", name)
 
         def not_callable(**payload: Any) -> Any:
@@ -254,19 +201,7 @@ class App:
 
         not_callable.__qualname__ = not_callable.__name__ = name
         target = ExternalTarget(url, timeout, check_headers("headers", headers))
-        task = make_task(
-            not_callable,
-            name=name,
-            queue=queue,
-            max_attempts=max_attempts,
-            retry_base=retry_base,
-            retry_cap=retry_cap,
-            lease=lease,
-            at_most_once=at_most_once,
-            external=target,
-            concurrency=concurrency,
-            rate=rate,
-        )
+        task = make_task(not_callable, external=target, name=name, **options)
         return self._register(task)
 
     @property
@@ -276,36 +211,12 @@ class App:
 
     @overload
     def periodic(
-        self,
-        cron: str | None = None,
-        /,
-        *,
-        every: timedelta | None = None,
-        name: str | None = None,
-        task: str | Task,
-        payload: dict[str, Any] | None = None,
-        queue: str | None = None,
-        timezone: str = "UTC",
-        catch_up: CatchUp = DEFAULT_CATCH_UP,
-        priority: int = 0,
-        max_attempts: int | None = None,
+        self, cron: str | None = None, /, *, task: str | Task, **options: Unpack[ScheduleOptions]
     ) -> Periodic: ...
 
     @overload
     def periodic(
-        self,
-        cron: str | None = None,
-        /,
-        *,
-        every: timedelta | None = None,
-        name: str | None = None,
-        task: None = None,
-        payload: dict[str, Any] | None = None,
-        queue: str | None = None,
-        timezone: str = "UTC",
-        catch_up: CatchUp = DEFAULT_CATCH_UP,
-        priority: int = 0,
-        max_attempts: int | None = None,
+        self, cron: str | None = None, /, *, task: None = None, **options: Unpack[ScheduleOptions]
     ) -> Callable[[Task | Callable[..., Any]], Task]: ...
 
     def periodic(
@@ -313,15 +224,8 @@ class App:
         cron: str | None = None,
         /,
         *,
-        every: timedelta | None = None,
-        name: str | None = None,
         task: str | Task | None = None,
-        payload: dict[str, Any] | None = None,
-        queue: str | None = None,
-        timezone: str = "UTC",
-        catch_up: CatchUp = DEFAULT_CATCH_UP,
-        priority: int = 0,
-        max_attempts: int | None = None,
+        **options: Unpack[ScheduleOptions],
     ) -> Periodic | Callable[[Task | Callable[..., Any]], Task]:
         """Enqueue a task on a schedule: a cron expression (5 fields, or 6 with seconds first)
         read in ``timezone``, or ``every`` (a ``timedelta`` of whole seconds, counted from the
@@ -332,7 +236,8 @@ class App:
         ``run_at`` the scheduled instant. ``catch_up`` says what to do with occurrences missed
         while no worker ran: ``"last"`` (default) runs the latest one, ``"skip"`` none, ``N`` the
         latest N. ``name`` (default: the task's name) identifies the schedule in the database:
-        keep it when changing the expression. See ``pgjobs.periodic`` for DST.
+        keep it when changing the expression. See ``pgjobs.periodic`` for DST. The options and
+        their defaults are those of ``pgjobs.periodic.ScheduleOptions``.
 
         Example::
 
@@ -342,24 +247,26 @@ class App:
 
             app.periodic(every=timedelta(minutes=5), task="cache.refresh", payload={"all": True})
         """
+        refuse_unknown(options, ScheduleOptions, "App.periodic")
 
         def declare(target: str | Task) -> Periodic:
             task_name = target.name if isinstance(target, Task) else target
+            payload, name = options.get("payload"), options.get("name")
             # The task's defaults (queue, attempts) and the payload checked as enqueue checks them.
-            prepared = producer.prepare(
-                JobSpec(
-                    task_name, payload, queue=queue, priority=priority, max_attempts=max_attempts
-                ),
-                self._tasks if self._check_task_names else None,
-            )
+            job: JobOptions = {
+                "queue": options.get("queue"),
+                "priority": options.get("priority", 0),
+                "max_attempts": options.get("max_attempts"),
+            }
+            prepared = self._prepare_one(task_name, payload, job, "periodic")
             schedule = Periodic(
                 name if name is not None else task_name,
                 task_name,
                 payload or {},
                 cron=cron,
-                every=every,
-                timezone=timezone,
-                catch_up=catch_up,
+                every=options.get("every"),
+                timezone=options.get("timezone", DEFAULT_TIMEZONE),
+                catch_up=options.get("catch_up", DEFAULT_CATCH_UP),
                 queue=prepared.queue,
                 priority=prepared.priority,
                 max_attempts=prepared.max_attempts,
@@ -390,16 +297,14 @@ class App:
 
         Example: ``app.pause_queue("emails", reason="SMTP outage")``
         """
-        with db.pooled(self._get_pool(), self.dsn) as conn:
-            return queues.pause(conn, name, reason=reason)
+        return self._on_pool(queues.pause, name, reason=reason)
 
     def resume_queue(self, name: str) -> queues.Change:
         """Resume queue ``name``; idle workers serving it claim its jobs at once.
 
         Example: ``app.resume_queue("emails")``
         """
-        with db.pooled(self._get_pool(), self.dsn) as conn:
-            return queues.resume(conn, name)
+        return self._on_pool(queues.resume, name)
 
     def limit_queue(
         self,
@@ -413,8 +318,7 @@ class App:
 
         Example: ``app.limit_queue("emails", concurrency=10, rate="100/s")``
         """
-        with db.pooled(self._get_pool(), self.dsn) as conn:
-            return queues.limit(conn, name, concurrency=concurrency, rate=rate)
+        return self._on_pool(queues.limit, name, concurrency=concurrency, rate=rate)
 
     def _register(self, task: Task) -> Task:
         if task.name in self._tasks:
@@ -430,38 +334,19 @@ class App:
         payload: dict[str, Any] | None = None,
         *,
         connection: Any = None,
-        queue: str | None = None,
-        priority: int = 0,
-        run_at: datetime | None = None,
-        run_in: float | timedelta | None = None,
-        max_attempts: int | None = None,
-        expires_at: datetime | None = None,
-        expires_in: float | timedelta | None = None,
-        idempotency_key: str | None = None,
+        **options: Unpack[JobOptions],
     ) -> int:
         """Enqueue one job and return its id (the existing job's id when ``idempotency_key``
-        is already taken).
+        is already taken). The options (``queue``, ``priority``, ``run_at`` or ``run_in``,
+        ``max_attempts``, ``expires_at`` or ``expires_in``, ``idempotency_key``) are those of
+        ``JobSpec``.
 
         With ``connection`` (a psycopg ``Connection`` or a SQLAlchemy ``Connection``) the job is
         written in the caller's transaction and commits or rolls back with it.
 
         Example: ``app.enqueue("send_welcome", {"user_id": 42}, connection=conn)``
         """
-        row = self._prepare(
-            JobSpec(
-                task.name if isinstance(task, Task) else task,
-                payload,
-                queue,
-                priority,
-                run_at,
-                run_in,
-                max_attempts,
-                expires_at,
-                expires_in,
-                idempotency_key,
-            )
-        )
-        return self._insert([row], connection)[0]
+        return self._insert([self._prepare_one(task, payload, options, "enqueue")], connection)[0]
 
     async def enqueue_async(
         self,
@@ -469,14 +354,7 @@ class App:
         payload: dict[str, Any] | None = None,
         *,
         connection: Any = None,
-        queue: str | None = None,
-        priority: int = 0,
-        run_at: datetime | None = None,
-        run_in: float | timedelta | None = None,
-        max_attempts: int | None = None,
-        expires_at: datetime | None = None,
-        expires_in: float | timedelta | None = None,
-        idempotency_key: str | None = None,
+        **options: Unpack[JobOptions],
     ) -> int:
         """``enqueue`` for asyncio applications: the same options and validation, without
         blocking the event loop.
@@ -488,23 +366,19 @@ class App:
 
         Example: ``job_id = await app.enqueue_async("send_welcome", {"user_id": 42})``
         """
-        row = self._prepare(
-            JobSpec(
-                task.name if isinstance(task, Task) else task,
-                payload,
-                queue,
-                priority,
-                run_at,
-                run_in,
-                max_attempts,
-                expires_at,
-                expires_in,
-                idempotency_key,
-            )
-        )
+        row = self._prepare_one(task, payload, options, "enqueue_async")
         return (await self._insert_async([row], connection))[0]
 
-    def _prepare(self, spec: JobSpec) -> producer.PreparedJob:
+    def _prepare_one(
+        self, task: str | Task, payload: dict[str, Any] | None, options: JobOptions, caller: str
+    ) -> producer.PreparedJob:
+        """The job ``enqueue`` and ``enqueue_async`` (the ``caller``) write: their arguments as
+        a ``JobSpec``, prepared."""
+        try:
+            spec = JobSpec(task.name if isinstance(task, Task) else task, payload, **options)
+        except TypeError:  # an unknown option: named as Python names an unknown argument
+            refuse_unknown(options, JobOptions, f"App.{caller}")
+            raise
         return producer.prepare(spec, self._tasks if self._check_task_names else None)
 
     def enqueue_many(self, jobs: Iterable[JobSpec], *, connection: Any = None) -> list[int]:
@@ -528,40 +402,19 @@ class App:
     async def _insert_async(self, rows: list[producer.PreparedJob], connection: Any) -> list[int]:
         if connection is not None:
             return await producer.insert_async(connection, rows)
-        pool, dsn = await self._get_async_pool()
+        pool, dsn = await self._pools.running_loop()
         conn = await db.checkout_async(pool, dsn)
         try:
             return await producer.insert_async(conn, rows, dsn)
         finally:
             await pool.putconn(conn)
 
-    async def _get_async_pool(self) -> tuple[psycopg_pool.AsyncConnectionPool[Any], Dsn]:
-        """The async pool of the running event loop, opened on first use. A pool opened by an
-        earlier loop that has ended is dropped (its connections went with that loop)."""
-        loop = asyncio.get_running_loop()
-        if self._async_pool is not None and self._async_pool[1] is loop and self._dsn:
-            return self._async_pool[0], self._dsn
-        dsn = self._dsn if self._dsn is not None else await asyncio.to_thread(lambda: self.dsn)
-        async with self._async_lock(loop):
-            if self._async_pool is None or self._async_pool[1] is not loop:
-                self._async_pool = (await db.open_async_pool(dsn, self._pool_size), loop)
-            return self._async_pool[0], dsn
-
-    def _async_lock(self, loop: asyncio.AbstractEventLoop) -> asyncio.Lock:
-        with self._lock:
-            if self._async_pool_lock is None or self._async_pool_lock[1] is not loop:
-                self._async_pool_lock = (asyncio.Lock(), loop)
-            return self._async_pool_lock[0]
-
     async def aclose(self) -> None:
         """Close the app's async pool (opened by ``enqueue_async``) and its sync pool.
 
         Example: ``await app.aclose()`` in a FastAPI lifespan's shutdown.
         """
-        held, self._async_pool = self._async_pool, None
-        if held is not None and held[1] is asyncio.get_running_loop():
-            await held[0].close()
-        await asyncio.to_thread(self.close)
+        await self._pools.aclose()
 
     async def __aenter__(self) -> App:
         return self
@@ -572,9 +425,10 @@ class App:
     def _insert(self, rows: list[producer.PreparedJob], connection: Any) -> list[int]:
         if connection is not None:
             return producer.insert(connection, rows)
-        pool, dsn = self._pool, self._dsn  # read without the lock once the pool is open
+        pools = self._pools
+        pool, dsn = pools.pool, pools.known_dsn  # read without the lock once the pool is open
         if pool is None or dsn is None:
-            pool, dsn = self._get_pool(), self.dsn
+            pool, dsn = pools.sync(), pools.dsn
         conn = db.checkout(pool, dsn)  # not db.pooled: insert translates errors itself
         try:
             return producer.insert(conn, rows, dsn, pooled=True)
@@ -586,8 +440,7 @@ class App:
 
         Example: ``app.job(42).status``; raises ``JobNotFound`` for an unknown id.
         """
-        with db.pooled(self._get_pool(), self.dsn) as conn:
-            return admin.job(conn, job_id)
+        return self._on_pool(admin.job, job_id)
 
     def cancel(self, job_id: int, *, force: bool = False) -> JobHistory:
         """Archive a queued job as cancelled, unrun. A running job is refused
@@ -597,16 +450,14 @@ class App:
 
         Example: ``app.cancel(42)``
         """
-        with db.pooled(self._get_pool(), self.dsn) as conn:
-            return admin.cancel(conn, job_id, force=force)
+        return self._on_pool(admin.cancel, job_id, force=force)
 
     def replay(self, job_id: int) -> int:
         """Enqueue a finished or dead job again as a new job linked to it; returns the new id.
 
         Example: ``new_id = app.replay(42)``
         """
-        with db.pooled(self._get_pool(), self.dsn) as conn:
-            return admin.replay(conn, job_id)
+        return self._on_pool(admin.replay, job_id)
 
     def report_outcome(
         self,
@@ -625,7 +476,8 @@ class App:
 
         Example: ``app.report_outcome(42, attempt=1, status="failed", error="card declined")``
         """
-        with db.pooled(self._get_pool(), self.dsn) as conn:
+
+        def report(conn: psycopg.Connection[Any]) -> JobHistory:
             task = self._tasks.get(admin.job(conn, job_id).task)
             return admin.report_outcome(
                 conn,
@@ -637,6 +489,8 @@ class App:
                 result=result,
                 retry=task.retry if task is not None else None,
             )
+
+        return self._on_pool(report)
 
     def redrive(
         self,
@@ -670,15 +524,19 @@ class App:
             raise ConfigurationError(
                 "redrive needs job ids or a filter; pass everything=True to redrive every dead job"
             )
-        with db.pooled(self._get_pool(), self.dsn) as conn:
-            return admin.redrive(conn, where, batch_size=batch_size)
+        return self._on_pool(admin.redrive, where, batch_size=batch_size)
 
-    def _get_pool(self) -> psycopg_pool.ConnectionPool[Any]:
-        dsn = self.dsn
-        with self._lock:
-            if self._pool is None:
-                self._pool = db.open_pool(dsn, self._pool_size)
-            return self._pool
+    def _on_pool(
+        self,
+        operation: Callable[Concatenate[psycopg.Connection[Any], P], R],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> R:
+        """``operation(conn, *args, **kwargs)`` on a connection of the app's pool, errors
+        translated: how the admin and queue operations below run."""
+        with self._pools.connection() as conn:
+            return operation(conn, *args, **kwargs)
 
     def open(self) -> App:
         """Open the connection pool now rather than at the first enqueue, so that a database
@@ -690,7 +548,7 @@ class App:
             with app.open():  # closed at the end of the block
                 app.enqueue("send_welcome", {"user_id": 42})
         """
-        self._get_pool()
+        self._pools.sync()
         return self
 
     async def open_async(self) -> App:
@@ -704,15 +562,12 @@ class App:
                 async with await app.open_async():
                     yield
         """
-        await self._get_async_pool()
+        await self._pools.running_loop()
         return self
 
     def close(self) -> None:
         """Close the app's connection pool (a later enqueue opens a new one)."""
-        with self._lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.close()
+        self._pools.close()
 
     def __enter__(self) -> App:
         return self

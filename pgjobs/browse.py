@@ -28,7 +28,7 @@ from psycopg.rows import dict_row
 from pgjobs import db, queries
 from pgjobs.errors import ConfigurationError
 from pgjobs.models import DeadReason, JobHistory, JobStatus
-from pgjobs.tasks import check_name
+from pgjobs.submission import check_name
 
 #: Jobs per page unless told otherwise, and at most.
 DEFAULT_PAGE_SIZE = 50

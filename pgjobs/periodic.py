@@ -24,18 +24,20 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
 from pgjobs.errors import ConfigurationError
-from pgjobs.tasks import MAX_SECONDS, check_key, check_name
+from pgjobs.submission import MAX_SECONDS, check_key, check_name
 
 #: What a schedule does with occurrences it missed (workers down, maintenance off): "last" runs
 #: the latest one only, "skip" none, a whole number N the latest N.
 CatchUp = str | int
 DEFAULT_CATCH_UP: CatchUp = "last"
+#: The timezone a cron expression is read in unless told otherwise.
+DEFAULT_TIMEZONE = "UTC"
 #: The most missed occurrences ``catch_up=N`` may run at once.
 MAX_CATCH_UP = 1000
 #: An occurrence found due less than this long ago is on time, never "missed": the scheduler
@@ -62,6 +64,20 @@ class Due:
     next_run_at: datetime
 
 
+class ScheduleOptions(TypedDict, total=False):
+    """The options of ``App.periodic`` besides the cron expression and the task: the fields of
+    ``Periodic``, with the same meaning and defaults (``name`` defaults to the task's name)."""
+
+    every: timedelta | None
+    name: str | None
+    payload: dict[str, Any] | None
+    queue: str | None
+    timezone: str
+    catch_up: CatchUp
+    priority: int
+    max_attempts: int | None
+
+
 @dataclass(frozen=True, slots=True)
 class Periodic:
     """A periodic schedule: enqueue ``task`` with ``payload`` at each occurrence.
@@ -79,7 +95,7 @@ class Periodic:
     payload: dict[str, Any] = field(default_factory=dict)
     cron: str | None = None
     every: timedelta | None = None
-    timezone: str = "UTC"
+    timezone: str = DEFAULT_TIMEZONE
     catch_up: CatchUp = DEFAULT_CATCH_UP
     queue: str | None = None
     priority: int = 0

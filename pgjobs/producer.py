@@ -21,19 +21,18 @@ from pgjobs import queries, tracing
 from pgjobs.db import libpq, translate_errors
 from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError, InvalidPayload, PgjobsError, UnknownTask
-from pgjobs.tasks import (
+from pgjobs.submission import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_QUEUE,
-    PRIORITY_RANGE,
     JobSpec,
-    Task,
     check_key,
     check_max_attempts,
     check_moment,
     check_name,
-    check_queue,
+    check_priority,
     check_seconds,
 )
+from pgjobs.tasks import Task
 
 #: Bytes of serialised JSON one payload may take; larger payloads are refused at enqueue.
 #: Keep big blobs elsewhere (object storage) and enqueue a reference to them.
@@ -58,7 +57,7 @@ MAX_PAYLOAD_DEPTH = 100
 # A surrogate escape as the encoder writes it (lowercase hex), when an even number of backslashes
 # precedes it: a high one not followed by a low one, or a low one not preceded by a high one.
 # jsonb refuses such lone surrogates; a pair is a character outside the BMP and fine.
-_LONE_SURROGATE = re.compile(
+_LONE_SURROGATE_ESCAPE = re.compile(
     r"(?<!\\)(?:\\\\)*(?:\\ud[89ab][0-9a-f]{2}(?!\\ud[c-f])|(?<!\\ud[89ab][0-9a-f]{2})\\ud[c-f][0-9a-f]{2})"
 )
 
@@ -113,18 +112,8 @@ def prepare(spec: JobSpec, tasks: Mapping[str, Task] | None) -> PreparedJob:
     if spec.queue is None:
         queue = task.queue if task else DEFAULT_QUEUE
     else:
-        queue = spec.queue
-        check_queue(queue)
-    priority = spec.priority
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise ConfigurationError(
-            f"priority must be a whole number, got {priority!r}", field="priority"
-        )
-    if not PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:
-        raise ConfigurationError(
-            f"priority {priority} is out of range {PRIORITY_RANGE[0]}..{PRIORITY_RANGE[1]}",
-            field="priority",
-        )
+        queue = check_name("queue", spec.queue)
+    priority = check_priority(spec.priority)
     if spec.run_at is not None and spec.run_in is not None:
         raise ConfigurationError("give run_at or run_in, not both", field="run_in")
     run_at = None if spec.run_at is None else check_moment("run_at", spec.run_at)
@@ -189,7 +178,7 @@ def _payload_text(given: Any, task: Task | None) -> str:
         raise InvalidPayload(
             "payload contains a NUL character (\\u0000), which PostgreSQL refuses", field="payload"
         )
-    if "\\ud" in text and _LONE_SURROGATE.search(text):
+    if "\\ud" in text and _LONE_SURROGATE_ESCAPE.search(text):
         raise InvalidPayload(
             "payload contains a lone surrogate (text that is not valid UTF-8), which PostgreSQL "
             "refuses",

@@ -25,7 +25,8 @@ import psycopg
 from pgjobs import db, queries
 from pgjobs.errors import ConfigurationError
 from pgjobs.models import QueueState
-from pgjobs.tasks import Rate, check_limit, check_name
+from pgjobs.rates import Rate
+from pgjobs.submission import check_limit, check_name
 
 #: Where an operation runs: a DSN (pgjobs opens and closes a connection) or a psycopg connection.
 Target = db.Target

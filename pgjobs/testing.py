@@ -64,7 +64,8 @@ from pgjobs.context import HandlerExit, JobContext, call_async, call_sync
 from pgjobs.db.dsn import Dsn, normalize_dsn
 from pgjobs.errors import ConfigurationError, InvalidPayload
 from pgjobs.models import DeadReason, Job
-from pgjobs.tasks import JobSpec, Task, UpgradeFailed
+from pgjobs.submission import JobSpec
+from pgjobs.tasks import Task, UpgradeFailed
 
 NO_DATABASE = (
     "no PostgreSQL for the tests: set PGJOBS_TEST_DSN=postgresql://user@host:5432/postgres, "

@@ -16,7 +16,7 @@ from pgjobs.cli import parse
 from pgjobs.cli.options import DsnOption, database, load_app
 from pgjobs.errors import ConfigurationError, InvalidPayload, UnknownTask
 from pgjobs.producer import MAX_PAYLOAD_DEPTH
-from pgjobs.tasks import check_seconds
+from pgjobs.submission import check_seconds
 
 
 def enqueue_command(

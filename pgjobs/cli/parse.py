@@ -14,7 +14,8 @@ import re
 from datetime import UTC, datetime, timedelta
 
 from pgjobs.errors import ConfigurationError
-from pgjobs.tasks import YEAR_RANGE, Rate, check_limit
+from pgjobs.rates import Rate
+from pgjobs.submission import YEAR_RANGE, check_limit
 
 _AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
 _MILLISECONDS = re.compile(r"(\d+(?:\.\d+)?)\s*ms")

@@ -19,7 +19,7 @@ from pgjobs.cli import parse, render
 from pgjobs.cli.enqueue import _parse_payload
 from pgjobs.cli.options import DsnOption, database, load_app
 from pgjobs.errors import ConfigurationError, InvalidPayload, UnknownTask
-from pgjobs.tasks import JobSpec
+from pgjobs.submission import JobSpec
 from pgjobs.text import printable
 
 #: Jobs one batch may hold (one INSERT, or COPY from 64 jobs).

@@ -14,7 +14,7 @@ from pgjobs.cli import parse, render
 from pgjobs.cli.options import DsnOption, JsonFlag, database
 from pgjobs.errors import ConfigurationError
 from pgjobs.models import QueueState
-from pgjobs.tasks import rate_text
+from pgjobs.rates import rate_text
 from pgjobs.text import printable
 
 queue_cli = typer.Typer(

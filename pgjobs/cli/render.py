@@ -22,8 +22,8 @@ from rich.text import Text
 
 from pgjobs.maintenance.registry import STALE_AFTER
 from pgjobs.models import DeadGroup, DeadJob, QueueState, QueueStats, ScheduleInfo
+from pgjobs.rates import limits_text
 from pgjobs.stats import Snapshot
-from pgjobs.tasks import limits_text
 from pgjobs.text import printable
 
 # -- values --------------------------------------------------------------------------------------

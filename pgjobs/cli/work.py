@@ -14,7 +14,8 @@ import typer
 from pgjobs import supervisor
 from pgjobs.cli.options import DsnOption, database, load_app
 from pgjobs.errors import ConfigurationError, PgjobsError
-from pgjobs.tasks import ExternalTarget, check_headers, check_seconds, check_url
+from pgjobs.submission import check_seconds
+from pgjobs.targets import ExternalTarget, check_headers, check_url
 from pgjobs.worker import Worker, WorkerConfig
 from pgjobs.worker.config import MAX_READ_AHEAD
 from pgjobs.worker.http import address_text, parse_address

@@ -11,7 +11,8 @@ from typing import Any, NamedTuple
 
 from pgjobs.completer.arrays import float_array, text_array
 from pgjobs.context import JobContext
-from pgjobs.tasks import DEFAULT_LEASE, Task
+from pgjobs.submission import DEFAULT_LEASE
+from pgjobs.tasks import Task
 
 #: Seconds before a claim tries again a limit that another worker's claim held, and the shortest
 #: wait for a rate's next token.

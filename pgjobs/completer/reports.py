@@ -9,7 +9,7 @@ from pgjobs.completer.outcomes import Outcomes
 from pgjobs.completer.params import SettleParams
 from pgjobs.errors import ConfigurationError
 from pgjobs.models import DeadReason
-from pgjobs.tasks import RetryPolicy
+from pgjobs.retry import RetryPolicy
 from pgjobs.text import error_line, result_json
 
 #: What an external worker may report for an attempt (``report_outcome``).

@@ -30,7 +30,7 @@ from pgjobs import db, queries
 from pgjobs.errors import ConfigurationError
 from pgjobs.maintenance import RoundResult, Service, ServiceConfig, log
 from pgjobs.periodic import Periodic
-from pgjobs.tasks import DEFAULT_QUEUE, JobSpec
+from pgjobs.submission import DEFAULT_QUEUE, JobSpec
 
 #: Seconds between rounds: how late an occurrence may be enqueued (cron works to the second).
 SCHEDULER_INTERVAL = 1.0

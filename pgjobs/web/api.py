@@ -22,7 +22,7 @@ from pgjobs import stats as read_model
 from pgjobs.errors import ConfigurationError
 from pgjobs.maintenance.registry import STALE_AFTER
 from pgjobs.models import JobHistory, JobStatus
-from pgjobs.tasks import MAX_KEY_BYTES, JobSpec
+from pgjobs.submission import MAX_KEY_BYTES, JobSpec
 from pgjobs.web import models
 from pgjobs.web.auth import READ_METHODS
 from pgjobs.web.backend import API_PREFIX, Backend, Credentials, Server, check_token

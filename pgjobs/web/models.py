@@ -14,7 +14,7 @@ from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
 from pgjobs import admin, browse
 from pgjobs.models import DeadReason, JobStatus
-from pgjobs.tasks import (
+from pgjobs.submission import (
     MAX_ATTEMPTS_LIMIT,
     MAX_KEY_BYTES,
     MAX_NAME_LENGTH,

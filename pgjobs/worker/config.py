@@ -9,7 +9,7 @@ from pgjobs.errors import ConfigurationError
 from pgjobs.maintenance import ServiceConfig
 from pgjobs.maintenance.expirer import Expirer
 from pgjobs.maintenance.leases import LeaseRescuer
-from pgjobs.tasks import ExternalTarget
+from pgjobs.targets import ExternalTarget
 
 #: Seconds a busy worker waits for more slots to free up before its next round trip.
 BATCH_WINDOW = 0.005

@@ -29,13 +29,13 @@ from urllib.parse import urlsplit
 
 from pgjobs.errors import ConfigurationError, PgjobsError
 from pgjobs.models import Job
-from pgjobs.tasks import (
+from pgjobs.targets import (
     DEFAULT_EXTERNAL_TIMEOUT,
     ExternalTarget,
-    Task,
     check_delivery_fits_lease,
     check_headers,
 )
+from pgjobs.tasks import Task
 
 #: The environment variable holding a bearer token sent as ``Authorization: Bearer ...`` to
 #: every downstream whose task and worker set no ``Authorization`` header.

@@ -15,7 +15,8 @@ from pgjobs import tracing
 from pgjobs.completer import Completer, Outcome
 from pgjobs.context import HandlerExit, JobContext, call_async, call_sync
 from pgjobs.models import Job
-from pgjobs.tasks import NEWER_VERSION_HOLD, Task, UpgradeFailed
+from pgjobs.payloads import NEWER_VERSION_HOLD
+from pgjobs.tasks import Task, UpgradeFailed
 from pgjobs.worker.config import STOP_GRACE
 from pgjobs.worker.external import Delivery, DeliveryFailed, deliver
 from pgjobs.worker.metrics import WorkerMetrics

@@ -21,15 +21,15 @@ def _key_value(url: str) -> str:
 
 def test_open_connects_before_the_first_enqueue(dsn, conn):
     app = App(dsn.url)
-    assert app._pool is None
+    assert app._pools.pool is None
     with app.open() as opened:
         assert opened is app
-        assert app._pool is not None, "the pool is open before any enqueue"
-        pool = app._pool
+        assert app._pools.pool is not None, "the pool is open before any enqueue"
+        pool = app._pools.pool
         app.open()  # opening an open app does nothing
-        assert app._pool is pool
+        assert app._pools.pool is pool
         app.enqueue("anything", {})
-    assert app._pool is None, "the block closes the pool"
+    assert app._pools.pool is None, "the block closes the pool"
     assert count(conn, "queued_jobs") == 1
 
 
@@ -37,13 +37,13 @@ def test_open_fails_fast_when_the_database_cannot_be_reached():
     app = App(UNREACHABLE)
     with pytest.raises(DatabaseUnavailable, match=r"cannot reach the database .*App\(dsn=\.\.\.\)"):
         app.open()
-    assert app._pool is None
+    assert app._pools.pool is None
 
 
 def test_open_async_opens_the_loops_pool(dsn, conn):
     async def scenario() -> list[int]:
         async with await App(dsn.url).open_async() as app:
-            assert app._async_pool is not None
+            assert app._pools.async_pool is not None
             return await app.enqueue_many_async([])
 
     assert asyncio.run(scenario()) == []

@@ -22,7 +22,7 @@ from tests.integration.factories import row
 
 def _pooled(app: App) -> psycopg.Connection[Any]:
     """The app's single pooled connection (``pool_size=1``), still in the pool."""
-    pool = app._pool
+    pool = app._pools.pool
     assert pool is not None
     conn: psycopg.Connection[Any] = pool.getconn()
     pool.putconn(conn)

@@ -18,7 +18,8 @@ import pytest
 from pgjobs import App, ConfigurationError, admin
 from pgjobs.errors import StaleOutcome
 from pgjobs.models import JobStatus
-from pgjobs.tasks import ExternalTarget, RetryPolicy
+from pgjobs.retry import RetryPolicy
+from pgjobs.targets import ExternalTarget
 from pgjobs.worker import Worker, WorkerConfig, external
 from tests.helpers import assert_one_home, scalar, wait_until
 from tests.integration.external_helpers import downstream_service, run_worker_while

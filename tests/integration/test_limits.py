@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pgjobs import App, ConfigurationError, InvalidPayload, JobSpec, tasks
+from pgjobs import App, ConfigurationError, InvalidPayload, JobSpec, submission
 from pgjobs.producer import MAX_PAYLOAD_DEPTH
 from tests.helpers import assert_one_home, assert_one_line_error, run
 from tests.integration.factories import counts, work
@@ -48,13 +48,13 @@ REFUSED = [
     pytest.param({"queue": "q\x1b[2J"}, ConfigurationError, "queue", id="escape-in-queue"),
     pytest.param({"queue": "q\ud800"}, ConfigurationError, "queue", id="surrogate-in-queue"),
     pytest.param(
-        {"idempotency_key": "k" * (tasks.MAX_KEY_BYTES + 1)},
+        {"idempotency_key": "k" * (submission.MAX_KEY_BYTES + 1)},
         ConfigurationError,
         "idempotency_key",
         id="long-key",
     ),
     pytest.param(
-        {"idempotency_key": "é" * (tasks.MAX_KEY_BYTES // 2 + 1)},
+        {"idempotency_key": "é" * (submission.MAX_KEY_BYTES // 2 + 1)},
         ConfigurationError,
         "bytes",
         id="long-key-in-bytes",
@@ -91,7 +91,7 @@ def test_values_beyond_the_limits_are_refused_and_nothing_is_written(
 @pytest.mark.parametrize(
     "name",
     [
-        pytest.param("t" * (tasks.MAX_NAME_LENGTH + 1), id="long"),
+        pytest.param("t" * (submission.MAX_NAME_LENGTH + 1), id="long"),
         pytest.param("t" * 5000, id="five-thousand"),
         pytest.param("t\x1b]0;owned\x07", id="escape"),
         pytest.param("t\ud800", id="surrogate"),
@@ -128,19 +128,21 @@ def test_task_declarations_beyond_the_limits_are_refused(make_app: Callable[...,
 
 def test_values_at_the_limits_go_through_a_worker(make_app: Callable[..., App], conn):
     app = make_app()
-    name = "é" * tasks.MAX_NAME_LENGTH
-    queue = "q" * tasks.MAX_NAME_LENGTH
+    name = "é" * submission.MAX_NAME_LENGTH
+    queue = "q" * submission.MAX_NAME_LENGTH
     seen: list[dict[str, Any]] = []
 
-    @app.task(name=name, queue=queue, lease=tasks.MAX_SECONDS, retry_cap=tasks.MAX_SECONDS)
+    @app.task(
+        name=name, queue=queue, lease=submission.MAX_SECONDS, retry_cap=submission.MAX_SECONDS
+    )
     def handler(**payload: Any) -> None:
         seen.append(payload)
 
     deep = nested(MAX_PAYLOAD_DEPTH)
     ids = [
-        app.enqueue(name, deep, idempotency_key="k" * tasks.MAX_KEY_BYTES),
+        app.enqueue(name, deep, idempotency_key="k" * submission.MAX_KEY_BYTES),
         app.enqueue(name, {"emoji": "\U0001f600", "pair": "\ud83d\ude00"}),
-        app.enqueue(name, max_attempts=tasks.MAX_ATTEMPTS_LIMIT),
+        app.enqueue(name, max_attempts=submission.MAX_ATTEMPTS_LIMIT),
         app.enqueue(name, expires_at=datetime(9999, 12, 31, 23, 59, tzinfo=UTC)),
     ]
     # Scheduled at the edges of the range: stored, and loadable again.

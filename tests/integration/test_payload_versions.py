@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from pgjobs import App, JobSpec, NonRetryableError, admin
-from pgjobs.tasks import NEWER_VERSION_HOLD
+from pgjobs.payloads import NEWER_VERSION_HOLD
 from pgjobs.worker import Worker, WorkerConfig
 from tests.helpers import assert_one_home, scalar, wait_until
 from tests.integration.factories import row, work

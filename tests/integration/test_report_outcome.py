@@ -13,7 +13,7 @@ from pgjobs import App, admin
 from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError, JobNotFound, StaleOutcome
 from pgjobs.models import DeadReason, JobStatus
-from pgjobs.tasks import RetryPolicy
+from pgjobs.retry import RetryPolicy
 from tests.helpers import assert_one_home, scalar
 from tests.integration.admin_factories import claim_one
 from tests.integration.factories import claim, row

@@ -158,7 +158,7 @@ app = pgjobs.App("postgresql://nobody@127.0.0.1:1/none")
 def t(n: int) -> None: ...
 
 from pgjobs import producer
-from pgjobs.tasks import JobSpec
+from pgjobs.submission import JobSpec
 producer.prepare(JobSpec("t", {"n": 1}), app.tasks)
 print(json.dumps(sorted(m for m in sys.modules if m.startswith("opentelemetry"))))
 """

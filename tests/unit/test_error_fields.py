@@ -9,7 +9,7 @@ import pytest
 
 from pgjobs.errors import PgjobsError
 from pgjobs.producer import prepare, prepare_many
-from pgjobs.tasks import JobSpec
+from pgjobs.submission import JobSpec
 
 CASES = [
     (JobSpec("", {}), "task"),

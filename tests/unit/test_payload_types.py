@@ -11,7 +11,8 @@ import pydantic
 import pytest
 
 from pgjobs.errors import ConfigurationError, NonRetryableError
-from pgjobs.tasks import Task, UpgradeFailed, compile_check, make_task
+from pgjobs.payloads import compile_check
+from pgjobs.tasks import Task, UpgradeFailed, make_task
 
 
 def task_of(fn: Any, **options: Any) -> Task:

@@ -17,7 +17,7 @@ import typer.main
 
 from pgjobs import App, ConfigurationError, PgjobsError, WorkerConfig, cli, supervisor
 from pgjobs.db.dsn import Dsn
-from pgjobs.tasks import ExternalTarget
+from pgjobs.targets import ExternalTarget
 from tests.helpers import assert_one_line_error, run
 
 APP = "tests.integration.cli_app:app"

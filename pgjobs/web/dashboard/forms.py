@@ -15,7 +15,7 @@ from urllib.parse import parse_qsl, urlencode
 from pgjobs.admin import DeadFilter
 from pgjobs.errors import ConfigurationError
 from pgjobs.models import DeadReason, JobStatus
-from pgjobs.tasks import check_name
+from pgjobs.submission import check_name
 
 #: Bytes a posted form may hold: a form of the dashboard is a few hundred.
 MAX_FORM_BYTES = 64 * 1024

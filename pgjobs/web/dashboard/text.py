@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pgjobs.models import QueueState
-from pgjobs.tasks import limits_text
+from pgjobs.rates import limits_text
 from pgjobs.text import printable
 
 

@@ -14,7 +14,7 @@ from fastapi.responses import Response
 from pgjobs import browse, queues
 from pgjobs.errors import JobNotFound
 from pgjobs.models import JobHistory, JobStatus
-from pgjobs.tasks import check_name
+from pgjobs.submission import check_name
 from pgjobs.web.dashboard import data
 from pgjobs.web.dashboard.frame import GET, PAGE_SIZE, POST, Frame, PostedForm, Route
 from pgjobs.web.dashboard.security import Viewer

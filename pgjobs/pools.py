@@ -1,0 +1,107 @@
+"""An App's database and its connection pools: one sync pool, and one async pool per event loop,
+each opened on first use."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import psycopg_pool
+
+from pgjobs import db
+from pgjobs.db.dsn import Dsn, resolve_dsn
+
+
+class Pools:
+    """The database an App uses (resolved on first use when not given) and its pools.
+
+    ``pool`` and ``known_dsn`` are read without the lock once set: the enqueue path reads them on
+    every call, and only ``sync()`` / ``bind()`` / ``close()`` change them.
+
+    Example: ``Pools(None, 10).sync()`` resolves the database and opens the pool.
+    """
+
+    def __init__(self, dsn: Dsn | None, size: int) -> None:
+        #: The database, once resolved (None: not looked up yet).
+        self.known_dsn = dsn
+        self.size = size
+        #: The sync pool, once opened.
+        self.pool: psycopg_pool.ConnectionPool[Any] | None = None
+        self._lock = threading.Lock()
+        # The async pool and the event loop it belongs to, and the lock that opens it (per loop).
+        self._async_pool: tuple[psycopg_pool.AsyncConnectionPool[Any], Any] | None = None
+        self._async_lock: tuple[asyncio.Lock, Any] | None = None
+
+    @property
+    def dsn(self) -> Dsn:
+        """The database, resolved on first use ($PGJOBS_DATABASE_URL, $DATABASE_URL, or the
+        embedded server)."""
+        with self._lock:
+            if self.known_dsn is None:
+                self.known_dsn = resolve_dsn(None)
+            return self.known_dsn
+
+    def bind(self, dsn: Dsn) -> None:
+        """Use ``dsn`` from now on; closes a sync pool opened on another one."""
+        self.close()
+        with self._lock:
+            self.known_dsn = dsn
+
+    def sync(self) -> psycopg_pool.ConnectionPool[Any]:
+        """The sync pool, opened on first use (``DatabaseUnavailable`` when it cannot be)."""
+        dsn = self.dsn
+        with self._lock:
+            if self.pool is None:
+                self.pool = db.open_pool(dsn, self.size)
+            return self.pool
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection of the sync pool, errors translated (``db.pooled``)."""
+        with db.pooled(self.sync(), self.dsn) as conn:
+            yield conn
+
+    async def running_loop(self) -> tuple[psycopg_pool.AsyncConnectionPool[Any], Dsn]:
+        """The async pool of the running event loop, opened on first use. A pool opened by an
+        earlier loop that has ended is dropped (its connections went with that loop)."""
+        loop = asyncio.get_running_loop()
+        if self._async_pool is not None and self._async_pool[1] is loop and self.known_dsn:
+            return self._async_pool[0], self.known_dsn
+        dsn = (
+            self.known_dsn
+            if self.known_dsn is not None
+            else await asyncio.to_thread(lambda: self.dsn)
+        )
+        async with self._opening(loop):
+            if self._async_pool is None or self._async_pool[1] is not loop:
+                self._async_pool = (await db.open_async_pool(dsn, self.size), loop)
+            return self._async_pool[0], dsn
+
+    @property
+    def async_pool(self) -> psycopg_pool.AsyncConnectionPool[Any] | None:
+        """The async pool last opened (by whichever event loop), or None."""
+        return None if self._async_pool is None else self._async_pool[0]
+
+    def _opening(self, loop: asyncio.AbstractEventLoop) -> asyncio.Lock:
+        with self._lock:
+            if self._async_lock is None or self._async_lock[1] is not loop:
+                self._async_lock = (asyncio.Lock(), loop)
+            return self._async_lock[0]
+
+    def close(self) -> None:
+        """Close the sync pool (a later use opens a new one)."""
+        with self._lock:
+            pool, self.pool = self.pool, None
+        if pool is not None:
+            pool.close()
+
+    async def aclose(self) -> None:
+        """Close the running loop's async pool, then the sync pool."""
+        held, self._async_pool = self._async_pool, None
+        if held is not None and held[1] is asyncio.get_running_loop():
+            await held[0].close()
+        await asyncio.to_thread(self.close)

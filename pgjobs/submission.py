@@ -1,0 +1,257 @@
+"""What a job submission is and the bounds it is checked against: the defaults, the limits at
+the door and their ``check_*`` validators, and ``JobSpec``.
+
+Every entry point (the API, the CLI, the HTTP API) checks values against these before anything
+is written, so that a stored job can always be claimed, settled, dead-lettered and shown.
+"""
+
+from __future__ import annotations
+
+import math
+import unicodedata
+from datetime import UTC, datetime, timedelta
+from typing import Any, NamedTuple, TypedDict
+
+from pgjobs.errors import ConfigurationError
+
+DEFAULT_QUEUE = "default"
+DEFAULT_MAX_ATTEMPTS = 5
+#: Seconds a claimed job is leased before another worker may run it again.
+DEFAULT_LEASE = 300.0
+#: PostgreSQL smallint bounds, the range of ``priority``.
+PRIORITY_RANGE = (-32768, 32767)
+
+#: Characters in a task or queue name. Names are btree keys (claim, dead-letter grouping) whose
+#: rows PostgreSQL caps near 2,700 bytes; 200 characters (800 bytes at most) leave room for the
+#: other columns of a composite index, and a longer name is a mistake, not a name.
+MAX_NAME_LENGTH = 200
+#: UTF-8 bytes in an idempotency key: it is a btree key of the three tables (same cap as above).
+#: 512 bytes hold any hash, UUID or composite business key.
+MAX_KEY_BYTES = 512
+#: Seconds in a delay (run_in, expires_in), a lease and a retry delay: a century. Longer values are
+#: typing errors, and far longer ones overflow PostgreSQL's interval and Python's datetime.
+MAX_SECONDS = 100 * 365.25 * 86400
+#: Attempts a job may be given: the attempts column is an int4, and a job that fails this often
+#: has failed for good.
+MAX_ATTEMPTS_LIMIT = 1_000_000
+#: Years a run_at / expires_at may fall in, in UTC. PostgreSQL's timestamptz goes further (4713 BC
+#: to 294276 AD) but Python's datetime cannot load a row outside 1..9999, and one such row would
+#: break every claim or `job show` that reads it.
+YEAR_RANGE = (1, 9999)
+#: The most jobs a concurrency limit may allow in flight at once, and the most starts a rate may
+#: allow per period: far above what one database serves, and within an int4.
+MAX_LIMIT = 1_000_000
+
+
+def check_queue(queue: str) -> None:
+    """Refuse a queue name that is not 1..MAX_NAME_LENGTH printable characters."""
+    check_name("queue", queue)
+
+
+def check_name(kind: str, name: object) -> str:
+    """Refuse a ``kind`` ("task", "queue") name that is empty, blank, longer than
+    ``MAX_NAME_LENGTH`` characters, or holds control characters or lone surrogates (which are
+    not text: they cannot be stored nor shown safely).
+
+    Example: ``check_name("queue", "emails")`` returns ``"emails"``.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigurationError(f"a {kind} name must be a non-empty string", field=kind)
+    if len(name) > MAX_NAME_LENGTH:
+        raise ConfigurationError(
+            f"{kind} name is {len(name):,} characters long; the limit is {MAX_NAME_LENGTH}",
+            field=kind,
+        )
+    if not name.isprintable() and any(_is_control(c) for c in name):
+        raise ConfigurationError(
+            f"{kind} name {ascii(name)[:80]} holds control characters or lone surrogates; "
+            "use printable text",
+            field=kind,
+        )
+    return name
+
+
+def _is_control(char: str) -> bool:
+    # Cc: C0/C1 controls (NUL, ESC, newlines); Cs: surrogates, which are not valid UTF-8.
+    return unicodedata.category(char) in ("Cc", "Cs")
+
+
+def check_key(key: object) -> str:
+    """Refuse an idempotency key that is not a non-empty string of valid UTF-8 without NUL, at
+    most ``MAX_KEY_BYTES`` bytes long.
+
+    Example: ``check_key("order-42")`` returns ``"order-42"``.
+    """
+    if not isinstance(key, str) or not key:
+        raise ConfigurationError(
+            "idempotency_key must be a non-empty string", field="idempotency_key"
+        )
+    try:
+        size = len(key.encode())
+    except UnicodeEncodeError:
+        raise ConfigurationError(
+            "idempotency_key holds a lone surrogate, which is not valid UTF-8; use text",
+            field="idempotency_key",
+        ) from None
+    if size > MAX_KEY_BYTES:
+        raise ConfigurationError(
+            f"idempotency_key is {size:,} bytes long; the limit is {MAX_KEY_BYTES} "
+            "(hash a longer key)",
+            field="idempotency_key",
+        )
+    if "\x00" in key:
+        raise ConfigurationError(
+            "idempotency_key holds a NUL character, which PostgreSQL refuses",
+            field="idempotency_key",
+        )
+    return key
+
+
+def check_max_attempts(max_attempts: int) -> None:
+    """Refuse ``max_attempts`` that is not a whole number in 1..``MAX_ATTEMPTS_LIMIT``."""
+    if (
+        isinstance(max_attempts, bool)
+        or not isinstance(max_attempts, int)
+        or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT
+    ):
+        raise ConfigurationError(
+            f"max_attempts must be a whole number in 1..{MAX_ATTEMPTS_LIMIT:,}, "
+            f"got {max_attempts!r}",
+            field="max_attempts",
+        )
+
+
+def check_priority(priority: object) -> int:
+    """Refuse a ``priority`` that is not a whole number in ``PRIORITY_RANGE``.
+
+    Example: ``check_priority(10)`` returns ``10``.
+    """
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ConfigurationError(
+            f"priority must be a whole number, got {priority!r}", field="priority"
+        )
+    if not PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:
+        raise ConfigurationError(
+            f"priority {priority} is out of range {PRIORITY_RANGE[0]}..{PRIORITY_RANGE[1]}",
+            field="priority",
+        )
+    return priority
+
+
+def check_seconds(name: str, value: object, *, positive: bool = False) -> float:
+    """A number of seconds (a number or a timedelta), finite, at most ``MAX_SECONDS``, and > 0
+    when ``positive`` else >= 0; anything else is refused naming ``name``.
+
+    Example: ``check_seconds("lease", 30)`` returns ``30.0``.
+    """
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise ConfigurationError(f"{name} must be a number of seconds, got {value!r}", field=name)
+    low = "> 0" if positive else ">= 0"
+    if (
+        not math.isfinite(seconds)
+        or seconds < 0
+        or (positive and seconds == 0)
+        or seconds > MAX_SECONDS
+    ):
+        raise ConfigurationError(
+            f"{name} must be a finite number of seconds {low} and at most {MAX_SECONDS:.0f} "
+            f"(a century), got {value!r}",
+            field=name,
+        )
+    return float(seconds)
+
+
+def check_limit(name: str, value: object) -> int:
+    """A concurrency limit or a rate's number of jobs: a whole number in 1..``MAX_LIMIT``;
+    anything else is refused naming ``name``.
+
+    Example: ``check_limit("concurrency", 5)`` returns ``5``.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_LIMIT:
+        raise ConfigurationError(
+            f"{name} must be a whole number in 1..{MAX_LIMIT:,}, got {value!r}", field=name
+        )
+    return value
+
+
+def check_moment(name: str, value: object) -> datetime:
+    """A timezone-aware datetime whose UTC time lies in years ``YEAR_RANGE`` (what both
+    PostgreSQL and Python represent), returned in UTC; anything else is refused naming ``name``.
+
+    Example: ``check_moment("run_at", datetime(2030, 1, 1, tzinfo=UTC))``
+    """
+    if not isinstance(value, datetime):
+        raise ConfigurationError(
+            f"{name} must be a datetime, got {type(value).__name__}", field=name
+        )
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ConfigurationError(
+            f"{name} must be timezone-aware (e.g. datetime.now(timezone.utc)), got {value}",
+            field=name,
+        )
+    try:
+        # In UTC: PostgreSQL reads offsets to the second, Python's may hold microseconds.
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ConfigurationError(
+            f"{name} {value.isoformat()} is outside years {YEAR_RANGE[0]}..{YEAR_RANGE[1]} in UTC",
+            field=name,
+        ) from None
+
+
+def check_timeout_fits_lease(task: str, timeout: object, lease: float) -> float:
+    """A handler's ``timeout`` in seconds: > 0, at most ``MAX_SECONDS``, and shorter than the
+    task's ``lease``. The worker that stops the handler at its timeout must still hold the job
+    to record why it failed; with a timeout at or past the lease, the lease would run out first
+    and the job be rescued as lost (reason ``lease_expired``), not timed out. A handler that
+    extends its lease (``current_job().extend_lease``) is still stopped at its timeout.
+
+    Example: ``check_timeout_fits_lease("reports.build", 30, 300.0)`` returns ``30.0``.
+    """
+    seconds = check_seconds("timeout", timeout, positive=True)
+    if seconds >= lease:
+        raise ConfigurationError(
+            f"task {task!r}: the timeout ({seconds:g}s) must be shorter than the lease "
+            f"({lease:g}s): the worker records the timeout while it still holds the job; "
+            "raise the lease too",
+            field="timeout",
+        )
+    return seconds
+
+
+class JobSpec(NamedTuple):
+    """One job to enqueue; ``None`` options take the task's (or pgjobs') defaults.
+
+    ``run_at`` and ``run_in`` (seconds or a timedelta) are alternatives, as are ``expires_at``
+    and ``expires_in``. Datetimes must be timezone-aware. Immutable; a named tuple rather than
+    a frozen dataclass because building one is several times cheaper, which shows in a bulk
+    enqueue.
+
+    Example: ``JobSpec("send_email", {"to": "a@example.com"}, run_in=60, idempotency_key="w-1")``
+    """
+
+    task: str
+    payload: dict[str, Any] | None = None
+    queue: str | None = None
+    priority: int = 0
+    run_at: datetime | None = None
+    run_in: float | timedelta | None = None
+    max_attempts: int | None = None
+    expires_at: datetime | None = None
+    expires_in: float | timedelta | None = None
+    idempotency_key: str | None = None
+
+
+class JobOptions(TypedDict, total=False):
+    """The options of one job as ``App.enqueue`` and ``App.enqueue_async`` take them: the fields
+    of ``JobSpec`` after its task and payload, with the same meaning and defaults."""
+
+    queue: str | None
+    priority: int
+    run_at: datetime | None
+    run_in: float | timedelta | None
+    max_attempts: int | None
+    expires_at: datetime | None
+    expires_in: float | timedelta | None
+    idempotency_key: str | None
