@@ -27,12 +27,12 @@ import pytest
 import pgjobs
 from pgjobs import migrate
 from pgjobs.dsn import Dsn
+from pgjobs.testing.database import embedded_server
 from tests.acceptance.faults_app import RUNS_DDL
-from tests.helpers import (
+from tests.support.helpers import (
     Proc,
     assert_one_home,
     count,
-    embedded_server,
     pgjobs_env,
     scalar,
     stop,

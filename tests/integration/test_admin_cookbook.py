@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pgjobs import App, admin
 from pgjobs.models import DeadReason
-from tests.integration.admin_factories import bury, claim_one, succeed
+from tests.support.admin_factories import bury, claim_one, succeed
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

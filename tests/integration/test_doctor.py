@@ -19,8 +19,8 @@ from psycopg.conninfo import conninfo_to_dict
 
 from pgjobs import App, JobSpec, archive, doctor, migrate
 from pgjobs.dsn import Dsn
-from tests.helpers import assert_one_line_error, pgjobs_process, run, scalar, wait_until
-from tests.integration.factories import claim
+from tests.support.factories import claim
+from tests.support.helpers import assert_one_line_error, pgjobs_process, run, scalar, wait_until
 
 pytestmark = pytest.mark.usefixtures("no_dsn_in_env")
 

@@ -25,8 +25,8 @@ from pgjobs.completer import (
 from pgjobs.context import JobContext
 from pgjobs.dsn import Dsn
 from pgjobs.errors import PgjobsError
-from tests.helpers import assert_one_home, scalar
-from tests.integration.factories import claim, declared_task, row
+from tests.support.factories import claim, declared_task, row
+from tests.support.helpers import assert_one_home, scalar
 
 OWNER = "worker-a"
 CLAIM = ClaimParams(OWNER, ["default"], lease=300.0)

@@ -30,9 +30,9 @@ from pgjobs import App
 from pgjobs.dsn import Dsn
 from pgjobs.web.dashboard import routes
 from pgjobs.web.dashboard.routes import REFRESH_SECONDS
-from tests.helpers import REPO, assert_one_home, scalar, wait_until
-from tests.integration.admin_factories import bury
-from tests.integration.factories import claim
+from tests.support.admin_factories import bury
+from tests.support.factories import claim
+from tests.support.helpers import REPO, assert_one_home, scalar, wait_until
 from tests.web.conftest import TOKEN
 from tests.web.dashboard.conftest import DeadTriggers, ids, status_of
 
