@@ -1785,12 +1785,10 @@ TESTING_CREATE_DATABASE = "CREATE DATABASE {database}"
 #: Drop the throwaway database {database}, ending the sessions still connected to it.
 TESTING_DROP_DATABASE = "DROP DATABASE IF EXISTS {database} WITH (FORCE)"
 
-#: Empty pgjobs' tables between two tests: jobs, workers, queue settings (a pause or a limit
-#: left by one test would hold the next one's jobs back) and the limits' states.
-TESTING_EMPTY_TABLES = (
-    "TRUNCATE queued_jobs, archived_jobs, dead_letter, pgjobs_workers, pgjobs_queues, "
-    "pgjobs_limit_states RESTART IDENTITY"
-)
+#: Empty pgjobs' {tables} between two tests (compose with psycopg.sql; pgjobs.testing names
+#: every table of pgjobs.schema): no job, worker, queue setting (a pause or a limit left by one
+#: test would hold the next one's jobs back), limit state or schedule is left over.
+TESTING_EMPTY_TABLES = "TRUNCATE {tables} RESTART IDENTITY"
 
 #: Every job in queued_jobs (ready, scheduled or running), oldest first, as models.Job.
 TESTING_QUEUED_JOBS = f"SELECT {JOB_COLUMNS} FROM queued_jobs ORDER BY id"

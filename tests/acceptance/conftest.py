@@ -1,6 +1,6 @@
 """Fixtures of the tests that run `pgjobs` as real processes: start workers, each killed at the
 end of its test if still running, and the side table of the acceptance app. The helpers they use
-(waiting, stopping, the invariant) are in ``tests/helpers.py``."""
+(waiting, stopping, the invariant) are in ``tests/support/helpers.py``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from tests.acceptance.workload import RUNS_DDL
-from tests.helpers import Proc, pgjobs_process, scalar, wait_until
+from tests.support.helpers import Proc, pgjobs_process, scalar, wait_until
 
 APP = "tests.acceptance.workload:app"
 

@@ -12,7 +12,7 @@ import pytest
 from pgjobs.models import ArchivedStatus
 from tests.acceptance.conftest import APP
 from tests.acceptance.workload import RUNS_DDL
-from tests.helpers import assert_one_line_error, count, run_pgjobs
+from tests.support.helpers import assert_one_line_error, count, run_pgjobs
 
 UNREACHABLE = "postgresql://postgres@127.0.0.1:1/x"
 #: Commands that read or write the jobs, as a user would type them.

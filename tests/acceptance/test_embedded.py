@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.acceptance.conftest import APP
-from tests.helpers import pgjobs_env, run_pgjobs
+from tests.support.helpers import pgjobs_env, run_pgjobs
 
 
 def _postgres_processes(data_dir: Path) -> list[int]:

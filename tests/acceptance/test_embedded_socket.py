@@ -16,7 +16,7 @@ import pytest
 from pgjobs import ConfigurationError
 from pgjobs.db import embedded
 from tests.acceptance.test_embedded import _stop_leftover
-from tests.helpers import pgjobs_env, run_pgjobs
+from tests.support.helpers import pgjobs_env, run_pgjobs
 
 pytestmark = [
     pytest.mark.slow,

@@ -16,9 +16,9 @@ import psycopg
 import pytest
 
 from pgjobs import App
-from tests.helpers import Proc, assert_one_home, wait_until
-from tests.integration.external_helpers import downstream_service
-from tests.integration.factories import row
+from tests.support.external import downstream_service
+from tests.support.factories import row
+from tests.support.helpers import Proc, assert_one_home, wait_until
 
 pytest.importorskip("fastapi")  # the web extra: `pgjobs serve`
 pytestmark = pytest.mark.slow

@@ -12,7 +12,7 @@ import psycopg
 import pgjobs
 from pgjobs.db.dsn import Dsn
 from tests.acceptance.zoo_app import RUNS_DDL
-from tests.helpers import Proc, assert_one_home, count, wait_until
+from tests.support.helpers import Proc, assert_one_home, count, wait_until
 
 APP = "tests.acceptance.zoo_app:app"
 

@@ -11,7 +11,7 @@ import pytest
 from pgjobs import JobSpec
 from tests.acceptance.conftest import lease_owner_pattern
 from tests.acceptance.workload import SHORT_LEASE
-from tests.helpers import count, stop, wait_archived, wait_until
+from tests.support.helpers import count, stop, wait_archived, wait_until
 
 JOBS = 24
 #: Seconds between lease-rescuer rounds in the workers (the default is 15).

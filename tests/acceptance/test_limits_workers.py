@@ -12,7 +12,7 @@ import pytest
 
 from pgjobs import JobSpec, queues
 from tests.acceptance.workload import LIMITED_CONCURRENCY, RATED_JOBS
-from tests.helpers import assert_one_home, scalar, stop, wait_archived, wait_until
+from tests.support.helpers import assert_one_home, scalar, stop, wait_archived, wait_until
 
 WORKERS = 4
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pgjobs import JobSpec
-from tests.helpers import assert_one_home, stop, wait_archived
+from tests.support.helpers import assert_one_home, stop, wait_archived
 
 JOBS = 2000
 WORKERS = 4

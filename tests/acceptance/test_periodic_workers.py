@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from tests.acceptance.periodic_app import TICKS_DDL
-from tests.helpers import Proc, scalar, stop, wait_until
+from tests.support.helpers import Proc, scalar, stop, wait_until
 
 APP = "tests.acceptance.periodic_app:app"
 WORKERS = 3

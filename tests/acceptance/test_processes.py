@@ -14,7 +14,7 @@ import pytest
 from pgjobs import JobSpec
 from tests.acceptance.conftest import APP, lease_owner_pattern, wait_busy
 from tests.acceptance.workload import SHORT_LEASE
-from tests.helpers import (
+from tests.support.helpers import (
     Proc,
     assert_one_home,
     assert_one_line_error,

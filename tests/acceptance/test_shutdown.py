@@ -10,7 +10,7 @@ import pytest
 
 from pgjobs import JobSpec
 from tests.acceptance.conftest import wait_busy
-from tests.helpers import count, scalar
+from tests.support.helpers import count, scalar
 
 CONCURRENCY = 4
 

@@ -13,7 +13,7 @@ import psycopg
 
 import pgjobs
 from pgjobs import App, JobSpec
-from tests.helpers import Proc, assert_one_home, count, scalar, stop, wait_until
+from tests.support.helpers import Proc, assert_one_home, count, scalar, stop, wait_until
 
 TASK = "billing.charge"
 

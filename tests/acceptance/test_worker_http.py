@@ -20,7 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pgjobs import App, migrate
 from pgjobs.db.dsn import Dsn
-from tests.helpers import (
+from tests.support.external import downstream_service
+from tests.support.helpers import (
     Proc,
     assert_one_line_error,
     database_name,
@@ -28,7 +29,6 @@ from tests.helpers import (
     scalar,
     wait_until,
 )
-from tests.integration.external_helpers import downstream_service
 
 pytestmark = pytest.mark.slow
 

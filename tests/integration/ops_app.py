@@ -1,5 +1,6 @@
 """The app of the operations tests (registry, stats --watch, online upgrade), run as
-``pgjobs work --app tests.integration.ops_app:app`` (see ``tests.helpers.pgjobs_process``)."""
+``pgjobs work --app tests.integration.ops_app:app`` (see
+``tests.support.helpers.pgjobs_process``)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pgjobs import App, admin
 from pgjobs.models import DeadReason
-from tests.integration.admin_factories import bury, claim_one, succeed
+from tests.support.admin_factories import bury, claim_one, succeed
 
 COOKBOOK = Path(__file__).resolve().parents[2] / "docs" / "snippets" / "cookbook.sql"
 #: The lines that mark a section of the file for the pages that show one statement of it.

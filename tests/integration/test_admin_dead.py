@@ -13,9 +13,9 @@ from pgjobs import App, JobSpec, admin
 from pgjobs.admin import DeadFilter
 from pgjobs.errors import ConfigurationError, JobNotFound
 from pgjobs.models import DeadReason
-from tests.helpers import assert_one_home, assert_one_line_error, run
-from tests.integration.admin_factories import bury
-from tests.integration.factories import db_now, work
+from tests.support.admin_factories import bury
+from tests.support.factories import db_now, work
+from tests.support.helpers import assert_one_home, assert_one_line_error, run
 
 pytestmark = pytest.mark.usefixtures("no_dsn_in_env")
 

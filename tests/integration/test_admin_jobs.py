@@ -11,14 +11,14 @@ from pgjobs import App, JobStatus, admin
 from pgjobs.admin import DeadFilter
 from pgjobs.errors import JobNotFound, JobStateConflict
 from pgjobs.models import ArchivedStatus, DeadReason
-from tests.helpers import assert_one_home, assert_one_line_error, run
-from tests.integration.admin_factories import (
+from tests.support.admin_factories import (
     bury,
     claim_one,
     fail_for_good,
     succeed,
 )
-from tests.integration.factories import row, work
+from tests.support.factories import row, work
+from tests.support.helpers import assert_one_home, assert_one_line_error, run
 
 pytestmark = pytest.mark.usefixtures("no_dsn_in_env")
 

@@ -8,8 +8,8 @@ import psycopg
 
 from pgjobs import App, admin, migrate
 from pgjobs.admin import DeadFilter
-from tests.helpers import assert_one_home
-from tests.integration.admin_factories import bury
+from tests.support.admin_factories import bury
+from tests.support.helpers import assert_one_home
 
 NEW_COLUMNS = {"redrive_count", "redriven_at", "replay_of"}
 

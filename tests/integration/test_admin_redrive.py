@@ -14,15 +14,15 @@ from pgjobs import App, admin, queries
 from pgjobs.admin import DeadFilter
 from pgjobs.errors import ConfigurationError, JobNotFound, QueryFailed
 from pgjobs.models import ArchivedStatus, DeadReason
-from tests.helpers import assert_one_home, assert_one_line_error, run
-from tests.integration.admin_factories import (
+from tests.support.admin_factories import (
     bury,
     claim_one,
     fail_for_good,
     ids_in,
     succeed,
 )
-from tests.integration.factories import counts, db_now, row, work
+from tests.support.factories import counts, db_now, row, work
+from tests.support.helpers import assert_one_home, assert_one_line_error, run
 
 pytestmark = pytest.mark.usefixtures("no_dsn_in_env")
 

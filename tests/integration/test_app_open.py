@@ -9,7 +9,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgjobs import App, ConfigurationError, DatabaseUnavailable
-from tests.helpers import count
+from tests.support.helpers import count
 
 UNREACHABLE = "postgresql://postgres@127.0.0.1:1/x?connect_timeout=2"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 
 from pgjobs import Worker, WorkerConfig
-from tests.helpers import assert_one_home, count, wait_until
+from tests.support.helpers import assert_one_home, count, wait_until
 
 #: Far longer than the bounds below: a worker that waited for its poll would fail them.
 POLL = 30.0

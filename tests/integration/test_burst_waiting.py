@@ -14,8 +14,8 @@ import pytest
 
 from pgjobs import App, queues
 from pgjobs.db.dsn import Dsn
-from tests.helpers import assert_one_home, count
-from tests.integration.factories import work
+from tests.support.factories import work
+from tests.support.helpers import assert_one_home, count
 
 
 @pytest.fixture(autouse=True)

@@ -20,9 +20,9 @@ from pgjobs.completer.outcomes import Outcomes
 from pgjobs.db.dsn import Dsn
 from pgjobs.maintenance.limits import LapsedLimits
 from pgjobs.models import Job
-from tests.helpers import assert_one_home, scalar
-from tests.integration.factories import claim, claim_limited, declared_task, run_service, settle
 from tests.integration.test_hot_path import trip
+from tests.support.factories import claim, claim_limited, declared_task, run_service, settle
+from tests.support.helpers import assert_one_home, scalar
 
 SLOW = declared_task("t.slow", concurrency=3)
 FAST = declared_task("t.fast")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from pgjobs import App, JobSpec
-from tests.helpers import wait_until
-from tests.integration.factories import claim, db_now, row, work
+from tests.support.factories import claim, db_now, row, work
+from tests.support.helpers import wait_until
 
 PAST = datetime(2020, 1, 1, tzinfo=UTC)
 

@@ -10,8 +10,8 @@ import psycopg
 import pytest
 
 from pgjobs import migrate
-from tests.helpers import assert_one_line_error, run
-from tests.integration.factories import counts, db_now, row
+from tests.support.factories import counts, db_now, row
+from tests.support.helpers import assert_one_line_error, run
 
 APP = "tests.integration.cli_app:app"
 UNREACHABLE = "postgresql://postgres@127.0.0.1:1/x"

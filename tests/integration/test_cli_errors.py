@@ -13,7 +13,7 @@ from psycopg import sql
 
 from pgjobs import migrate
 from pgjobs.errors import SchemaMissing
-from tests.helpers import assert_one_line_error, run, with_userinfo
+from tests.support.helpers import assert_one_line_error, run, with_userinfo
 
 APP = "tests.integration.cli_app:app"
 

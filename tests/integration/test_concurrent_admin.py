@@ -13,9 +13,9 @@ import pytest
 
 from pgjobs import migrate, queries, retention
 from pgjobs.maintenance.partitions import ArchivePartitions
-from tests.helpers import pgjobs_env, pgjobs_process, wait_until
-from tests.integration.factories import run_service
 from tests.integration.test_retention import archive, partitions
+from tests.support.factories import run_service
+from tests.support.helpers import pgjobs_env, pgjobs_process, wait_until
 
 
 def other_sessions(conn: psycopg.Connection[Any], *mine: psycopg.Connection[Any]) -> int:

@@ -9,7 +9,7 @@ import pytest
 from examples import demo
 from pgjobs.db.dsn import Dsn
 from pgjobs.models import ArchivedStatus, DeadReason
-from tests.integration.factories import work
+from tests.support.factories import work
 
 
 @pytest.fixture

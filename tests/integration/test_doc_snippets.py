@@ -17,7 +17,7 @@ import pytest
 import pgjobs
 from pgjobs.db.dsn import Dsn
 from pgjobs.testing import drain
-from tests.helpers import pgjobs_env
+from tests.support.helpers import pgjobs_env
 
 REPO = Path(__file__).resolve().parents[2]
 SNIPPETS = REPO / "docs" / "snippets"

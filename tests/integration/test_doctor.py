@@ -20,8 +20,8 @@ from psycopg.conninfo import conninfo_to_dict
 from pgjobs import App, JobSpec, archive, doctor, migrate
 from pgjobs.db.dsn import Dsn
 from pgjobs.doctor import connections as doctor_connections
-from tests.helpers import assert_one_line_error, pgjobs_process, run, scalar, wait_until
-from tests.integration.factories import claim
+from tests.support.factories import claim
+from tests.support.helpers import assert_one_line_error, pgjobs_process, run, scalar, wait_until
 
 pytestmark = pytest.mark.usefixtures("no_dsn_in_env")
 

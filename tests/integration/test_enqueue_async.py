@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from pgjobs import App, JobSpec
 from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError, InvalidPayload
-from tests.helpers import count, scalar
+from tests.support.helpers import count, scalar
 
 
 def test_enqueue_async_writes_what_enqueue_writes(make_app, conn):

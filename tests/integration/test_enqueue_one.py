@@ -16,8 +16,8 @@ import pytest
 from pgjobs import App
 from pgjobs.db import libpq
 from pgjobs.errors import DatabaseUnavailable, QueryFailed
-from tests.helpers import count, wait_until
-from tests.integration.factories import row
+from tests.support.factories import row
+from tests.support.helpers import count, wait_until
 
 
 def _pooled(app: App) -> psycopg.Connection[Any]:

@@ -17,7 +17,7 @@ from pgjobs import (
     UnknownTask,
     producer,
 )
-from tests.integration.factories import counts
+from tests.support.factories import counts
 
 NOTHING = {"queued_jobs": 0, "archived_jobs": 0, "dead_letter": 0}
 

@@ -14,7 +14,7 @@ import pytest
 from pgjobs import App, db
 from pgjobs.db.dsn import Dsn
 from pgjobs.errors import DatabaseUnavailable, QueryFailed
-from tests.helpers import count, wait_until
+from tests.support.helpers import count, wait_until
 
 
 def _refusal(dsn: Dsn, sql: str, params: Any = None) -> QueryFailed:

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 from pgjobs import App
 from pgjobs.maintenance import ServiceConfig
 from pgjobs.maintenance.expirer import Expired, Expirer
-from tests.helpers import assert_one_home, wait_until
-from tests.integration.factories import claim, counts, db_now, row, run_service, work
+from tests.support.factories import claim, counts, db_now, row, run_service, work
+from tests.support.helpers import assert_one_home, wait_until
 
 
 def test_expired_job_is_never_claimed_and_is_archived_as_expired(make_app, dsn, conn):

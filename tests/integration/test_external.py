@@ -21,9 +21,9 @@ from pgjobs.models import JobStatus
 from pgjobs.retry import RetryPolicy
 from pgjobs.targets import ExternalTarget
 from pgjobs.worker import Worker, WorkerConfig, external
-from tests.helpers import assert_one_home, scalar, wait_until
-from tests.integration.external_helpers import downstream_service, run_worker_while
-from tests.integration.factories import row
+from tests.support.external import downstream_service, run_worker_while
+from tests.support.factories import row
+from tests.support.helpers import assert_one_home, scalar, wait_until
 
 FAST_RETRY = RetryPolicy(base=0.05, cap=0.1)
 

@@ -7,8 +7,8 @@ import pytest
 from pgjobs.completer.outcomes import Outcomes
 from pgjobs.maintenance.leases import LeaseRescuer, Rescued
 from pgjobs.models import DeadReason
-from tests.helpers import assert_one_home, wait_until
-from tests.integration.factories import claim, counts, lease_expired, row, run_service, settle
+from tests.support.factories import claim, counts, lease_expired, row, run_service, settle
+from tests.support.helpers import assert_one_home, wait_until
 
 OUTCOMES = {
     "succeed": lambda o, job: o.succeed(job, '"done"'),

@@ -19,9 +19,9 @@ import pgjobs
 from pgjobs import App, admin
 from pgjobs.models import ArchivedStatus, JobStatus
 from pgjobs.worker import Worker
-from tests.helpers import assert_one_home, run, scalar, wait_until
-from tests.integration.factories import row
-from tests.integration.stop_helpers import OVER, block_until, run_worker, sleep_until_over
+from tests.support.factories import row
+from tests.support.helpers import assert_one_home, run, scalar, wait_until
+from tests.support.stopping import OVER, block_until, run_worker, sleep_until_over
 
 CANCEL_LINE = "cancelled (by pgjobs cancel --force)"
 

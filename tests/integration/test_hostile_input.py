@@ -10,8 +10,8 @@ import pytest
 
 from pgjobs import App, InvalidPayload, JobSpec, producer
 from pgjobs.cli import main
-from tests.helpers import assert_one_home
-from tests.integration.factories import counts, work
+from tests.support.factories import counts, work
+from tests.support.helpers import assert_one_home
 
 NASTY = "x'); DROP TABLE queued_jobs; --"
 

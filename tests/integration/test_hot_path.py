@@ -21,8 +21,8 @@ from pgjobs.context import JobContext
 from pgjobs.db.dsn import Dsn
 from pgjobs.errors import PgjobsError
 from pgjobs.text import result_json
-from tests.helpers import assert_one_home, scalar
-from tests.integration.factories import claim, declared_task, row
+from tests.support.factories import claim, declared_task, row
+from tests.support.helpers import assert_one_home, scalar
 
 OWNER = "worker-a"
 CLAIM = ClaimParams(OWNER, ["default"], lease=300.0)

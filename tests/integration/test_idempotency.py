@@ -10,8 +10,8 @@ import pytest
 from pgjobs import JobSpec
 from pgjobs.completer.outcomes import Outcomes
 from pgjobs.models import DeadReason
-from tests.helpers import assert_one_home, wait_until
-from tests.integration.factories import claim, counts, row, settle
+from tests.support.factories import claim, counts, row, settle
+from tests.support.helpers import assert_one_home, wait_until
 
 
 def test_second_enqueue_returns_the_same_id_and_creates_no_row(make_app, conn):

@@ -13,8 +13,8 @@ from psycopg import IsolationLevel
 
 from pgjobs import App, ConfigurationError, JobSpec
 from pgjobs.completer.outcomes import Outcomes
-from tests.helpers import assert_one_home
-from tests.integration.factories import claim, counts, settle
+from tests.support.factories import claim, counts, settle
+from tests.support.helpers import assert_one_home
 
 KEY = "order-7"
 

@@ -20,7 +20,7 @@ with warnings.catch_warnings():
     from starlette.testclient import TestClient
 
 from pgjobs.db.dsn import Dsn
-from tests.helpers import database_name, pgjobs_env, scalar
+from tests.support.helpers import database_name, pgjobs_env, scalar
 
 
 def fresh_import(name: str, monkeypatch: pytest.MonkeyPatch, dsn: Dsn) -> ModuleType:

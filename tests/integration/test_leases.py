@@ -5,8 +5,8 @@ from __future__ import annotations
 from pgjobs import App
 from pgjobs.maintenance import ServiceConfig
 from pgjobs.maintenance.leases import LeaseRescuer, Rescued
-from tests.helpers import assert_one_home, wait_until
-from tests.integration.factories import claim, lease_expired, row, run_service, work
+from tests.support.factories import claim, lease_expired, row, run_service, work
+from tests.support.helpers import assert_one_home, wait_until
 
 
 def _claim_as_dead_worker(conn, job_id: int, **options) -> None:

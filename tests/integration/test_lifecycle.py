@@ -9,8 +9,8 @@ from pgjobs import App, JobSpec
 from pgjobs.completer.outcomes import Outcomes
 from pgjobs.models import DeadReason
 from pgjobs.text import result_json
-from tests.helpers import assert_one_home
-from tests.integration.factories import claim, counts, row, settle, work
+from tests.support.factories import claim, counts, row, settle, work
+from tests.support.helpers import assert_one_home
 
 
 def test_enqueue_writes_a_ready_row_with_defaults(make_app, conn):

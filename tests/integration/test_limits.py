@@ -13,8 +13,8 @@ import pytest
 
 from pgjobs import App, ConfigurationError, InvalidPayload, JobSpec, submission
 from pgjobs.producer import MAX_PAYLOAD_DEPTH
-from tests.helpers import assert_one_home, assert_one_line_error, run
-from tests.integration.factories import counts, work
+from tests.support.factories import counts, work
+from tests.support.helpers import assert_one_home, assert_one_line_error, run
 
 NOTHING = {"queued_jobs": 0, "archived_jobs": 0, "dead_letter": 0}
 PLUS_14 = timezone(timedelta(hours=14))

@@ -17,9 +17,9 @@ import pytest
 
 from pgjobs import App, JobSpec, queues
 from pgjobs.db.dsn import Dsn
-from tests.helpers import assert_one_home, count, scalar, wait_until
-from tests.integration.external_helpers import run_worker_while
-from tests.integration.factories import claim_limited, work
+from tests.support.external import run_worker_while
+from tests.support.factories import claim_limited, work
+from tests.support.helpers import assert_one_home, count, scalar, wait_until
 
 
 @pytest.fixture(autouse=True)

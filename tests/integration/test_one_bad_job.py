@@ -18,8 +18,8 @@ from pgjobs.db.dsn import Dsn
 from pgjobs.maintenance.leases import LeaseRescuer
 from pgjobs.models import DeadReason, Job
 from pgjobs.tasks import make_task
-from tests.helpers import assert_one_home, count, with_userinfo
-from tests.integration.factories import insert_raw, lease_expired, row, run_service, work
+from tests.support.factories import insert_raw, lease_expired, row, run_service, work
+from tests.support.helpers import assert_one_home, count, with_userinfo
 
 # Incompressible, so that a dead_letter index entry of it would exceed the btree row limit.
 LONG_TASK = "t." + secrets.token_hex(3000)

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from pgjobs import App, JobSpec, migrate
-from tests.helpers import assert_one_home, pgjobs_env, pgjobs_process, run, wait_until
+from tests.support.helpers import assert_one_home, pgjobs_env, pgjobs_process, run, wait_until
 
 
 def test_downgrade_and_upgrade_while_a_worker_runs_lose_no_job(create_database):

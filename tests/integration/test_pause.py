@@ -18,7 +18,8 @@ from pgjobs.completer.outcomes import Outcomes
 from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError
 from tests.acceptance.workload import RUNS_DDL
-from tests.helpers import (
+from tests.support.factories import claim, settle
+from tests.support.helpers import (
     assert_one_line_error,
     count,
     pgjobs_process,
@@ -27,7 +28,6 @@ from tests.helpers import (
     stop,
     wait_archived,
 )
-from tests.integration.factories import claim, settle
 
 pytestmark = pytest.mark.usefixtures("no_dsn_in_env")
 

@@ -17,8 +17,8 @@ import pytest
 from pgjobs import App, JobSpec, NonRetryableError, admin
 from pgjobs.payloads import NEWER_VERSION_HOLD
 from pgjobs.worker import Worker, WorkerConfig
-from tests.helpers import assert_one_home, scalar, wait_until
-from tests.integration.factories import row, work
+from tests.support.factories import row, work
+from tests.support.helpers import assert_one_home, scalar, wait_until
 
 
 def cents_v2(payload: dict[str, Any]) -> dict[str, Any]:

@@ -20,8 +20,8 @@ from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError, InvalidPayload, UnknownTask
 from pgjobs.maintenance.scheduler import Scheduled, Scheduler
 from pgjobs.periodic import CatchUp
-from tests.helpers import run, scalar
-from tests.integration.factories import run_service
+from tests.support.factories import run_service
+from tests.support.helpers import run, scalar
 
 pytestmark = pytest.mark.usefixtures("no_dsn_in_env")
 

@@ -4,8 +4,8 @@ dead_letter at once, and the worker keeps going."""
 from __future__ import annotations
 
 from pgjobs import App
-from tests.helpers import assert_one_home
-from tests.integration.factories import insert_raw, row, work
+from tests.support.factories import insert_raw, row, work
+from tests.support.helpers import assert_one_home
 
 
 def test_unknown_task_goes_to_dead_letter_and_the_worker_keeps_going(make_app, conn):

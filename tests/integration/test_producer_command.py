@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.helpers import (
+from tests.support.helpers import (
     assert_one_line_error,
     count,
     pgjobs_process,

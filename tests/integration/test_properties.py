@@ -19,7 +19,7 @@ from pgjobs import App, ConfigurationError, InvalidPayload, JobSpec, PgjobsError
 from pgjobs.db.dsn import Dsn
 from pgjobs.producer import MAX_PAYLOAD_DEPTH
 from pgjobs.worker import Worker, WorkerConfig
-from tests.helpers import run
+from tests.support.helpers import run
 
 TABLES = ("queued_jobs", "archived_jobs", "dead_letter")
 

@@ -12,7 +12,7 @@ import pytest
 
 from pgjobs import App, ConfigurationError, Rate, queues
 from pgjobs.db.dsn import Dsn
-from tests.helpers import assert_one_line_error, run
+from tests.support.helpers import assert_one_line_error, run
 
 pytestmark = pytest.mark.usefixtures("no_dsn_in_env")
 

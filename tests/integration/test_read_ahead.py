@@ -16,8 +16,8 @@ import pytest
 
 from pgjobs import App, JobSpec, queries
 from pgjobs.completer import ClaimParams
-from tests.helpers import assert_one_home, count, scalar, wait_until
-from tests.integration.external_helpers import run_worker_while
+from tests.support.external import run_worker_while
+from tests.support.helpers import assert_one_home, count, scalar, wait_until
 
 
 def test_a_stop_gives_back_the_jobs_claimed_ahead_and_every_job_runs_once(

@@ -17,8 +17,8 @@ from pgjobs import App, stats
 from pgjobs.errors import ConfigurationError
 from pgjobs.maintenance import ServiceConfig
 from pgjobs.maintenance.registry import STALE_AFTER, Heartbeat, WorkerIdentity, WorkerRegistry
-from tests.helpers import pgjobs_env, pgjobs_process, wait_until
-from tests.integration.factories import claim, run_service, work
+from tests.support.factories import claim, run_service, work
+from tests.support.helpers import pgjobs_env, pgjobs_process, wait_until
 
 
 def registered(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:

@@ -14,9 +14,9 @@ from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError, JobNotFound, StaleOutcome
 from pgjobs.models import DeadReason, JobStatus
 from pgjobs.retry import RetryPolicy
-from tests.helpers import assert_one_home, scalar
-from tests.integration.admin_factories import claim_one
-from tests.integration.factories import claim, row
+from tests.support.admin_factories import claim_one
+from tests.support.factories import claim, row
+from tests.support.helpers import assert_one_home, scalar
 
 
 def running(app: App, conn: psycopg.Connection[Any], **options: Any) -> int:

@@ -18,8 +18,8 @@ from pgjobs.db.dsn import Dsn
 from pgjobs.maintenance.partitions import ArchivePartitions, Partitioned
 from pgjobs.models import ArchivedStatus
 from pgjobs.schema import archived_jobs
-from tests.helpers import assert_one_home, run
-from tests.integration.factories import run_service, work
+from tests.support.factories import run_service, work
+from tests.support.helpers import assert_one_home, run
 
 OLD_REVISION = "0003"
 

@@ -10,8 +10,8 @@ from typing import Any
 import psycopg
 
 from pgjobs import App, NonRetryableError
-from tests.helpers import assert_one_home
-from tests.integration.factories import db_now, row, work
+from tests.support.factories import db_now, row, work
+from tests.support.helpers import assert_one_home
 
 
 def _own_row(dsn, job_id: int) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from pgjobs import App, JobSpec, Worker, WorkerConfig
-from tests.helpers import assert_one_home, count, wait_archived, wait_until
+from tests.support.helpers import assert_one_home, count, wait_archived, wait_until
 
 CONFIG: dict[str, Any] = {"poll_interval": 0.05, "maintenance": False, "grace": 10}
 

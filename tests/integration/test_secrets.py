@@ -10,7 +10,7 @@ import pytest
 
 from pgjobs import App, ConfigurationError, DatabaseUnavailable
 from pgjobs.db.dsn import Dsn
-from tests.helpers import assert_one_line_error, run, with_userinfo
+from tests.support.helpers import assert_one_line_error, run, with_userinfo
 
 PASSWORDS = ["p#?/@%:x", "sec%ret", "p@ss:wqrd", "zq x7w k"]
 

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from pgjobs.models import ArchivedStatus, DeadReason
-from tests.helpers import pgjobs_command, pgjobs_env, pgjobs_process, run, wait_until
+from tests.support.helpers import pgjobs_command, pgjobs_env, pgjobs_process, run, wait_until
 
 
 def archive(

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pgjobs import App
-from tests.helpers import assert_one_home
-from tests.integration.factories import work
+from tests.support.factories import work
+from tests.support.helpers import assert_one_home
 
 
 def test_whole_number_leases_and_backoff_work_beside_fractional_ones(

@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from tests.helpers import run
-from tests.integration.admin_factories import bury
+from tests.support.admin_factories import bury
+from tests.support.helpers import run
 
 pytestmark = pytest.mark.usefixtures("no_dsn_in_env")
 

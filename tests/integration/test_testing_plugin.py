@@ -23,7 +23,7 @@ import pgjobs
 from pgjobs import App, JobSpec, testing
 from pgjobs.db.dsn import Dsn
 from pgjobs.testing import assert_enqueued, assert_not_enqueued, drain, eager, enqueued_jobs
-from tests.helpers import REPO, assert_one_home, count, scalar
+from tests.support.helpers import REPO, assert_one_home, count, scalar
 
 EXAMPLE = "examples/testing_example/test_shop.py"
 MakeApp = Callable[..., App]
@@ -148,12 +148,56 @@ def test_a_failing_assertion_shows_what_was_enqueued(server_url, tmp_path):
     assert "#1 reports.build (queue 'default', scheduled, attempt 0/5)" in out, out
 
 
+LEFT_OVER = """
+import asyncio
+from datetime import timedelta
+
+import psycopg
+
+from pgjobs import db
+from pgjobs.maintenance.scheduler import Scheduler
+
+
+def schedules(dsn):
+    with psycopg.connect(dsn.url) as conn:
+        return conn.execute("SELECT name FROM pgjobs_schedules").fetchall()
+
+
+def test_a_worker_declares_a_schedule(pgjobs_app, pgjobs_database):
+    app = pgjobs_app()
+
+    @app.periodic(every=timedelta(hours=1), name="reports.hourly")
+    def hourly() -> None: ...
+
+    async def declare():
+        conn = await db.connect_async(app.dsn)
+        try:
+            await Scheduler(app.periodics.values(), app.enqueue_many_async).run_once(conn)
+        finally:
+            await conn.close()
+
+    asyncio.run(declare())
+    assert schedules(pgjobs_database) == [("reports.hourly",)]
+
+
+def test_the_next_test_starts_without_it(pgjobs_database):
+    assert schedules(pgjobs_database) == []
+"""
+
+
+def test_a_schedule_declared_in_one_test_is_gone_in_the_next(server_url, tmp_path):
+    (tmp_path / "test_left_over.py").write_text(textwrap.dedent(LEFT_OVER))
+    done = pytest_run(server_url, "-q", "--rootdir", str(tmp_path), str(tmp_path), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 passed" in done.stdout, done.stdout
+
+
 # -- the helpers, in process ---------------------------------------------------------------------
 
 
 def test_pgjobs_database_is_migrated_and_empty(pgjobs_database, conn):
     assert isinstance(pgjobs_database, Dsn)
-    assert pgjobs_database.url != conn.info.dsn  # a database of its own
+    assert conn.info.dbname.startswith("pgjobs_test_")  # a database of its own
     with App(pgjobs_database.url) as app:
         assert enqueued_jobs(app) == []
         app.enqueue("t", {})

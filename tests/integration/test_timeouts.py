@@ -20,8 +20,8 @@ from pgjobs import App, migrate
 from pgjobs.errors import ConfigurationError
 from pgjobs.models import DeadReason
 from pgjobs.worker import Worker
-from tests.helpers import assert_one_home, count, scalar, wait_until
-from tests.integration.stop_helpers import OVER, block_until, run_worker, sleep_until_over
+from tests.support.helpers import assert_one_home, count, scalar, wait_until
+from tests.support.stopping import OVER, block_until, run_worker, sleep_until_over
 
 TIMEOUT_ERROR = "timeout: the handler ran longer than its 1s timeout"
 

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from pgjobs import App, JobSpec, NonRetryableError, tracing
-from tests.integration.factories import row, work
+from tests.support.factories import row, work
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ import sqlalchemy
 
 from pgjobs import ConfigurationError, JobSpec
 from pgjobs.producer import COPY_MIN_ROWS
-from tests.helpers import assert_one_home
-from tests.integration.factories import counts, row
+from tests.support.factories import counts, row
+from tests.support.helpers import assert_one_home
 
 
 @pytest.fixture

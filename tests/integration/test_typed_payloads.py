@@ -13,8 +13,8 @@ import pydantic
 import pytest
 
 from pgjobs import App, InvalidPayload, JobSpec
-from tests.helpers import assert_one_home, count
-from tests.integration.factories import insert_raw, row, work
+from tests.support.factories import insert_raw, row, work
+from tests.support.helpers import assert_one_home, count
 
 # Models live at module level: annotations are strings here (PEP 563), resolved against the
 # module's globals when the task is registered.

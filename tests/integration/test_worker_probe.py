@@ -16,8 +16,8 @@ import psycopg
 from pgjobs import App, migrate
 from pgjobs.db.dsn import Dsn
 from pgjobs.worker import Worker
-from tests.helpers import wait_until
-from tests.integration.external_helpers import run_worker_while
+from tests.support.external import run_worker_while
+from tests.support.helpers import wait_until
 
 
 def _get(worker: Worker, path: str) -> tuple[int, dict[str, Any]]:

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from pgjobs import cli
-from tests.helpers import REPO, pgjobs_command
+from tests.support.helpers import REPO, pgjobs_command
 
 
 def completion_env(**extra: str) -> dict[str, str]:

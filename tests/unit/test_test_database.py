@@ -1,6 +1,6 @@
-"""The suite's own database fixture (``tests/conftest.py``): with no DSN, no embedded package and
-no Docker engine, a session that needs a database stops at once, with one line saying what to
-set, instead of hanging or failing test by test."""
+"""The suite's database comes from pgjobs' pytest plugin, which ``tests/conftest.py`` builds on:
+with no DSN, no embedded package and no Docker engine, a session that needs a database stops at
+once, with one line saying what to set, instead of hanging or failing test by test."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.helpers import REPO
+from tests.support.helpers import REPO
 
 #: A test that needs a database; the session must stop before it runs.
 SMOKE = "tests/integration/test_smoke.py"

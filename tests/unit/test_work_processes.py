@@ -18,7 +18,7 @@ import typer.main
 from pgjobs import App, ConfigurationError, PgjobsError, WorkerConfig, cli, supervisor
 from pgjobs.db.dsn import Dsn
 from pgjobs.targets import ExternalTarget
-from tests.helpers import assert_one_line_error, run
+from tests.support.helpers import assert_one_line_error, run
 
 APP = "tests.integration.cli_app:app"
 #: Never connected to: every test here stops before the database.

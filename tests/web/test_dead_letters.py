@@ -9,8 +9,8 @@ from typing import Any
 import psycopg
 
 from pgjobs import admin
-from tests.helpers import assert_one_home, count
-from tests.integration.admin_factories import bury, claim_one, fail_for_good
+from tests.support.admin_factories import bury, claim_one, fail_for_good
+from tests.support.helpers import assert_one_home, count
 from tests.web.conftest import TestClient, assert_error
 
 

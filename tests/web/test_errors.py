@@ -13,7 +13,7 @@ from fastapi import FastAPI
 
 from pgjobs import App, admin
 from pgjobs.errors import QueryFailed
-from tests.helpers import count
+from tests.support.helpers import count
 from tests.web.conftest import AUTH, TestClient, assert_error
 
 

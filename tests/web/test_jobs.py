@@ -10,8 +10,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.helpers import assert_one_home, count, scalar
-from tests.integration.admin_factories import bury, claim_one
+from tests.support.admin_factories import bury, claim_one
+from tests.support.helpers import assert_one_home, count, scalar
 from tests.web.conftest import TestClient, assert_error
 
 

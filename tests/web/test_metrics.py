@@ -20,8 +20,8 @@ from pgjobs import App, NonRetryableError, db, queries
 from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError
 from pgjobs.web.metrics import DURATION_BUCKETS, QueueMetrics
-from tests.helpers import assert_one_home, scalar
-from tests.integration.factories import claim, work
+from tests.support.factories import claim, work
+from tests.support.helpers import assert_one_home, scalar
 from tests.web.conftest import READ_AUTH
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]

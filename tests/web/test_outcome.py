@@ -7,8 +7,8 @@ from typing import Any
 
 import psycopg
 
-from tests.helpers import assert_one_home
-from tests.integration.admin_factories import claim_one
+from tests.support.admin_factories import claim_one
+from tests.support.helpers import assert_one_home
 from tests.web.conftest import TestClient, assert_error
 
 

@@ -8,7 +8,7 @@ import socket
 import httpx
 
 from pgjobs.db.dsn import Dsn
-from tests.helpers import pgjobs_process, run_pgjobs, wait_until
+from tests.support.helpers import pgjobs_process, run_pgjobs, wait_until
 from tests.web.conftest import READ_TOKEN, TOKEN
 
 #: How `pgjobs serve` ends on SIGTERM: a graceful shutdown, exit 0.

@@ -13,8 +13,8 @@ import psycopg
 from fastapi import FastAPI
 
 from pgjobs.db.dsn import Dsn
-from tests.helpers import run, wait_until
-from tests.integration.admin_factories import bury, claim_one
+from tests.support.admin_factories import bury, claim_one
+from tests.support.helpers import run, wait_until
 from tests.web.conftest import AUTH, TestClient, assert_error
 
 

@@ -31,9 +31,9 @@ from pgjobs import App
 from pgjobs.db.dsn import Dsn
 from pgjobs.web.dashboard.frame import REFRESH_SECONDS
 from pgjobs.web.dashboard.pages import dead as dead_pages
-from tests.helpers import REPO, assert_one_home, scalar, wait_until
-from tests.integration.admin_factories import bury
-from tests.integration.factories import claim
+from tests.support.admin_factories import bury
+from tests.support.factories import claim
+from tests.support.helpers import REPO, assert_one_home, scalar, wait_until
 from tests.web.conftest import TOKEN
 from tests.web.dashboard.conftest import DeadTriggers, ids, status_of
 

@@ -16,9 +16,9 @@ from fastapi import FastAPI
 from pgjobs import App, queues
 from pgjobs.db.dsn import Dsn
 from pgjobs.models import DeadReason
-from tests.helpers import assert_one_home
-from tests.integration.admin_factories import bury, succeed
-from tests.integration.factories import claim
+from tests.support.admin_factories import bury, succeed
+from tests.support.factories import claim
+from tests.support.helpers import assert_one_home
 from tests.web.conftest import AUTH, READ_AUTH, READ_TOKEN, TOKEN, TestClient
 from tests.web.dashboard.conftest import csrf_of, ids, login, status_of
 

@@ -22,8 +22,8 @@ from fastapi import FastAPI
 from pgjobs.admin import DeadFilter, DeadSelection
 from pgjobs.web.dashboard import actions, routes
 from pgjobs.web.dashboard.pages import dead as dead_pages
-from tests.helpers import assert_one_home, scalar, wait_until
-from tests.integration.admin_factories import bury
+from tests.support.admin_factories import bury
+from tests.support.helpers import assert_one_home, scalar, wait_until
 from tests.web.conftest import AUTH, READ_TOKEN, TOKEN, TestClient
 from tests.web.dashboard.conftest import DeadTriggers, csrf_of, ids, login
 

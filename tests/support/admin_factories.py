@@ -10,8 +10,8 @@ import psycopg
 
 from pgjobs.completer.outcomes import Outcomes
 from pgjobs.models import DeadReason, Job
-from tests.helpers import TABLES
-from tests.integration.factories import claim, settle
+from tests.support.factories import claim, settle
+from tests.support.helpers import TABLES
 
 
 def bury(

@@ -12,7 +12,7 @@ from typing import Any
 
 from pgjobs import App
 from pgjobs.worker import Worker
-from tests.integration.external_helpers import run_worker_while
+from tests.support.external import run_worker_while
 
 #: Set when the running test's scenario ends (however it ends); cleared before each test.
 OVER = threading.Event()

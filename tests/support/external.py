@@ -16,7 +16,7 @@ from typing import Any
 
 from pgjobs import App
 from pgjobs.worker import Worker, WorkerConfig
-from tests.helpers import wait_until
+from tests.support.helpers import wait_until
 
 
 @dataclass

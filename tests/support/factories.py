@@ -2,7 +2,7 @@
 
 Rows are built through the public API where it can build them, and through the same statements
 the runtime sends (``pgjobs.queries``) where a test plays a worker by hand. Waiting, the
-three-table invariant and running the CLI are in ``tests/helpers.py``.
+three-table invariant and running the CLI are in ``tests/support/helpers.py``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pgjobs.db.dsn import Dsn
 from pgjobs.maintenance import R, Service
 from pgjobs.models import Job
 from pgjobs.tasks import Task, make_task
-from tests.helpers import TABLES, scalar
+from tests.support.helpers import TABLES, scalar
 
 
 def counts(conn: psycopg.Connection[Any]) -> dict[str, int]:

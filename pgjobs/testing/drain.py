@@ -1,0 +1,319 @@
+"""``drain``: run every ready job of an app inline, one at a time, through the worker's
+outcome path (the completer), and report what happened."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from pgjobs import db, queries, tracing
+from pgjobs.app import App
+from pgjobs.completer import ClaimParams, Completer
+from pgjobs.completer.params import SettleParams
+from pgjobs.context import HandlerExit, JobContext, call_async, call_sync
+from pgjobs.db.dsn import Dsn
+from pgjobs.errors import ConfigurationError
+from pgjobs.models import DeadReason, Job
+from pgjobs.tasks import Task, UpgradeFailed
+
+#: Jobs one ``drain`` runs at most (attempts, not distinct jobs): a bound on handlers that
+#: enqueue more work forever.
+DRAIN_MAX_JOBS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Retried:
+    """A failed attempt rescheduled ``delay`` seconds later."""
+
+    id: int
+    task: str
+    attempt: int
+    error: str
+    delay: float
+
+
+@dataclass(frozen=True, slots=True)
+class Dead:
+    """A job moved to dead_letter, and why."""
+
+    id: int
+    task: str
+    attempt: int
+    reason: DeadReason
+    error: str
+
+
+@dataclass(slots=True)
+class DrainResult:
+    """What ``drain`` did: ids of the attempts that succeeded (a job retried then succeeded
+    appears in ``retried`` and ``succeeded``), the failed attempts rescheduled, the jobs
+    dead-lettered, and whether it stopped at ``max_jobs`` with work left."""
+
+    succeeded: list[int] = field(default_factory=list)
+    retried: list[Retried] = field(default_factory=list)
+    dead: list[Dead] = field(default_factory=list)
+    #: Handler runs (attempts), including jobs dead-lettered without running (unknown task,
+    #: payload that does not fit).
+    runs: int = 0
+    #: ``max_jobs`` runs were reached while a job was still ready (it was left queued).
+    stopped_at_max_jobs: bool = False
+    #: Results returned by the handlers, by job id (the last attempt's).
+    results: dict[int, Any] = field(default_factory=dict)
+    #: Jobs of external tasks, left queued as they were: a worker delivers them over HTTP.
+    skipped: list[int] = field(default_factory=list)
+
+    def _record(self, batch: SettleParams, tasks: Mapping[int, Job]) -> None:
+        self.succeeded += batch.ok_ids
+        for job_id, attempt, error, delay in zip(
+            batch.retry_ids,
+            batch.retry_attempts,
+            batch.retry_errors,
+            batch.retry_delays,
+            strict=True,
+        ):
+            self.retried.append(Retried(job_id, tasks[job_id].task, attempt, error, delay))
+        for job_id, attempt, reason, error in zip(
+            batch.dead_ids, batch.dead_attempts, batch.dead_reasons, batch.dead_errors, strict=True
+        ):
+            self.dead.append(Dead(job_id, tasks[job_id].task, attempt, DeadReason(reason), error))
+
+
+def drain(
+    app: App,
+    *,
+    include_scheduled: bool = False,
+    max_jobs: int = DRAIN_MAX_JOBS,
+    now: datetime | None = None,
+    queues: Sequence[str] | None = None,
+) -> DrainResult:
+    """Run every ready job of ``app``'s queues inline, one at a time, until none is left, and
+    return what happened. Outcomes take the worker's path (``pgjobs.completer``): a failure is
+    retried with the task's backoff, the last attempt or a ``NonRetryableError`` goes to
+    dead_letter, an unknown task or a payload that does not fit the handler too; sync and async
+    handlers alike, with ``pgjobs.current_job()`` set.
+
+    Scheduled jobs (run_at in the future, and retries waiting for their backoff) are not run
+    unless ``include_scheduled``: then the clock advances to the next job due, again and again,
+    until nothing is left (a job that keeps failing ends in dead_letter). ``now`` runs the jobs
+    due by that moment only (retries included). Advancing the clock moves a job's run_at (and
+    expires_at, by as much) back to the database's now(); the row is otherwise untouched.
+
+    ``max_jobs`` bounds the handler runs (``stopped_at_max_jobs`` says it was reached);
+    ``queues`` defaults to those of the app's tasks. Jobs of external tasks are not delivered:
+    they stay queued as they were (``skipped``). Tasks' concurrency limits and rates do not
+    hold jobs back (one runs at a time); a queue's limits, set in the database, do.
+
+    Example::
+
+        result = drain(app, include_scheduled=True)
+        assert [d.reason for d in result.dead] == ["exhausted"]
+    """
+    if max_jobs < 1:
+        raise ConfigurationError(f"max_jobs must be >= 1, got {max_jobs}", field="max_jobs")
+    if now is not None and (now.tzinfo is None or now.utcoffset() is None):
+        raise ConfigurationError("now must be timezone-aware", field="now")
+    tasks = dict(app.tasks)
+    chosen = list(queues) if queues is not None else sorted({t.queue for t in tasks.values()})
+    if not chosen:
+        raise ConfigurationError("the app registers no tasks, so drain has no queue to run")
+    run = _Drain(app.dsn, tasks, chosen, include_scheduled, max_jobs, now)
+    result: DrainResult = run_coroutine(run.run)
+    return result
+
+
+def run_coroutine(make: Callable[[], Any]) -> Any:
+    """``asyncio.run(make())``, in a thread of its own when this one already runs an event loop
+    (an async test)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make())
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, make()).result()
+
+
+class _Drain:
+    def __init__(
+        self,
+        dsn: Dsn,
+        tasks: dict[str, Task],
+        queues: list[str],
+        include_scheduled: bool,
+        max_jobs: int,
+        now: datetime | None,
+    ) -> None:
+        self.dsn = dsn
+        self.tasks = tasks
+        self.queues = queues
+        self.include_scheduled = include_scheduled
+        self.max_jobs = max_jobs
+        self.now = now
+        owner = f"pgjobs.testing:{os.getpid()}:{secrets.token_hex(4)}"
+        # One job at a time, and no task's rate holds a test back: tasks' limits are not
+        # claimed under (a queue's limit, set in the database, is).
+        claim = ClaimParams.for_tasks(owner, queues, tasks.values())
+        self.completer = Completer(
+            replace(
+                claim,
+                limit_tasks=[],
+                limit_concurrency=[],
+                limit_rate_jobs=[],
+                limit_rate_seconds=[],
+            )
+        )
+        self.result = DrainResult()
+        self.jobs: dict[int, Job] = {}
+        #: Jobs of external tasks claimed so far: held (so that the next claim passes them by)
+        #: until the end, then given back with their attempt refunded.
+        self.held: list[Job] = []
+
+    async def run(self) -> DrainResult:
+        conn = await db.connect_async(self.dsn)
+        try:
+            claimed = await self._trip(conn, 1)
+            while True:
+                if not claimed:
+                    if not await self._advance(conn):
+                        break
+                    claimed = await self._trip(conn, 1)
+                    continue
+                for job in claimed:
+                    await self._run(job)
+                if self.result.runs >= self.max_jobs:
+                    self.result.stopped_at_max_jobs = await self._ready_left(conn)
+                    break
+                claimed = await self._trip(conn, 1)
+            for job in self.held:
+                self.completer.outcomes.release(job, refund=True)
+            if len(self.completer.outcomes):
+                await self._trip(conn, 0)
+        finally:
+            await conn.close()
+        return self.result
+
+    async def _trip(self, conn: psycopg.AsyncConnection[Any], limit: int) -> list[Job]:
+        """Send the outcomes buffered (recording them first) and claim up to ``limit`` jobs."""
+        outcomes = self.completer.outcomes
+        if len(outcomes):
+            batch = outcomes.drain()
+            self.result._record(batch, self.jobs)
+            outcomes.restore(batch)
+        claimed = (await self.completer.trip(conn, limit)).jobs
+        for job in claimed:
+            self.jobs[job.id] = job
+        return claimed
+
+    async def _advance(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+        """Move the clock to the next scheduled job (or to ``now``); whether any job became
+        ready."""
+        if not self.include_scheduled and self.now is None:
+            return False
+        rows = await db.fetch_all_async(
+            conn, queries.TESTING_ADVANCE_CLOCK, {"queues": self.queues, "until": self.now}
+        )
+        return bool(rows)
+
+    async def _ready_left(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+        """Whether a job drain would run is still ready (``max_jobs`` was reached): claims one
+        and gives it back untouched (its attempt refunded)."""
+        while claimed := await self._trip(conn, 1):
+            (job,) = claimed
+            task = self.tasks.get(job.task)
+            if task is not None and task.external is not None:
+                self.held.append(job)
+                self.result.skipped.append(job.id)
+                continue
+            self.completer.outcomes.release(job, refund=True)
+            return True
+        return False
+
+    async def _run(self, job: Job) -> None:
+        """Run ``job``'s handler and hand its outcome to the completer, as the worker does."""
+        task = self.tasks.get(job.task)
+        version = job.payload_version or 1
+        if task is not None and (task.external is not None or version > task.version):
+            # Not for this process: a worker delivers an external task's job over HTTP, and a
+            # payload newer than the app's task waits for newer code. Left queued as it was.
+            self.held.append(job)
+            self.result.skipped.append(job.id)
+            return
+        self.result.runs += 1
+        if task is None:
+            self.completer.unknown_task(job)
+            return
+        arguments = self._arguments(job, task, version)
+        if arguments is None:
+            return
+        fn = task.fn
+        if tracing.enabled():
+            fn = tracing.process(fn, job, is_async=task.is_async)
+        # Jobs run one at a time and their outcomes are fenced by attempt and owner, which
+        # nothing else changes meanwhile: a lease extension has nothing to protect here.
+        context = JobContext(job, no_extension)
+        result, exc = await _call(context, fn, arguments, is_async=task.is_async)
+        if exc is None:
+            self.result.results[job.id] = result
+        try:
+            self.completer.finished(job, task, result, exc)
+        except Exception as problem:  # as the worker: the outcome of one job stops nothing
+            self.completer.finished(job, task, None, problem)
+
+    def _arguments(self, job: Job, task: Task, version: int) -> dict[str, Any] | None:
+        """The handler's keyword arguments for ``job`` (its payload upgraded to the task's
+        version, checked against the handler, a model built from it), as the worker builds
+        them; None when the job went to dead_letter instead (an upgrade that failed, a payload
+        that does not fit)."""
+        payload = job.payload
+        if version != task.version:
+            try:
+                payload = task.upgrade(payload, version)
+            except UpgradeFailed as exc:
+                self.completer.finished(job, task, None, exc)
+                return None
+            except ValueError as exc:  # no upgrade from that version is declared any more
+                self.completer.invalid_payload(job, str(exc))
+                return None
+        problem = task.check_payload(payload)
+        if problem is None and task.model is not None:
+            payload, problem = task.arguments(payload)
+        if problem is not None:
+            self.completer.invalid_payload(job, problem)
+            return None
+        return payload
+
+
+def no_extension(context: JobContext, seconds: float) -> None:
+    """``JobContext.extend_lease`` outside a worker: accepted (its value was checked) and
+    nothing to send."""
+
+
+async def _call(
+    context: JobContext, fn: Callable[..., Any], arguments: dict[str, Any], *, is_async: bool
+) -> tuple[Any, BaseException | None]:
+    """Run the handler ``fn`` for ``context``'s job: (result, None) or (None, what it raised).
+    A sync handler runs in a thread, as in a worker (it may start an event loop of its own)."""
+    try:
+        if is_async:
+            return await call_async(context, fn, arguments), None
+        return await asyncio.to_thread(_call_sync, context, fn, arguments)
+    except HandlerExit as exc:
+        return None, exc.original
+    except Exception as exc:
+        return None, exc
+
+
+def _call_sync(
+    context: JobContext, fn: Callable[..., Any], payload: dict[str, Any]
+) -> tuple[Any, BaseException | None]:
+    try:
+        return call_sync(context, fn, payload), None
+    except BaseException as exc:  # whatever the handler raised is its job's outcome
+        return None, exc
