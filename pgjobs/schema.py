@@ -6,8 +6,8 @@ A job is in exactly one of them at any moment:
 * ``archived_jobs``: insert-only history of finished jobs (succeeded, cancelled, expired).
 * ``dead_letter``: jobs that exhausted their attempts or failed for good; read by humans.
 
-Alembic migrations create this schema; ``tests/integration/test_migrations.py`` proves that the
-migrated database and this module do not drift apart.
+Alembic migrations create this schema; ``tests/integration/schema/test_migrations.py`` proves
+that the migrated database and this module do not drift apart.
 """
 
 from __future__ import annotations

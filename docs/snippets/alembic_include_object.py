@@ -1,5 +1,5 @@
 # In your env.py: keep Alembic's autogenerate from proposing to drop pgjobs' tables.
-# tests/integration/test_migrations.py checks it against pgjobs' tables and partitions.
+# tests/integration/schema/test_migrations.py checks it against pgjobs' tables and partitions.
 from typing import Any
 
 from pgjobs.schema import metadata as pgjobs_metadata

@@ -1,6 +1,6 @@
 -- The SQL cookbook: plain SQL over pgjobs' three tables, to run from psql.
--- docs/reference/sql-cookbook.md shows it; tests/integration/test_admin_cookbook.py runs every
--- statement (statements end with ';' at the end of a line).
+-- docs/reference/sql-cookbook.md shows it; tests/integration/operations/test_admin_cookbook.py
+-- runs every statement (statements end with ';' at the end of a line).
 
 -- Top failing tasks today: jobs that died today, and jobs waiting to retry after an error
 SELECT task,

@@ -1,5 +1,5 @@
 # Payload versions: a worker upgrades an older payload step by step before the call.
-# tests/integration/test_doc_snippets.py enqueues a version-1 payload and runs it.
+# tests/integration/docs/test_doc_snippets.py enqueues a version-1 payload and runs it.
 from typing import Any
 
 import pgjobs

@@ -1,5 +1,5 @@
 # Typed payloads: annotations are checked at enqueue and again when a worker starts the job.
-# tests/integration/test_doc_snippets.py runs this file and the calls the page shows.
+# tests/integration/docs/test_doc_snippets.py runs this file and the calls the page shows.
 from dataclasses import dataclass
 from typing import Literal
 

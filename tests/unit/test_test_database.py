@@ -13,7 +13,7 @@ import pytest
 from tests.support.helpers import REPO
 
 #: A test that needs a database; the session must stop before it runs.
-SMOKE = "tests/integration/test_smoke.py"
+SMOKE = "tests/integration/schema/test_smoke.py"
 
 
 @pytest.mark.parametrize(

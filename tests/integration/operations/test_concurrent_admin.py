@@ -13,7 +13,7 @@ import pytest
 
 from pgjobs import migrate, queries, retention
 from pgjobs.maintenance.partitions import ArchivePartitions
-from tests.integration.test_retention import archive, partitions
+from tests.integration.maintenance.test_retention import archive, partitions
 from tests.support.factories import run_service
 from tests.support.helpers import pgjobs_env, pgjobs_process, wait_until
 

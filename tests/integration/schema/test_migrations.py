@@ -18,8 +18,8 @@ from alembic.runtime.migration import MigrationContext
 
 from pgjobs import App, migrate
 from pgjobs.schema import metadata
+from tests.support.helpers import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 ALEMBIC = Path(sys.executable).with_name("alembic")
 PGJOBS_TABLES = {"queued_jobs", "archived_jobs", "dead_letter"}
 

@@ -9,7 +9,6 @@ import runpy
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,9 +16,8 @@ import pytest
 import pgjobs
 from pgjobs.db.dsn import Dsn
 from pgjobs.testing import drain
-from tests.support.helpers import pgjobs_env
+from tests.support.helpers import REPO, pgjobs_env
 
-REPO = Path(__file__).resolve().parents[2]
 SNIPPETS = REPO / "docs" / "snippets"
 
 

@@ -4,13 +4,13 @@ printed, and its fingerprint query counts exactly what `pgjobs dead group` count
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from pgjobs import App, admin
 from pgjobs.models import DeadReason
 from tests.support.admin_factories import bury, claim_one, succeed
+from tests.support.helpers import REPO
 
-COOKBOOK = Path(__file__).resolve().parents[2] / "docs" / "snippets" / "cookbook.sql"
+COOKBOOK = REPO / "docs" / "snippets" / "cookbook.sql"
 #: The lines that mark a section of the file for the pages that show one statement of it.
 SECTION_MARK = re.compile(r"^-- --8<-- \[(start|end):[\w-]+\]$")
 

@@ -20,7 +20,7 @@ from pgjobs.completer.outcomes import Outcomes
 from pgjobs.db.dsn import Dsn
 from pgjobs.maintenance.limits import LapsedLimits
 from pgjobs.models import Job
-from tests.integration.test_hot_path import trip
+from tests.integration.claiming.test_hot_path import trip
 from tests.support.factories import claim, claim_limited, declared_task, run_service, settle
 from tests.support.helpers import assert_one_home, scalar
 
