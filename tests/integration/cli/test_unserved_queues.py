@@ -51,7 +51,9 @@ def test_enqueue_warns_in_one_line_when_no_live_worker_serves_the_queue(
     assert f"no live worker serves queue {queue!r}: job {job_id} waits" in line
 
 
-@pytest.mark.parametrize(("queues", "argv"), [(["emails"], ["--queue", "emails"]), (["a", "default"], [])])
+@pytest.mark.parametrize(
+    ("queues", "argv"), [(["emails"], ["--queue", "emails"]), (["a", "default"], [])]
+)
 def test_enqueue_is_silent_when_a_live_worker_serves_the_queue(capsys, dsn, queues, argv):
     register(dsn, "w-1", queues)
     code, out, err = enqueue(capsys, dsn, *argv)
