@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import typer
-import typer.completion
 import typer.main
+from typer._completion_shared import get_completion_script, install  # what typer's options call
 from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from pgjobs.errors import ConfigurationError
@@ -74,14 +74,8 @@ def named_shell(argv: Sequence[str]) -> tuple[str, str] | None:
 def complete_for(option: str, shell: str) -> None:
     """Install (``--install-completion``) or print the completion script of ``shell``."""
     if option == SHOW:
-        typer.echo(
-            typer.completion.get_completion_script(
-                prog_name=PROG, complete_var=COMPLETE_VAR, shell=shell
-            )
-        )
+        typer.echo(get_completion_script(prog_name=PROG, complete_var=COMPLETE_VAR, shell=shell))
         return
-    installed, path = typer.completion.install(
-        shell=shell, prog_name=PROG, complete_var=COMPLETE_VAR
-    )
+    installed, path = install(shell=shell, prog_name=PROG, complete_var=COMPLETE_VAR)
     typer.echo(f"{installed} completion installed in {path}")
     typer.echo("Completion will take effect once you restart the terminal")
