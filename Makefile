@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 DEMO_JOBS ?= 300
 
-.PHONY: help install demo test test-pg14 test-pg18 lint module-sizes format docs docs-build bench bench-peers compose-check clean
+.PHONY: help install demo demo-next test test-pg14 test-pg18 lint module-sizes format docs docs-build bench bench-peers compose-check clean
 
 help:
 	@echo "make demo      - install, then enqueue $(DEMO_JOBS) jobs, work them, show stats"
@@ -34,6 +34,13 @@ demo: install
 	$(PY) -m examples.demo enqueue $(DEMO_JOBS)
 	$(BIN)/pgjobs work --app examples.demo:app --concurrency 8 --burst --log-level error
 	$(BIN)/pgjobs stats
+	@$(MAKE) --no-print-directory demo-next
+
+# The demo's last words: the pgjobs it ran is in the venv, not on the PATH of the shell.
+demo-next:
+	@echo
+	@echo "pgjobs is installed in $(VENV), not on your PATH: run $(BIN)/pgjobs (e.g. $(BIN)/pgjobs dead group),"
+	@echo "or activate the venv first (source $(BIN)/activate) and run pgjobs."
 
 test: install
 	$(BIN)/pytest

@@ -1827,6 +1827,7 @@ RETURNING q.id
 #   JOBS_FINISHED_PER_MINUTE  Index Only Scan of ix_archived_jobs_finished_at (today's
 #                             partition) and of ix_dead_letter_failed_at over the last hour
 #   TABLE_ROW_ESTIMATES       pg_class.reltuples of each table and archive partition: no table read
+#   TABLE_ROWS_CAPPED         a scan of each table stopped at ``cap`` rows
 #   DEAD_LIST_PAGE            Index Scan Backward of ix_dead_letter_failed_at, stopped at the LIMIT
 #   DEAD_NEWEST_IDS           the same, ids only
 #   DEAD_COUNT_CAPPED         a scan of dead_letter (no fingerprint) stopped at ``cap`` rows
@@ -1844,7 +1845,8 @@ _DEAD_WHERE_AND_REASON = (
 DATABASE_NOW = "SELECT now()"
 
 #: Jobs archived and dead-lettered in each of the last 60 minutes (the current one included),
-#: oldest first. Rows: (minute, archived, of which succeeded, dead-lettered).
+#: oldest first. Rows: (minute, archived, of which succeeded, dead-lettered). Dead-lettered counts
+#: the jobs in dead_letter now by the minute they failed: a redrive or purge takes them out.
 JOBS_FINISHED_PER_MINUTE = """
 WITH minutes AS (
     SELECT generate_series(date_trunc('minute', now()) - interval '59 minutes',
@@ -1884,6 +1886,17 @@ SELECT t.name,
                OR c.oid IN (SELECT relid FROM pg_partition_tree(t.name::regclass)
                             WHERE isleaf)))
 FROM unnest(ARRAY['queued_jobs', 'archived_jobs', 'dead_letter']) AS t(name)
+"""
+
+#: Each pgjobs table's rows counted exactly, but at most ``cap`` of them: a scan stopped at the
+#: LIMIT, cheap whatever the table's size. The dashboard's sizes where the planner's estimate is
+#: missing or cannot be trusted (no ANALYZE since: autovacuum off). Rows: (table, rows).
+TABLE_ROWS_CAPPED = """
+SELECT 'queued_jobs', count(*) FROM (SELECT 1 FROM queued_jobs LIMIT %(cap)s) t
+UNION ALL
+SELECT 'archived_jobs', count(*) FROM (SELECT 1 FROM archived_jobs LIMIT %(cap)s) t
+UNION ALL
+SELECT 'dead_letter', count(*) FROM (SELECT 1 FROM dead_letter LIMIT %(cap)s) t
 """
 
 #: DEAD_LIST narrowed by ``reason`` too, one page after the cursor (``before_at``,

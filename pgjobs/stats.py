@@ -9,6 +9,7 @@ next and last run, and (``--verbose``) the health of the tables.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,13 @@ class Snapshot:
     #: The periodic schedules recorded in the database (`pgjobs schedule`).
     schedules: list[ScheduleInfo] = field(default_factory=list)
 
+    @property
+    def unserved(self) -> list[str]:
+        """The queues with ready jobs that no live worker serves: nothing will run them until a
+        worker of that queue starts (paused or not)."""
+        served = served_queues(self.workers)
+        return [q.queue for q in self.queues if q.ready and q.queue not in served]
+
 
 def snapshot(conn: psycopg.Connection[Any], *, verbose: bool = False) -> Snapshot:
     """Read the queues, the live workers and, with ``verbose``, the tables' health.
@@ -68,6 +76,19 @@ def _read(conn: psycopg.Connection[Any], verbose: bool) -> Snapshot:
     default = archive.default_partition(partitions)
     default_rows = None if default is None else archive.default_rows(conn, default)
     return Snapshot(queues, workers, orphaned, tables, partitions, default_rows, scheduled)
+
+
+def served_queues(workers: Iterable[WorkerInfo]) -> set[str]:
+    """The queues the live ``workers`` claim from (each registers the queues it works)."""
+    return {queue for worker in workers for queue in worker.queues}
+
+
+def has_live_worker(conn: psycopg.Connection[Any], queue: str) -> bool:
+    """Whether a live worker (a heartbeat in the last ``STALE_AFTER`` seconds) serves ``queue``.
+
+    Example: ``has_live_worker(conn, "emails")`` is False before any `pgjobs work` starts.
+    """
+    return queue in served_queues(db.live_workers(conn, STALE_AFTER))
 
 
 def schedules(conn: psycopg.Connection[Any]) -> list[ScheduleInfo]:

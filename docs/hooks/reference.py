@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import typer.main
-
 MARKER = "<!-- reference: {} -->"
 
 
@@ -31,8 +29,9 @@ def cell(text: object) -> str:
 
 def cli_reference() -> str:
     from pgjobs.cli import cli
+    from pgjobs.cli.completion import command
 
-    root = typer.main.get_command(cli)
+    root = command(cli)
     return "\n".join(_command(root, ["pgjobs"], None))
 
 

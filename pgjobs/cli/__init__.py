@@ -2,8 +2,8 @@
 
 One module per command group (``migrate``, ``enqueue``, ``work``, ``stats``, ``prune``, ``dead``,
 ``job``); ``parse`` holds the one grammar of ages and times, ``render`` how everything prints,
-``options`` what the commands share. ``main`` runs the command and turns every error into one line
-on stderr and an exit code.
+``options`` what the commands share, ``completion`` the shell completion and the help's look.
+``main`` runs the command and turns every error into one line on stderr and an exit code.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Annotated
 import typer
 
 from pgjobs.cli import (
+    completion,
     dead,
     doctor,
     enqueue,
@@ -81,10 +82,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     Example: ``main(["migrate", "--check"])`` returns 1 while the database is behind.
     """
     _debug[0] = False
+    args = list(argv) if argv is not None else sys.argv[1:]
     try:
-        result = cli(
-            args=list(argv) if argv is not None else None, prog_name="pgjobs", standalone_mode=False
-        )
+        if (shell := completion.named_shell(args)) is not None:
+            completion.complete_for(*shell)
+            return 0
+        result = completion.command(cli).main(args=args, prog_name="pgjobs", standalone_mode=False)
     except typer.Exit as exc:
         return exc.exit_code
     except SystemExit as exc:  # shell completion (--show-completion, $_PGJOBS_COMPLETE) exits

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from pgjobs import admin
-from pgjobs.cli import parse, render
+from pgjobs.cli import parse, render, render_dead
 from pgjobs.cli.options import DsnOption, JobIdArgument, JsonFlag, database
 from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError
@@ -95,7 +95,7 @@ def dead_list_command(
     if as_json:
         render.print_json([dataclasses.asdict(job) for job in jobs])
         return
-    Console().print(render.dead_jobs_table(jobs, limit))
+    render_dead.dead_jobs(Console(), jobs, limit)
 
 
 @dead_cli.command("show")
@@ -144,7 +144,7 @@ def dead_group_command(
     if as_json:
         render.print_json([dataclasses.asdict(group) for group in groups])
         return
-    Console().print(render.dead_groups_table(groups, "dead jobs by task and error"))
+    render_dead.dead_groups(Console(), groups, "dead jobs by task and error")
 
 
 def _select(
@@ -160,7 +160,7 @@ def _select(
     if dry_run:
         groups = admin.dead_groups(dsn, selection.filter)
         title = f"dry run: would {verb} {selection.count:,} dead job(s)"
-        Console().print(render.dead_groups_table(groups, title))
+        render_dead.dead_groups(Console(), groups, title)
         return None
     if selection.count == 0:
         typer.echo(f"no dead job matches: nothing to {verb}")

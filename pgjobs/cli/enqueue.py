@@ -11,12 +11,15 @@ from typing import Annotated, Any
 
 import typer
 
+from pgjobs import db
+from pgjobs import stats as read_model
 from pgjobs.app import App
-from pgjobs.cli import parse
+from pgjobs.cli import parse, render
 from pgjobs.cli.options import DsnOption, database, load_app
-from pgjobs.errors import ConfigurationError, InvalidPayload, UnknownTask
+from pgjobs.errors import ConfigurationError, InvalidPayload, PgjobsError, UnknownTask
 from pgjobs.producer import MAX_PAYLOAD_DEPTH
-from pgjobs.submission import check_seconds
+from pgjobs.submission import DEFAULT_QUEUE, check_seconds
+from pgjobs.text import printable
 
 
 def enqueue_command(
@@ -77,6 +80,28 @@ def enqueue_command(
             idempotency_key=idempotency_key,
         )
     typer.echo(job_id)
+    _warn_if_unserved(app, queue or _task_queue(app, task), job_id)
+
+
+def _task_queue(app: App, task: str) -> str:
+    """The queue a job of ``task`` goes to when none is given (as the enqueue decides it)."""
+    declared = app.tasks.get(task)
+    return declared.queue if declared is not None else DEFAULT_QUEUE
+
+
+def _warn_if_unserved(app: App, queue: str, job_id: int) -> None:
+    """One line on stderr when no live worker serves ``queue``: the job would wait unseen. Only a
+    warning: the enqueue is done, and a worker may start later."""
+    try:
+        with db.connect(app.dsn) as conn:
+            served = read_model.has_live_worker(conn, queue)
+    except PgjobsError:
+        return  # the job is enqueued; failing to look for workers must not make that an error
+    if not served:
+        render.warning(
+            f"no live worker serves queue {printable(queue)!r}: job {job_id} waits until one "
+            f"does (pgjobs work --app ... --queue {printable(queue)})"
+        )
 
 
 @contextmanager

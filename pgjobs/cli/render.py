@@ -1,5 +1,5 @@
-"""How the commands print: times, ages, sizes and ratios, the rich tables of `pgjobs stats` and
-`pgjobs dead`, a job's fields, and JSON for machines.
+"""How the commands print: times, ages, sizes and ratios, the rich tables of `pgjobs stats`, a
+job's fields, and JSON for machines (the rows of `pgjobs dead`: ``render_dead``).
 
 Times are printed in UTC, one way (``when``), or shortened for a table cell whose header says UTC
 (``cell_time``).
@@ -14,14 +14,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 import typer
-from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from pgjobs.maintenance.registry import STALE_AFTER
-from pgjobs.models import DeadGroup, DeadJob, QueueState, QueueStats, ScheduleInfo
+from pgjobs.models import QueueState, QueueStats, ScheduleInfo
 from pgjobs.rates import limits_text
 from pgjobs.stats import Snapshot
 from pgjobs.text import printable
@@ -108,8 +107,11 @@ def _queues_table(snap: Snapshot, title: str) -> Table:
     table.add_column("jobs/s 1m", justify="right")
     table.add_column("retry 1m", justify="right")
     table.add_column("oldest ready", justify="right")
+    unserved = set(snap.unserved)
     for s in snap.queues:
         name = cell(s.queue) + (" [bold yellow](paused)[/bold yellow]" if s.paused else "")
+        if s.queue in unserved:
+            name += " [bold red](no live worker)[/bold red]"
         if s.concurrency is not None or s.rate_jobs is not None:
             name += f" [cyan]({queue_limits(s)})[/cyan]"
         table.add_row(
@@ -126,6 +128,11 @@ def _queues_table(snap: Snapshot, title: str) -> Table:
         )
     if not snap.queues:
         table.caption = "no jobs yet"
+    elif unserved:
+        table.caption = (
+            "no live worker serves the queues marked: their ready jobs wait until "
+            "`pgjobs work` runs them"
+        )
     return table
 
 
@@ -272,53 +279,6 @@ def _health_table(snap: Snapshot) -> RenderableType:
 # -- pgjobs dead and pgjobs job ------------------------------------------------------------------
 
 
-def dead_jobs_table(jobs: list[DeadJob], limit: int) -> Table:
-    """`pgjobs dead list`."""
-    table = Table(title="dead jobs, newest first (times in UTC)", box=box.SIMPLE_HEAD)
-    table.add_column("id", justify="right", no_wrap=True)
-    table.add_column("failed")
-    table.add_column("queue")
-    table.add_column("task", overflow="fold")
-    table.add_column("tries", justify="right", no_wrap=True)
-    table.add_column("reason")
-    table.add_column("error", overflow="fold")
-    for job in jobs:
-        table.add_row(
-            str(job.id),
-            cell_time(job.failed_at),
-            cell(job.queue),
-            cell(job.task),
-            f"{job.attempts}/{job.max_attempts}",
-            job.reason,
-            cell(job.last_error or ""),
-        )
-    table.caption = "no dead job matches" if not jobs else f"{len(jobs)} shown (--limit {limit})"
-    return table
-
-
-def dead_groups_table(groups: list[DeadGroup], title: str) -> Table:
-    """`pgjobs dead group`, and what a dry-run redrive or purge would take."""
-    table = Table(title=f"{title} (times in UTC)", box=box.SIMPLE_HEAD)
-    table.add_column("count", justify="right", no_wrap=True)
-    table.add_column("task", overflow="fold")
-    table.add_column("error fingerprint", overflow="fold")
-    table.add_column("id", no_wrap=True)
-    table.add_column("first failed")
-    table.add_column("last failed")
-    for group in groups:
-        table.add_row(
-            f"{group.count:,}",
-            cell(group.task),
-            cell(group.fingerprint),
-            cell(group.fingerprint_id),
-            cell_time(group.first_failed_at),
-            cell_time(group.last_failed_at),
-        )
-    total = sum(group.count for group in groups)
-    table.caption = f"{total:,} dead job(s) in {len(groups):,} group(s)"
-    return table
-
-
 def print_fields(fields: list[tuple[str, Any]]) -> None:
     """One ``name  value`` line per field that has a value."""
     for name, value in fields:
@@ -359,6 +319,11 @@ def print_json(value: Any) -> None:
 def error(message: str) -> None:
     """An error as pgjobs prints every error: one line on stderr."""
     print(f"pgjobs: error: {printable(' '.join(message.split()))}", file=sys.stderr)
+
+
+def warning(message: str) -> None:
+    """A warning: one line on stderr, the command's work done all the same."""
+    print(f"pgjobs: warning: {printable(' '.join(message.split()))}", file=sys.stderr)
 
 
 # -- pgjobs doctor -------------------------------------------------------------------------------

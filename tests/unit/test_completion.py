@@ -78,3 +78,56 @@ def test_help_lists_the_completion_options(capsys, monkeypatch):
     assert "--install-completion" in out
     assert "--show-completion" in out
     assert "doctor" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "written", "absent"),
+    [
+        (["--install-completion", "zsh"], ".zfunc/_pgjobs", ".bash_completions"),
+        (["--install-completion=fish"], ".config/fish/completions/pgjobs.fish", ".zfunc"),
+        (["--debug", "--install-completion", "bash"], ".bash_completions/pgjobs.sh", ".zfunc"),
+    ],
+)
+def test_install_completion_installs_for_the_shell_named(tmp_path, argv, written, absent):
+    # The shell detected (bash here) must not win over the one the user named.
+    env = completion_env(HOME=str(tmp_path), SHELL="/bin/bash")
+    done = subprocess.run(
+        pgjobs_command(*argv), env=env, cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    script = (tmp_path / written).read_text()
+    assert "pgjobs" in script
+    assert not (tmp_path / absent).exists()
+
+
+def test_show_completion_prints_the_script_of_the_shell_named(capsys, monkeypatch):
+    monkeypatch.setenv("SHELL", "/bin/bash")
+    assert cli.main(["--show-completion", "zsh"]) == 0
+    assert "#compdef pgjobs" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("option", ["--install-completion", "--show-completion"])
+def test_an_unknown_shell_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, option):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert cli.main([option, "tcsh"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "expected one of bash, zsh" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "argv", [["--help"], ["stats", "--help"], ["dead", "list", "--help"], ["work", "--help"]]
+)
+def test_help_shows_no_type_beside_a_flag(capsys, monkeypatch, argv):
+    monkeypatch.setenv("COLUMNS", "200")
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "<bool>" not in out
+    assert "--help" in out
+
+
+def test_help_still_shows_the_type_of_an_option_that_takes_a_value(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    assert cli.main(["dead", "list", "--help"]) == 0
+    assert "<int range>" in capsys.readouterr().out

@@ -1,6 +1,7 @@
 """What each dashboard page reads, on a connection it is given. Listings are LIMITed and
-index-backed; totals of the big tables are the planner's estimates (``TableEstimates``) and say
-so; the groups of a large dead letter are those of its newest jobs unless asked for all.
+index-backed; a table's size is counted exactly up to ``EXACT_COUNT_CAP`` rows and the planner's
+estimate beyond (``TableSize``, which says which); the groups of a large dead letter are those of
+its newest jobs unless asked for all.
 """
 
 from __future__ import annotations
@@ -25,6 +26,34 @@ DEAD_PAGE_SIZE = 50
 GROUP_SAMPLE = 1000
 #: The matching dead jobs a listing counts, at most (it says "more than" beyond).
 COUNT_CAP = 100_000
+#: A table with at most this many rows is counted exactly; a bigger one shows the planner's
+#: estimate (``pg_class.reltuples``), or, never analysed, "more than" this.
+EXACT_COUNT_CAP = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class TableSize:
+    """How many rows a table holds, as well as it can be read cheaply."""
+
+    table: str
+    #: None: more than EXACT_COUNT_CAP rows and no usable estimate (never analysed).
+    rows: int | None
+    #: Whether ``rows`` was counted (at most EXACT_COUNT_CAP) or is the planner's estimate.
+    exact: bool
+
+    def text(self, unit: str = "rows") -> str:
+        """``"42 rows"`` counted, ``"≈1.0M rows"`` estimated, or, more than EXACT_COUNT_CAP rows
+        and never analysed, how to get an estimate."""
+        if self.rows is None:
+            return (
+                f"more than {EXACT_COUNT_CAP:,} {unit} (never analysed: run ANALYZE {self.table} "
+                "for an estimate)"
+            )
+        if self.exact:
+            return f"{self.rows:,} {unit}"
+        if self.rows >= 1_000_000:
+            return f"≈{self.rows / 1_000_000:.1f}M {unit}"
+        return f"≈{self.rows / 1000:.0f}k {unit}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,8 +70,8 @@ class ChartPoint:
 class Overview:
     snapshot: stats.Snapshot
     chart: list[ChartPoint]
-    #: Planner's row estimates by table (None: never analysed).
-    estimates: dict[str, int | None]
+    #: Each table's size, by name.
+    sizes: dict[str, TableSize]
     now: datetime
 
 
@@ -59,8 +88,8 @@ class DeadView:
     #: Matching jobs, counted up to COUNT_CAP (None when not counted: a fingerprint filter
     #: would compute every job's fingerprint; the confirmation counts them exactly).
     matching: int | None
-    #: Planner's estimate of every dead job.
-    estimated_total: int | None
+    #: Every dead job: dead_letter's size.
+    total: TableSize
     now: datetime
 
 
@@ -85,9 +114,24 @@ def now(conn: psycopg.Connection[Any]) -> datetime:
     return moment
 
 
-def estimates(conn: psycopg.Connection[Any]) -> dict[str, int | None]:
-    """The planner's row estimate of each pgjobs table."""
-    return {name: rows for name, rows in db.fetch_all(conn, queries.TABLE_ROW_ESTIMATES)}
+def table_sizes(conn: psycopg.Connection[Any]) -> dict[str, TableSize]:
+    """Each pgjobs table's size: counted when it holds at most EXACT_COUNT_CAP rows, else the
+    planner's estimate when it has one above the cap (on a server without autovacuum a table may
+    never be analysed, or its estimate be as old as its last ANALYZE), else "more than the cap".
+
+    Example: ``table_sizes(conn)["dead_letter"].rows``
+    """
+    estimated = dict(db.fetch_all(conn, queries.TABLE_ROW_ESTIMATES))
+    counted = db.fetch_all(conn, queries.TABLE_ROWS_CAPPED, {"cap": EXACT_COUNT_CAP + 1})
+    sizes = {}
+    for name, rows in counted:
+        if rows <= EXACT_COUNT_CAP:
+            sizes[name] = TableSize(name, rows, exact=True)
+        else:
+            estimate = estimated.get(name)
+            usable = estimate is not None and estimate > EXACT_COUNT_CAP
+            sizes[name] = TableSize(name, estimate if usable else None, exact=False)
+    return sizes
 
 
 def overview(conn: psycopg.Connection[Any]) -> Overview:
@@ -95,7 +139,7 @@ def overview(conn: psycopg.Connection[Any]) -> Overview:
     tables' estimated sizes."""
     snap = stats.snapshot(conn)
     chart = [ChartPoint(*row) for row in db.fetch_all(conn, queries.JOBS_FINISHED_PER_MINUTE)]
-    return Overview(snap, chart, estimates(conn), now(conn))
+    return Overview(snap, chart, table_sizes(conn), now(conn))
 
 
 def _dead_params(where: DeadFilter, reason: DeadReason | None) -> dict[str, Any]:
@@ -149,7 +193,7 @@ def dead_view(
         jobs,
         next_cursor,
         matching,
-        estimates(conn).get("dead_letter"),
+        table_sizes(conn)["dead_letter"],
         now(conn),
     )
 

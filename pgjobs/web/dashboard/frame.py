@@ -108,7 +108,6 @@ def _environment() -> jinja2.Environment:
         number=text.number,
         rate=text.rate,
         queue_limits=text.queue_limits,
-        estimate=text.estimate,
         urlpart=lambda value: quote(str(value), safe=""),
     )
     return env

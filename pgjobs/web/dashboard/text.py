@@ -84,14 +84,3 @@ def rate(value: float | None) -> str:
 def queue_limits(state: QueueState) -> str:
     """A queue's limits in words: "at most 10 running, 100/s starts", or "" without any."""
     return limits_text(state.concurrency, state.rate_jobs, state.rate_seconds)
-
-
-def estimate(value: int | None) -> str:
-    """A planner's row estimate, rounded to what it is worth: ``estimate(1043211) == "≈1.0M"``."""
-    if value is None or value < 0:
-        return "unknown (never analysed)"
-    if value >= 1_000_000:
-        return f"≈{value / 1_000_000:.1f}M"
-    if value >= 10_000:
-        return f"≈{value / 1000:.0f}k"
-    return f"≈{value:,}"

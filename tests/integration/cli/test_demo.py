@@ -1,8 +1,10 @@
 """`make demo` ends as the README says: of the image jobs, one in ten dead after its three
 attempts, one in ten archived on its second attempt, the rest archived on their first; every
-e-mail archived."""
+e-mail archived; and it ends by saying where the `pgjobs` it ran is, since it is not on the PATH."""
 
 from __future__ import annotations
+
+import subprocess
 
 import pytest
 
@@ -10,6 +12,7 @@ from examples import demo
 from pgjobs.db.dsn import Dsn
 from pgjobs.models import ArchivedStatus, DeadReason
 from tests.support.factories import work
+from tests.support.helpers import REPO
 
 
 @pytest.fixture
@@ -37,3 +40,23 @@ def test_the_demo_ends_as_the_readme_says(demo_app, conn):
     }
     assert {status for *_, status in archived} == {ArchivedStatus.SUCCEEDED}
     assert sum(task == "demo.send_email" for task, *_ in archived) == 10
+
+
+def test_the_demo_ends_by_saying_how_to_run_pgjobs():
+    # A dry run prints the recipe (the venv is neither made nor used); the recursive make it ends
+    # with is run even so, and prints the closing lines' commands.
+    dry = subprocess.run(
+        ["make", "-n", "demo"], cwd=REPO, capture_output=True, text=True, timeout=60, check=True
+    )
+    assert "pgjobs stats" in dry.stdout
+    assert dry.stdout.rstrip().splitlines()[-2:] == [
+        'echo "pgjobs is installed in .venv, not on your PATH: run .venv/bin/pgjobs'
+        ' (e.g. .venv/bin/pgjobs dead group),"',
+        'echo "or activate the venv first (source .venv/bin/activate) and run pgjobs."',
+    ]
+    said = subprocess.run(
+        ["make", "-s", "demo-next"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert said.returncode == 0, said.stderr
+    assert ".venv/bin/pgjobs" in said.stdout
+    assert "source .venv/bin/activate" in said.stdout

@@ -1,5 +1,5 @@
 """The overview page: `pgjobs stats` in a browser, the last hour by minute, and the tables'
-estimated sizes; its live part refreshes every ``REFRESH_SECONDS``."""
+sizes; its live part refreshes every ``REFRESH_SECONDS``."""
 
 from __future__ import annotations
 
@@ -49,7 +49,8 @@ class OverviewPages:
 
 
 def _live(view: data.Overview) -> dict[str, Any]:
-    """The overview's live part: queues, chart, workers, orphaned leases, table estimates."""
+    """The overview's live part: queues (those no live worker serves marked), chart, workers,
+    orphaned leases, table sizes."""
     peak = max([max(p.finished, p.failed) for p in view.chart] + [1])
     return {
         "view": view,
@@ -62,6 +63,8 @@ def _live(view: data.Overview) -> dict[str, Any]:
             "finished": sum(p.finished for p in view.chart),
             "failed": sum(p.failed for p in view.chart),
         },
-        "estimates": view.estimates,
+        "sizes": view.sizes,
+        "exact_cap": data.EXACT_COUNT_CAP,
+        "unserved": set(view.snapshot.unserved),
         "now": view.now,
     }
