@@ -539,10 +539,19 @@ def _is_async(conn: Any) -> bool:
 
 def prepare_many(specs: Iterable[JobSpec], tasks: Mapping[str, Task] | None) -> list[PreparedJob]:
     """``prepare`` every spec; the first invalid one raises, naming its position (in the message,
-    and in ``field`` as ``jobs[position].field``)."""
+    and in ``field`` as ``jobs[position].field``). Anything but a ``JobSpec`` is invalid."""
+    if isinstance(specs, str | bytes | Mapping | JobSpec) or not isinstance(specs, Iterable):
+        raise ConfigurationError(
+            f"jobs must be an iterable of JobSpec, got {type(specs).__name__}", field="jobs"
+        )
     rows = []
     for position, spec in enumerate(specs):
         try:
+            if not isinstance(spec, JobSpec):
+                raise ConfigurationError(
+                    f"expected a JobSpec, got {type(spec).__name__}; "
+                    "build each job as JobSpec(task, payload, ...)"
+                )
             rows.append(prepare(spec, tasks))
         except PgjobsError as exc:
             where = f"jobs[{position}]" + (f".{exc.field}" if exc.field else "")

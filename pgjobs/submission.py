@@ -38,6 +38,9 @@ MAX_ATTEMPTS_LIMIT = 1_000_000
 #: to 294276 AD) but Python's datetime cannot load a row outside 1..9999, and one such row would
 #: break every claim or `job show` that reads it.
 YEAR_RANGE = (1, 9999)
+#: The largest job id: the id columns are PostgreSQL bigints. An id outside 1..MAX_JOB_ID names
+#: no job, and is refused as bad input rather than sent to the database.
+MAX_JOB_ID = 2**63 - 1
 #: The most jobs a concurrency limit may allow in flight at once, and the most starts a rate may
 #: allow per period: far above what one database serves, and within an int4.
 MAX_LIMIT = 1_000_000
