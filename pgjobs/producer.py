@@ -104,11 +104,11 @@ def prepare(spec: JobSpec, tasks: Mapping[str, Task] | None) -> PreparedJob:
 
     ``tasks`` is the app's registry; when it is given and not empty, unknown task names are refused.
     """
-    check_name("task", spec.task)
-    task = tasks.get(spec.task) if tasks else None
+    name = check_name("task", spec.task)  # in NFC, as tasks are registered
+    task = tasks.get(name) if tasks else None
     if tasks and task is None:
         raise UnknownTask(
-            f"unknown task {spec.task!r}: the app registers {', '.join(sorted(tasks))}",
+            f"unknown task {name!r}: the app registers {', '.join(sorted(tasks))}",
             field="task",
         )
     text = _payload_text(spec.payload, task)
@@ -133,10 +133,10 @@ def prepare(spec: JobSpec, tasks: Mapping[str, Task] | None) -> PreparedJob:
     expires_in = None if spec.expires_in is None else check_seconds("expires_in", spec.expires_in)
     key = None if spec.idempotency_key is None else check_key(spec.idempotency_key)
     version = task.version if task is not None and task.version != 1 else None
-    trace = tracing.publish(spec.task, queue) if tracing.enabled() else None
+    trace = tracing.publish(name, queue) if tracing.enabled() else None
     return PreparedJob(
         queue,
-        spec.task,
+        name,
         text,
         priority,
         run_at,
