@@ -26,6 +26,7 @@ from pgjobs.completer.reports import ReportedOutcome
 from pgjobs.errors import ConfigurationError, JobNotFound, JobStateConflict, StaleOutcome
 from pgjobs.models import DeadGroup, DeadJob, JobHistory, JobStatus
 from pgjobs.retry import RetryPolicy
+from pgjobs.submission import in_nfc
 
 #: Dead jobs moved (or deleted) per statement and transaction by a redrive or purge.
 DEFAULT_BATCH_SIZE = 1000
@@ -81,8 +82,8 @@ class DeadFilter:
             fingerprint = fingerprint.lower()
         return {
             "ids": list(self.ids) if self.ids is not None else None,
-            "queue": self.queue,
-            "task": self.task,
+            "queue": in_nfc(self.queue),  # names are stored in NFC
+            "task": in_nfc(self.task),
             "since": self.since,
             "until": self.until,
             "error": self.error,

@@ -191,7 +191,7 @@ class App:
             app.enqueue(charge, {"order": 42})
         """
         refuse_unknown(options, TaskOptions, "App.external_task")
-        check_name("task", name)
+        name = check_name("task", name)
 
         def not_callable(**payload: Any) -> Any:
             raise ConfigurationError(

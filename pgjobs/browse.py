@@ -76,10 +76,11 @@ def jobs(
         raise ConfigurationError(
             f"limit must be in 1..{MAX_PAGE_SIZE}, got {limit!r}", field="limit"
         )
+    names: dict[str, str] = {}  # in NFC, as stored
     for name, value in (("queue", queue), ("task", task)):
         if value is not None:
             try:
-                check_name(name, value)
+                names[name] = check_name(name, value)
             except ConfigurationError as exc:
                 raise ConfigurationError(str(exc), field=name) from None
     for name, moment in (("since", since), ("until", until)):
@@ -92,8 +93,8 @@ def jobs(
     before_at, before_id = (None, None) if cursor is None else decode_cursor(cursor)
     params = {
         "states": wanted,
-        "queue": queue,
-        "task": task,
+        "queue": names.get("queue"),
+        "task": names.get("task"),
         "since": since,
         "until": until,
         "before_at": before_at,

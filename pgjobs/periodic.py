@@ -103,8 +103,8 @@ class Periodic:
     _zone: ZoneInfo = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        check_name("schedule", self.name)
-        check_name("task", self.task)
+        object.__setattr__(self, "name", check_name("schedule", self.name))  # NFC
+        object.__setattr__(self, "task", check_name("task", self.task))
         # The key of an occurrence must be storable: name plus an ISO instant.
         check_key(self.idempotency_key(_EPOCH))
         if not isinstance(self.payload, dict):

@@ -71,6 +71,7 @@ _MANY_KEYS = (
     "run_ins",
     "max_attempts",
     "expires_ats",
+    "expires_ins",
     "keys",
     "payload_versions",
     "trace_contexts",
@@ -88,6 +89,9 @@ class PreparedJob(NamedTuple):
     run_in: float
     max_attempts: int
     expires_at: datetime | None
+    #: Seconds from the insert's now(), the database's clock (never the producer's): the
+    #: statement computes expires_at from it.
+    expires_in: float | None
     idempotency_key: str | None
     #: The task's payload version when it declares one above 1 (None is version 1).
     payload_version: int | None = None
@@ -100,11 +104,11 @@ def prepare(spec: JobSpec, tasks: Mapping[str, Task] | None) -> PreparedJob:
 
     ``tasks`` is the app's registry; when it is given and not empty, unknown task names are refused.
     """
-    check_name("task", spec.task)
-    task = tasks.get(spec.task) if tasks else None
+    name = check_name("task", spec.task)  # in NFC, as tasks are registered
+    task = tasks.get(name) if tasks else None
     if tasks and task is None:
         raise UnknownTask(
-            f"unknown task {spec.task!r}: the app registers {', '.join(sorted(tasks))}",
+            f"unknown task {name!r}: the app registers {', '.join(sorted(tasks))}",
             field="task",
         )
     text = _payload_text(spec.payload, task)
@@ -126,22 +130,20 @@ def prepare(spec: JobSpec, tasks: Mapping[str, Task] | None) -> PreparedJob:
     if spec.expires_at is not None and spec.expires_in is not None:
         raise ConfigurationError("give expires_at or expires_in, not both", field="expires_in")
     expires_at = None if spec.expires_at is None else check_moment("expires_at", spec.expires_at)
-    if spec.expires_in is not None:
-        expires_at = datetime.now().astimezone() + timedelta(
-            seconds=check_seconds("expires_in", spec.expires_in)
-        )
+    expires_in = None if spec.expires_in is None else check_seconds("expires_in", spec.expires_in)
     key = None if spec.idempotency_key is None else check_key(spec.idempotency_key)
     version = task.version if task is not None and task.version != 1 else None
-    trace = tracing.publish(spec.task, queue) if tracing.enabled() else None
+    trace = tracing.publish(name, queue) if tracing.enabled() else None
     return PreparedJob(
         queue,
-        spec.task,
+        name,
         text,
         priority,
         run_at,
         run_in,
         max_attempts,
         expires_at,
+        expires_in,
         key,
         version,
         trace,
@@ -370,6 +372,7 @@ def _ready_now(row: PreparedJob) -> bool:
         and row.run_at is None
         and not row.run_in
         and row.expires_at is None
+        and row.expires_in is None
         and row.payload_version is None
         and row.trace_context is None
     )
@@ -442,7 +445,8 @@ def _copy_rows_timed(
     rows: Sequence[PreparedJob], now: datetime, ids: list[int], *, versioned: bool
 ) -> Iterator[tuple[Any, ...]]:
     # Timestamps go in as ISO text: dumping a datetime costs more than the rest of a row, and
-    # most jobs share one run_at, the transaction's now() (which is also their created_at).
+    # most jobs share one run_at, the transaction's now() (which is also their created_at). COPY
+    # computes nothing: delays are added here to that now(), the database's clock.
     ready = now.isoformat()
     for job_id, row in zip(ids, rows, strict=True):
         if row.run_at is not None:
@@ -459,9 +463,16 @@ def _copy_rows_timed(
             row.priority,
             run_at,
             row.max_attempts,
-            row.expires_at,
+            _expires_at(row, now),
         )
         yield (*line, row.payload_version, row.trace_context) if versioned else line
+
+
+def _expires_at(row: PreparedJob, now: datetime) -> datetime | None:
+    """``row``'s expiry counted from ``now``, the database's now() (for COPY)."""
+    if row.expires_in is None:
+        return row.expires_at
+    return now + timedelta(seconds=row.expires_in)
 
 
 def _insert_many(rows: Sequence[PreparedJob]) -> InsertPlan:
@@ -528,10 +539,19 @@ def _is_async(conn: Any) -> bool:
 
 def prepare_many(specs: Iterable[JobSpec], tasks: Mapping[str, Task] | None) -> list[PreparedJob]:
     """``prepare`` every spec; the first invalid one raises, naming its position (in the message,
-    and in ``field`` as ``jobs[position].field``)."""
+    and in ``field`` as ``jobs[position].field``). Anything but a ``JobSpec`` is invalid."""
+    if isinstance(specs, str | bytes | Mapping | JobSpec) or not isinstance(specs, Iterable):
+        raise ConfigurationError(
+            f"jobs must be an iterable of JobSpec, got {type(specs).__name__}", field="jobs"
+        )
     rows = []
     for position, spec in enumerate(specs):
         try:
+            if not isinstance(spec, JobSpec):
+                raise ConfigurationError(
+                    f"expected a JobSpec, got {type(spec).__name__}; "
+                    "build each job as JobSpec(task, payload, ...)"
+                )
             rows.append(prepare(spec, tasks))
         except PgjobsError as exc:
             where = f"jobs[{position}]" + (f".{exc.field}" if exc.field else "")

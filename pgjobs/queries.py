@@ -63,7 +63,9 @@ WITH inserted AS (
     VALUES (
         %(queue)s, %(task)s, %(payload)s::jsonb, %(priority)s,
         coalesce(%(run_at)s::timestamptz, now() + %(run_in)s * interval '1 second'),
-        %(max_attempts)s, %(expires_at)s::timestamptz{values}
+        %(max_attempts)s,
+        coalesce(%(expires_at)s::timestamptz, now() + %(expires_in)s::float8 * interval '1 second')
+        {values}
     )
     RETURNING id, queue
 )
@@ -100,9 +102,10 @@ WITH input AS (
     FROM unnest(
         %(queues)s::text[], %(tasks)s::text[], %(payloads)s::text[]::jsonb[],
         %(priorities)s::smallint[], %(run_ats)s::timestamptz[], %(run_ins)s::float8[],
-        %(max_attempts)s::int[], %(expires_ats)s::timestamptz[], %(keys)s::text[]{arrays}
+        %(max_attempts)s::int[], %(expires_ats)s::timestamptz[], %(expires_ins)s::float8[],
+        %(keys)s::text[]{arrays}
     ) WITH ORDINALITY AS r(queue, task, payload, priority, run_at, run_in, max_attempts,
-                           expires_at, idempotency_key{extra}, position)
+                           expires_at, expires_in, idempotency_key{extra}, position)
 ),
 existing AS (
     SELECT i.position, (
@@ -121,7 +124,9 @@ inserted AS (
                              expires_at, idempotency_key{extra})
     SELECT i.id, i.queue, i.task, i.payload, i.priority,
            coalesce(i.run_at, now() + i.run_in * interval '1 second'),
-           i.max_attempts, i.expires_at, i.idempotency_key{extra.replace(", ", ", i.")}
+           i.max_attempts,
+           coalesce(i.expires_at, now() + i.expires_in * interval '1 second'),
+           i.idempotency_key{extra.replace(", ", ", i.")}
     FROM input i
     LEFT JOIN existing e ON e.position = i.position
     WHERE e.id IS NULL

@@ -51,7 +51,7 @@ def pause(target: Target, name: str, *, reason: str | None = None, by: str | Non
 
     Example: ``pause(dsn, "emails", reason="SMTP provider outage").changed``
     """
-    check_name("queue", name)
+    name = check_name("queue", name)
     _check_note("reason", reason)
     _check_note("by", by)
     with db.target_connection(target) as conn, _transaction(conn):
@@ -65,7 +65,7 @@ def resume(target: Target, name: str) -> Change:
 
     Example: ``resume(dsn, "emails")``
     """
-    check_name("queue", name)
+    name = check_name("queue", name)
     with db.target_connection(target) as conn, _transaction(conn):
         rows = db.fetch_all(conn, queries.QUEUE_RESUME, {"name": name})
         return Change(_get(conn, name), bool(rows))
@@ -97,7 +97,7 @@ def limit(
 
     Example: ``limit(dsn, "emails", concurrency=10, rate="100/s").changed``
     """
-    check_name("queue", name)
+    name = check_name("queue", name)
     if concurrency is KEEP and rate is KEEP:
         raise ConfigurationError(
             "give a concurrency limit or a rate to set (None removes one)", field="concurrency"
@@ -123,7 +123,7 @@ def queue(target: Target, name: str) -> QueueState:
 
     Example: ``queue(dsn, "emails").paused``
     """
-    check_name("queue", name)
+    name = check_name("queue", name)
     with db.target_connection(target) as conn:
         return _get(conn, name)
 

@@ -8,6 +8,7 @@ is written, so that a stored job can always be claimed, settled, dead-lettered a
 from __future__ import annotations
 
 import math
+import re
 import unicodedata
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple, TypedDict
@@ -38,20 +39,24 @@ MAX_ATTEMPTS_LIMIT = 1_000_000
 #: to 294276 AD) but Python's datetime cannot load a row outside 1..9999, and one such row would
 #: break every claim or `job show` that reads it.
 YEAR_RANGE = (1, 9999)
+#: The largest job id: the id columns are PostgreSQL bigints. An id outside 1..MAX_JOB_ID names
+#: no job, and is refused as bad input rather than sent to the database.
+MAX_JOB_ID = 2**63 - 1
 #: The most jobs a concurrency limit may allow in flight at once, and the most starts a rate may
 #: allow per period: far above what one database serves, and within an int4.
 MAX_LIMIT = 1_000_000
 
 
-def check_queue(queue: str) -> None:
-    """Refuse a queue name that is not 1..MAX_NAME_LENGTH printable characters."""
-    check_name("queue", queue)
+def check_queue(queue: str) -> str:
+    """``check_name("queue", queue)``: the queue's name in NFC, or refused."""
+    return check_name("queue", queue)
 
 
 def check_name(kind: str, name: object) -> str:
-    """Refuse a ``kind`` ("task", "queue") name that is empty, blank, longer than
-    ``MAX_NAME_LENGTH`` characters, or holds control characters or lone surrogates (which are
-    not text: they cannot be stored nor shown safely).
+    """A ``kind`` ("task", "queue", "schedule") name in Unicode's composed form (NFC), so that
+    names that look alike are one name; refused when it is empty, longer than
+    ``MAX_NAME_LENGTH`` characters, holds a character that cannot be seen (``check_visible``)
+    or begins or ends with a space.
 
     Example: ``check_name("queue", "emails")`` returns ``"emails"``.
     """
@@ -62,30 +67,93 @@ def check_name(kind: str, name: object) -> str:
             f"{kind} name is {len(name):,} characters long; the limit is {MAX_NAME_LENGTH}",
             field=kind,
         )
-    if not name.isprintable() and any(_is_control(c) for c in name):
+    if name.isascii():  # the usual name: NFC already, and visible unless it holds a control
+        if not name.isprintable():
+            check_visible(f"{kind} name", name, field=kind)
+    else:
+        check_visible(f"{kind} name", name, field=kind)
+        name = unicodedata.normalize("NFC", name)
+        if len(name) > MAX_NAME_LENGTH:  # a few characters decompose even in NFC
+            raise ConfigurationError(
+                f"{kind} name is {len(name):,} characters long in NFC; the limit is "
+                f"{MAX_NAME_LENGTH}",
+                field=kind,
+            )
+    if name[0] == " " or name[-1] == " ":
         raise ConfigurationError(
-            f"{kind} name {ascii(name)[:80]} holds control characters or lone surrogates; "
-            "use printable text",
+            f"{kind} name {name!r} begins or ends with a space, which cannot be seen; remove it",
             field=kind,
         )
     return name
 
 
-def _is_control(char: str) -> bool:
-    # Cc: C0/C1 controls (NUL, ESC, newlines); Cs: surrogates, which are not valid UTF-8.
-    return unicodedata.category(char) in ("Cc", "Cs")
+def in_nfc(name: str | None) -> str | None:
+    """``name`` in NFC, as names are stored: what a filter on names compares with.
+
+    Example: ``in_nfc("cafe\u0301") == "caf\u00e9"``
+    """
+    return None if name is None else unicodedata.normalize("NFC", name)
+
+
+#: Code points that render as nothing although Python counts them printable: the rest of
+#: Unicode's Default_Ignorable_Code_Point (combining grapheme joiner, Mongolian and other
+#: variation selectors, Hangul fillers, Khmer inherent vowels), which ``unicodedata`` lacks.
+_IGNORABLE = re.compile(
+    "[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u3164\ufe00-\ufe0f\uffa0\U000e0100-\U000e01ef]"
+)
+
+
+def check_visible(what: str, text: str, *, field: str) -> None:
+    """Refuse ``text`` if one of its characters cannot be seen: controls (NUL, ESC, newlines),
+    format characters (zero-width spaces and joiners, the BOM, direction marks), line and
+    paragraph separators, spaces other than U+0020, private-use, unassigned and surrogate code
+    points (Python's non-printable characters), and the ignorables above. The error names the
+    first one and its position.
+
+    Example: ``check_visible("queue name", "emails\u200b", field="queue")`` raises.
+    """
+    for position, char in enumerate(text):
+        if not char.isprintable() or _IGNORABLE.match(char):
+            raise ConfigurationError(
+                f"{what} {ascii(text)[:80]} holds {_describe(char)} at position {position}, "
+                "which cannot be seen; use visible text",
+                field=field,
+            )
+
+
+_KINDS = {
+    "Cc": "a control character",
+    "Cf": "a format character",
+    "Cs": "a lone surrogate (not valid UTF-8)",
+    "Co": "a private-use character",
+    "Cn": "an unassigned code point",
+    "Zl": "a line separator",
+    "Zp": "a paragraph separator",
+    "Zs": "a space other than U+0020",
+}
+
+
+def _describe(char: str) -> str:
+    """``a format character U+200B (ZERO WIDTH SPACE)``."""
+    kind = _KINDS.get(unicodedata.category(char), "a character that renders as nothing")
+    name = unicodedata.name(char, "")  # surrogates and unassigned code points have none
+    return f"{kind} U+{ord(char):04X}" + (f" ({name})" if name else "")
 
 
 def check_key(key: object) -> str:
-    """Refuse an idempotency key that is not a non-empty string of valid UTF-8 without NUL, at
-    most ``MAX_KEY_BYTES`` bytes long.
+    """Refuse an idempotency key that is not a non-empty string of valid UTF-8, at most
+    ``MAX_KEY_BYTES`` bytes long, of visible characters (``check_visible``) without a space at
+    either end, in Unicode's composed form (NFC).
+
+    A key is the caller's value: it is stored and compared exactly as given, never rewritten
+    (the caller may hold it and look the job up by it). So a key that is not in NFC is refused
+    rather than normalised: two keys that look the same can never name two jobs.
 
     Example: ``check_key("order-42")`` returns ``"order-42"``.
     """
+    field = "idempotency_key"
     if not isinstance(key, str) or not key:
-        raise ConfigurationError(
-            "idempotency_key must be a non-empty string", field="idempotency_key"
-        )
+        raise ConfigurationError("idempotency_key must be a non-empty string", field=field)
     try:
         size = len(key.encode())
     except UnicodeEncodeError:
@@ -101,8 +169,21 @@ def check_key(key: object) -> str:
         )
     if "\x00" in key:
         raise ConfigurationError(
-            "idempotency_key holds a NUL character, which PostgreSQL refuses",
-            field="idempotency_key",
+            "idempotency_key holds a NUL character, which PostgreSQL refuses", field=field
+        )
+    if not key.isascii() or not key.isprintable():
+        check_visible("idempotency_key", key, field=field)
+    if key[0] == " " or key[-1] == " ":
+        raise ConfigurationError(
+            f"idempotency_key {key!r} begins or ends with a space, which cannot be seen; remove it",
+            field=field,
+        )
+    if not key.isascii() and not unicodedata.is_normalized("NFC", key):
+        raise ConfigurationError(
+            f"idempotency_key {ascii(key)[:80]} is not in Unicode's composed form (NFC): a key "
+            "that looks the same in NFC would be another key; normalise it "
+            "(unicodedata.normalize('NFC', key)) or hash it",
+            field=field,
         )
     return key
 

@@ -233,14 +233,13 @@ def make_task(
     Example: ``make_task(send, name="emails.send", queue="emails", lease=60)``
     """
     refuse_unknown(options, HandlerOptions, "make_task")
-    queue = options.get("queue", DEFAULT_QUEUE)
-    check_queue(queue)
+    queue = check_queue(options.get("queue", DEFAULT_QUEUE))
     max_attempts = options.get("max_attempts", DEFAULT_MAX_ATTEMPTS)
     check_max_attempts(max_attempts)
     lease = check_seconds("lease", options.get("lease", DEFAULT_LEASE), positive=True)
     name = options.get("name")
     task_name = name if name is not None else f"{fn.__module__}.{fn.__qualname__}"
-    check_name("task", task_name)
+    task_name = check_name("task", task_name)
     timeout = options.get("timeout")
     if timeout is not None:
         timeout = check_timeout_fits_lease(task_name, timeout, lease)

@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from pgjobs import admin
 from pgjobs.cli import parse, render, render_dead
-from pgjobs.cli.options import DsnOption, JobIdArgument, JsonFlag, database
+from pgjobs.cli.options import DsnOption, JobIdArgument, JsonFlag, database, job_ids
 from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError
 
@@ -25,7 +25,8 @@ dead_cli = typer.Typer(
 )
 
 JobIdsArgument = Annotated[
-    list[int] | None, typer.Argument(help="Job ids (none: every dead job the filters match).")
+    list[int] | None,
+    typer.Argument(help="Job ids (none: every dead job the filters match).", callback=job_ids),
 ]
 QueueFilter = Annotated[str | None, typer.Option("--queue", "-q", help="Only this queue.")]
 TaskFilter = Annotated[str | None, typer.Option("--task", "-t", help="Only this task.")]

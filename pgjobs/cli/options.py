@@ -15,6 +15,7 @@ from rich.markup import escape
 from pgjobs.app import App
 from pgjobs.db.dsn import Dsn, resolve_dsn
 from pgjobs.errors import ConfigurationError
+from pgjobs.submission import MAX_JOB_ID
 
 DsnOption = Annotated[
     str | None,
@@ -27,7 +28,20 @@ DsnOption = Annotated[
     ),
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")]
-JobIdArgument = Annotated[int, typer.Argument(help="The job id.", show_default=False)]
+
+
+def job_ids(value: int | list[int] | None) -> int | list[int] | None:
+    """A job id argument (or several): each within 1..MAX_JOB_ID, else bad input (an id beyond
+    bigint would reach PostgreSQL, which refuses it as a data exception)."""
+    for job_id in value if isinstance(value, list) else [value]:
+        if job_id is not None and not 1 <= job_id <= MAX_JOB_ID:
+            raise typer.BadParameter(f"{job_id} is out of range: job ids are 1..{MAX_JOB_ID}")
+    return value
+
+
+JobIdArgument = Annotated[
+    int, typer.Argument(help="The job id.", show_default=False, callback=job_ids)
+]
 
 
 def database(raw: str | None) -> Dsn:

@@ -9,7 +9,7 @@ import json
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pgjobs import producer
@@ -93,7 +93,11 @@ class _Eager:
             lease_expires_at=None,
             last_error=None,
             created_at=now,
-            expires_at=prepared.expires_at,
+            expires_at=(
+                prepared.expires_at
+                if prepared.expires_in is None
+                else now + timedelta(seconds=prepared.expires_in)  # no database: this clock
+            ),
             idempotency_key=prepared.idempotency_key,
             payload_version=prepared.payload_version,
         )

@@ -22,7 +22,7 @@ from pgjobs import stats as read_model
 from pgjobs.errors import ConfigurationError
 from pgjobs.maintenance.registry import STALE_AFTER
 from pgjobs.models import JobHistory, JobStatus
-from pgjobs.submission import MAX_KEY_BYTES, JobSpec
+from pgjobs.submission import MAX_JOB_ID, MAX_KEY_BYTES, JobSpec
 from pgjobs.web import models
 from pgjobs.web.auth import READ_METHODS
 from pgjobs.web.backend import API_PREFIX, Backend, Credentials, Server, check_token
@@ -40,7 +40,7 @@ router = APIRouter(
     responses=responses(401, 403, 422, 500, 503),
 )
 
-JobIdPath = Annotated[int, Path(ge=1, le=models.MAX_JOB_ID, description="The job id.")]
+JobIdPath = Annotated[int, Path(ge=1, le=MAX_JOB_ID, description="The job id.")]
 QueueQuery = Annotated[models.Name | None, Query(description="Only this queue.")]
 TaskQuery = Annotated[models.Name | None, Query(description="Only this task.")]
 _WRITES = responses(400, 413, 415)

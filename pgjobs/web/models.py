@@ -16,14 +16,13 @@ from pgjobs import admin, browse
 from pgjobs.models import DeadReason, JobStatus
 from pgjobs.submission import (
     MAX_ATTEMPTS_LIMIT,
+    MAX_JOB_ID,
     MAX_KEY_BYTES,
     MAX_NAME_LENGTH,
     MAX_SECONDS,
     PRIORITY_RANGE,
 )
 
-#: The largest job id PostgreSQL's bigint holds.
-MAX_JOB_ID = 2**63 - 1
 #: Jobs one batch enqueue may carry; the body limit usually binds first.
 MAX_BATCH_JOBS = 10_000
 

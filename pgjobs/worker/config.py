@@ -9,6 +9,7 @@ from pgjobs.errors import ConfigurationError
 from pgjobs.maintenance import ServiceConfig
 from pgjobs.maintenance.expirer import Expirer
 from pgjobs.maintenance.leases import LeaseRescuer
+from pgjobs.submission import check_queue
 from pgjobs.targets import ExternalTarget
 
 #: Seconds a busy worker waits for more slots to free up before its next round trip.
@@ -68,6 +69,8 @@ class WorkerConfig:
     read_ahead: int | None = None
 
     def __post_init__(self) -> None:
+        if self.queues is not None:  # in NFC, as enqueue stores them
+            object.__setattr__(self, "queues", [check_queue(queue) for queue in self.queues])
         if self.concurrency < 1:
             raise ConfigurationError(f"concurrency must be >= 1, got {self.concurrency}")
         if self.read_ahead is not None and not 0 <= self.read_ahead <= MAX_READ_AHEAD:

@@ -140,3 +140,21 @@ def test_debug_shows_the_traceback_of_an_unexpected_error(capsys, monkeypatch):
     monkeypatch.delenv("PGJOBS_DEBUG")
     code, _, err = run(capsys, "migrate", "--sql")  # --debug does not outlive its run
     assert code == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("job_id", ["99999999999999999999", "9223372036854775808", "0"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["job", "show"],
+        ["cancel"],
+        ["replay"],
+        ["dead", "show"],
+        ["dead", "redrive"],
+        ["dead", "purge"],
+    ],
+)
+def test_a_job_id_outside_bigint_is_bad_input(capsys, database, command, job_id):
+    code, _, err = run(capsys, *command, job_id, "--dsn", database.url)
+    assert code == 2, err
+    assert_one_line_error(code, err, job_id, "range")

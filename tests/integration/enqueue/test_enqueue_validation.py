@@ -128,3 +128,34 @@ def test_bad_input_inside_the_callers_transaction_leaves_it_usable(make_app, dsn
             app.enqueue("t.send", {"n": 2}, connection=tx, priority=10**6)
         tx.commit()
     assert [r[0] for r in conn.execute("SELECT id FROM queued_jobs").fetchall()] == [first]
+
+
+@pytest.mark.parametrize("size", [3, producer.COPY_MIN_ROWS + 1], ids=["insert", "copy"])
+@pytest.mark.parametrize(
+    "item",
+    [
+        ("t.send", {"n": 1}),
+        {"task": "t.send"},
+        "t.send",
+        None,
+        JobSpec,
+    ],
+    ids=["tuple", "dict", "str", "none", "the-class"],
+)
+def test_an_item_that_is_not_a_jobspec_is_refused_by_position(make_app, conn, size, item):
+    app: App = make_app(check_task_names=False)
+    specs: list[object] = [JobSpec("t.send", {"n": n}) for n in range(size)]
+    specs[1] = item
+    with pytest.raises(ConfigurationError, match=r"job #1: expected a JobSpec") as raised:
+        app.enqueue_many(specs)  # type: ignore[arg-type]
+    assert raised.value.field == "jobs[1]"
+    assert counts(conn) == NOTHING
+
+
+@pytest.mark.parametrize("jobs", [JobSpec("t.send"), "t.send", {"t.send": {}}, 3, None])
+def test_jobs_that_are_not_an_iterable_of_jobspecs_are_refused(make_app, conn, jobs):
+    app: App = make_app(check_task_names=False)
+    with pytest.raises(ConfigurationError, match="iterable of JobSpec") as raised:
+        app.enqueue_many(jobs)
+    assert raised.value.field == "jobs"
+    assert counts(conn) == NOTHING
