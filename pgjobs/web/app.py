@@ -12,9 +12,9 @@ from fastapi import FastAPI
 from pgjobs.app import App
 from pgjobs.db.dsn import Dsn, resolve_dsn
 from pgjobs.errors import ConfigurationError
-from pgjobs.web import api, errors
+from pgjobs.web import api, docs, errors
 from pgjobs.web.auth import load_tokens
-from pgjobs.web.backend import API_PREFIX, Backend, metrics_public_from_env
+from pgjobs.web.backend import Backend, metrics_public_from_env
 from pgjobs.web.dashboard import dashboard_router
 from pgjobs.web.guards import DEFAULT_MAX_BODY_BYTES, Guards
 from pgjobs.web.health import health_router
@@ -110,8 +110,9 @@ def create_app(
         title="pgjobs",
         summary="A durable background-job queue backed by PostgreSQL alone.",
         version="1",
-        openapi_url=f"{API_PREFIX}/openapi.json",
-        docs_url=f"{API_PREFIX}/docs",
+        openapi_url=docs.OPENAPI_PATH,
+        # Served by docs_router from the package's own files, not from a CDN.
+        docs_url=None,
         redoc_url=None,
         lifespan=lifespan,
     )
@@ -119,6 +120,7 @@ def create_app(
     errors.install(web)
     web.include_router(health_router)
     web.include_router(api.router)
+    web.include_router(docs.docs_router())
     web.include_router(
         dashboard_router(state.connection, tokens=loaded, insecure_no_auth=insecure_no_auth)
     )
