@@ -23,7 +23,7 @@ from pgjobs.errors import ConfigurationError
 from pgjobs.maintenance.registry import STALE_AFTER
 from pgjobs.models import JobHistory, JobStatus
 from pgjobs.submission import MAX_KEY_BYTES, JobSpec
-from pgjobs.web import models
+from pgjobs.web import models, paths
 from pgjobs.web.auth import READ_METHODS
 from pgjobs.web.backend import API_PREFIX, Backend, Credentials, Server, check_token
 from pgjobs.web.errors import ApiError, responses
@@ -121,7 +121,9 @@ def enqueue_jobs(body: models.JobBatchCreate, server: Server) -> models.JobList:
 
 
 @router.put(
-    "/jobs/{key}",
+    # A key may hold "/" (sent as %2F, which the server decodes before routing): everything
+    # after /jobs/ is the key.
+    "/jobs/{key:" + paths.TEXT + "}",
     status_code=201,
     response_model=models.Job,
     responses={**_ENQUEUED_EARLIER, **_WRITES},

@@ -18,6 +18,7 @@ from pgjobs.web.backend import Backend, metrics_public_from_env
 from pgjobs.web.dashboard import dashboard_router
 from pgjobs.web.guards import DEFAULT_MAX_BODY_BYTES, Guards
 from pgjobs.web.health import health_router
+from pgjobs.web.paths import TextOnly
 
 logger = logging.getLogger("pgjobs.web")
 
@@ -115,6 +116,9 @@ def create_app(
         docs_url=None,
         redoc_url=None,
         lifespan=lifespan,
+        # A path with a trailing slash that a route has without one answers 404 in the one
+        # error shape, naming the route (errors.install), not a bodiless 307 redirect.
+        redirect_slashes=False,
     )
     web.state.pgjobs = state
     errors.install(web)
@@ -125,6 +129,7 @@ def create_app(
         dashboard_router(state.connection, tokens=loaded, insecure_no_auth=insecure_no_auth)
     )
     web.add_middleware(Guards, max_body_bytes=max_body_bytes)
+    web.add_middleware(TextOnly)  # outermost: nothing reads a path that is not text
     return web
 
 
