@@ -5,6 +5,7 @@ redirect."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 from typing import Any
@@ -50,10 +51,9 @@ def _exchange(port: int, request: bytes) -> tuple[int, dict[str, str], bytes]:
     """Send ``request`` as is; the status, headers and body of the answer (read until the
     server closes: it does after an error, or as ``Connection: close`` asks)."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        try:
+        # The server may answer and close before reading the whole request.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             sock.sendall(request)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the server answered and closed before reading it all
         # No half-close: uvicorn takes it for a client gone and drops the answer.
         received = b""
         while chunk := sock.recv(65536):
