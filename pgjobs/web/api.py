@@ -243,12 +243,14 @@ def report_outcome(job_id: JobIdPath, body: models.OutcomeReport, server: Server
     """Settle the running attempt ``attempt`` of an external job: archived on success; on
     failure retried with backoff (when ``retryable`` and attempts remain) or dead-lettered.
     A report for an attempt that is not the current one, or whose lease is over, changes
-    nothing: 409 ``stale_outcome``."""
+    nothing: 409 ``stale_outcome``. A job whose running attempt was not delivered to an external
+    task's downstream (a Python handler runs it) cannot be reported: 409 ``not_external``."""
     with server.connection() as conn:
-        retry = None
+        retry, external = None, None
         if server.app_given and server.app.tasks:
             task = server.app.tasks.get(admin.job(conn, job_id).task)
-            retry = task.retry if task is not None else None
+            if task is not None:
+                retry, external = task.retry, task.external is not None
         settled = admin.report_outcome(
             conn,
             job_id,
@@ -258,6 +260,7 @@ def report_outcome(job_id: JobIdPath, body: models.OutcomeReport, server: Server
             error=body.error,
             result=body.result,
             retry=retry,
+            external=external,
         )
     return _job(settled)
 
