@@ -215,7 +215,7 @@ def install(app: FastAPI) -> None:
 def _route_without_slash(app: FastAPI, request: Request) -> str | None:
     """The path of ``request`` without its trailing slashes, when a route answers its method
     there."""
-    path = request.scope["path"]
+    path = str(request.scope["path"])
     bare = path.rstrip("/")
     if not path.endswith("/") or not bare:
         return None
