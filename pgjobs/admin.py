@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 
 from pgjobs import db, queries
-from pgjobs.completer.reports import ReportedOutcome
+from pgjobs.completer.reports import ReportedOutcome, check_delivered
 from pgjobs.errors import ConfigurationError, JobNotFound, JobStateConflict, StaleOutcome
 from pgjobs.models import DeadGroup, DeadJob, JobHistory, JobStatus
 from pgjobs.retry import RetryPolicy
@@ -320,6 +320,7 @@ def report_outcome(
     error: str | None = None,
     result: Any = None,
     retry: RetryPolicy | None = None,
+    external: bool | None = None,
 ) -> JobHistory:
     """Record the outcome an external worker reports for attempt ``attempt`` of a running job,
     and return the job's record afterwards.
@@ -330,7 +331,10 @@ def report_outcome(
     ``retryable``). The attempt fences the report: only the attempt that holds the job's live
     lease may settle it. A report for another attempt, for a job that is not running or whose
     lease has ended raises ``StaleOutcome`` and changes nothing (the lease rules decide what
-    happens to the job then); an unknown id raises ``JobNotFound``.
+    happens to the job then); an unknown id raises ``JobNotFound``. Only an attempt that a
+    worker claimed to deliver to an external task's downstream may be settled: a running job
+    whose attempt was not (a Python handler runs it), or whose task the caller's app declares
+    as a Python one (``external=False``), raises ``NotExternal`` and changes nothing.
 
     Example: ``admin.report_outcome(dsn, 42, attempt=1, status="succeeded", result={"ok": 1})``
     """
@@ -339,7 +343,9 @@ def report_outcome(
     with db.target_connection(target) as conn, conn.transaction():
         holder = conn.execute(queries.JOB_LEASE_HOLDER, {"id": job_id}).fetchone()
         if holder is not None:
-            attempts, max_attempts, owner, lease_live = holder
+            attempts, max_attempts, owner, lease_live, task, external_attempt = holder
+            if owner is not None and lease_live:
+                check_delivered(job_id, task, attempts, external_attempt, external)
             if attempts == outcome.attempt and owner is not None and lease_live:
                 params = outcome.settle(owner, job_id, max_attempts, retry or RetryPolicy())
                 settled = bool(conn.execute(queries.JOB_SETTLE_MANY, params.bind()).fetchall())

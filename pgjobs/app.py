@@ -488,6 +488,7 @@ class App:
                 error=error,
                 result=result,
                 retry=task.retry if task is not None else None,
+                external=task.external is not None if task is not None else None,
             )
 
         return self._on_pool(report)

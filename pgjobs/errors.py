@@ -67,6 +67,12 @@ class StaleOutcome(JobStateConflict):
     already ended): another attempt owns the job now, so the report changes nothing."""
 
 
+class NotExternal(JobStateConflict):
+    """An outcome reported for a job whose running attempt was not delivered to an external
+    task's downstream (a Python handler runs it, or the reporting app declares its task as a
+    Python one): only a worker may settle it, so the report changes nothing."""
+
+
 class LockTimeout(QueryFailed):
     """A statement waited for a lock longer than its ``lock_timeout`` and was cancelled; nothing
     changed, and it may be tried again."""

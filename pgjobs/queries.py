@@ -218,7 +218,8 @@ archived AS (
 """
 
 # What a claim sets on each job it takes: one attempt used, leased to ``owner`` for its task's
-# lease (else ``lease`` seconds), marked at-most-once for those tasks, and the attempt's start.
+# lease (else ``lease`` seconds), marked at-most-once for those tasks, the attempt recorded as
+# delivered to a downstream for external tasks (NULL otherwise), and the attempt's start.
 _CLAIM_SET = """SET attempts = attempts + 1,
     lease_owner = %(owner)s,
     lease_expires_at = now() + CASE
@@ -230,6 +231,7 @@ _CLAIM_SET = """SET attempts = attempts + 1,
             %(lease)s)
     END * interval '1 second',
     at_most_once = task = ANY(%(at_most_once_tasks)s::text[]),
+    external_attempt = CASE WHEN task = ANY(%(external_tasks)s::text[]) THEN attempts + 1 END,
     started_at = now()"""
 
 # The ready jobs of one queue of the claim (w.queue), in claim order.
@@ -1239,10 +1241,11 @@ SELECT id, worker FROM archived, notified
 """
 
 #: The lease of a job, locked until the transaction ends, for an outcome reported from outside
-#: a worker (external tasks): (attempts, max_attempts, lease owner, whether the lease is live).
-#: No row when the job is not in queued_jobs.
+#: a worker (external tasks): (attempts, max_attempts, lease owner, whether the lease is live,
+#: task, the attempt claimed for delivery to a downstream). No row when the job is not in
+#: queued_jobs.
 JOB_LEASE_HOLDER = """
-SELECT attempts, max_attempts, lease_owner, lease_expires_at > now()
+SELECT attempts, max_attempts, lease_owner, lease_expires_at > now(), task, external_attempt
 FROM queued_jobs
 WHERE id = %(id)s
 FOR UPDATE

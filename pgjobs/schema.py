@@ -104,6 +104,10 @@ queued_jobs = Table(
     # a limit_key leaves the queue's claim range for its task's own range, so that jobs held
     # back never stand in the way of the queue's other tasks. Migration 0009.
     Column("limit_key", Text),
+    # The attempt a worker claimed the job for to deliver it to an external task's downstream
+    # (the claim sets it, NULL for a job run by a Python handler): the only attempt an outcome
+    # reported from outside (``admin.report_outcome``) may settle. Migration 0010.
+    Column("external_attempt", Integer),
     CheckConstraint("max_attempts >= 1", name="max_attempts_positive"),
     CheckConstraint("attempts >= 0", name="attempts_not_negative"),
     # The claim: ready rows of a queue in priority, then run_at, order.

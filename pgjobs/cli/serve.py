@@ -86,6 +86,7 @@ def serve_command(
     import uvicorn
 
     from pgjobs.web import create_app
+    from pgjobs.web.protocol import JsonErrorsH11Protocol
 
     app = load_app(app_ref) if app_ref else None
     web = create_app(
@@ -101,5 +102,11 @@ def serve_command(
     signal.signal(signal.SIGTERM, lambda *_: None)
     # uvicorn's access log shows the method, path and status of each request, never a header.
     uvicorn.run(
-        web, host=host, port=port, log_level=level, server_header=False, root_path=root_path
+        web,
+        host=host,
+        port=port,
+        log_level=level,
+        server_header=False,
+        root_path=root_path,
+        http=JsonErrorsH11Protocol,  # a request that is not HTTP: 400 in the one error shape
     )

@@ -33,6 +33,9 @@ class ClaimParams:
     lease_seconds: list[float] = field(default_factory=list)
     #: Tasks whose jobs go to dead_letter, not back to the queue, when their lease expires.
     at_most_once_tasks: list[str] = field(default_factory=list)
+    #: Tasks this worker delivers to a downstream (external tasks): the claim records the
+    #: attempt it starts as the one a report may settle.
+    external_tasks: list[str] = field(default_factory=list)
     #: Tasks with a concurrency limit or a rate, and those limits as parallel arrays (None where
     #: a task has no such limit): ``JOB_CLAIM_LIMITED``'s ``limit_*`` parameters.
     limit_tasks: list[str] = field(default_factory=list)
@@ -54,6 +57,7 @@ class ClaimParams:
             lease_tasks=[t.name for t in tasks if t.lease != DEFAULT_LEASE],
             lease_seconds=[t.lease for t in tasks if t.lease != DEFAULT_LEASE],
             at_most_once_tasks=[t.name for t in tasks if t.at_most_once],
+            external_tasks=[t.name for t in tasks if t.external is not None],
             limit_tasks=[t.name for t in limited],
             limit_concurrency=[t.concurrency for t in limited],
             limit_rate_jobs=[t.rate.jobs if t.rate else None for t in limited],
@@ -76,6 +80,7 @@ class ClaimParams:
                 "lease_tasks": text_array(self.lease_tasks),
                 "lease_seconds": float_array(self.lease_seconds),
                 "at_most_once_tasks": text_array(self.at_most_once_tasks),
+                "external_tasks": text_array(self.external_tasks),
                 # JOB_CLAIM leaves these tasks' jobs; JOB_CLAIM_LIMITED takes them under limits.
                 "limit_tasks": text_array(self.limit_tasks),
             }

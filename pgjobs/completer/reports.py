@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 
 from pgjobs.completer.outcomes import Outcomes
 from pgjobs.completer.params import SettleParams
-from pgjobs.errors import ConfigurationError
+from pgjobs.errors import ConfigurationError, NotExternal
 from pgjobs.models import DeadReason
 from pgjobs.retry import RetryPolicy
 from pgjobs.text import error_line, result_json
@@ -68,6 +68,27 @@ class ReportedOutcome(NamedTuple):
             reason = DeadReason.EXHAUSTED if self.retryable else DeadReason.NON_RETRYABLE
             outcomes.bury(attempt, reason, self.error)
         return outcomes.drain()
+
+
+def check_delivered(
+    job_id: int, task: str, attempts: int, external_attempt: int | None, external: bool | None
+) -> None:
+    """Refuse (``NotExternal``) a report for a running job whose current attempt ``attempts``
+    is not the one a worker claimed to deliver to an external task's downstream
+    (``external_attempt``, recorded by the claim), or whose task the reporting app declares as
+    a Python one (``external`` False; None when the app does not know the task). The database's
+    record holds whatever app serves the report: a job a Python handler runs is never settled
+    from outside, even by a server that registers no task."""
+    if external is False:
+        raise NotExternal(
+            f"job {job_id}'s task {task!r} is not an external task in this app: only a worker "
+            "settles its jobs, an outcome cannot be reported for them"
+        )
+    if external_attempt != attempts:
+        raise NotExternal(
+            f"job {job_id} ({task}) runs attempt {attempts} in a worker, not delivered to an "
+            "external task's downstream: only a delivered attempt may be reported"
+        )
 
 
 class _ReportedAttempt(NamedTuple):

@@ -23,7 +23,7 @@ from pgjobs.errors import ConfigurationError
 from pgjobs.maintenance.registry import STALE_AFTER
 from pgjobs.models import JobHistory, JobStatus
 from pgjobs.submission import MAX_JOB_ID, MAX_KEY_BYTES, JobSpec
-from pgjobs.web import models
+from pgjobs.web import models, paths
 from pgjobs.web.auth import READ_METHODS
 from pgjobs.web.backend import API_PREFIX, Backend, Credentials, Server, check_token
 from pgjobs.web.errors import ApiError, responses
@@ -121,7 +121,9 @@ def enqueue_jobs(body: models.JobBatchCreate, server: Server) -> models.JobList:
 
 
 @router.put(
-    "/jobs/{key}",
+    # A key may hold "/" (sent as %2F, which the server decodes before routing): everything
+    # after /jobs/ is the key.
+    "/jobs/{key:" + paths.TEXT + "}",
     status_code=201,
     response_model=models.Job,
     responses={**_ENQUEUED_EARLIER, **_WRITES},
@@ -241,12 +243,14 @@ def report_outcome(job_id: JobIdPath, body: models.OutcomeReport, server: Server
     """Settle the running attempt ``attempt`` of an external job: archived on success; on
     failure retried with backoff (when ``retryable`` and attempts remain) or dead-lettered.
     A report for an attempt that is not the current one, or whose lease is over, changes
-    nothing: 409 ``stale_outcome``."""
+    nothing: 409 ``stale_outcome``. A job whose running attempt was not delivered to an external
+    task's downstream (a Python handler runs it) cannot be reported: 409 ``not_external``."""
     with server.connection() as conn:
-        retry = None
+        retry, external = None, None
         if server.app_given and server.app.tasks:
             task = server.app.tasks.get(admin.job(conn, job_id).task)
-            retry = task.retry if task is not None else None
+            if task is not None:
+                retry, external = task.retry, task.external is not None
         settled = admin.report_outcome(
             conn,
             job_id,
@@ -256,6 +260,7 @@ def report_outcome(job_id: JobIdPath, body: models.OutcomeReport, server: Server
             error=body.error,
             result=body.result,
             retry=retry,
+            external=external,
         )
     return _job(settled)
 

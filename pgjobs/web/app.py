@@ -12,12 +12,13 @@ from fastapi import FastAPI
 from pgjobs.app import App
 from pgjobs.db.dsn import Dsn, resolve_dsn
 from pgjobs.errors import ConfigurationError
-from pgjobs.web import api, errors
+from pgjobs.web import api, docs, errors
 from pgjobs.web.auth import load_tokens
-from pgjobs.web.backend import API_PREFIX, Backend, metrics_public_from_env
+from pgjobs.web.backend import Backend, metrics_public_from_env
 from pgjobs.web.dashboard import dashboard_router
 from pgjobs.web.guards import DEFAULT_MAX_BODY_BYTES, Guards
 from pgjobs.web.health import health_router
+from pgjobs.web.paths import TextOnly
 
 logger = logging.getLogger("pgjobs.web")
 
@@ -110,19 +111,25 @@ def create_app(
         title="pgjobs",
         summary="A durable background-job queue backed by PostgreSQL alone.",
         version="1",
-        openapi_url=f"{API_PREFIX}/openapi.json",
-        docs_url=f"{API_PREFIX}/docs",
+        openapi_url=docs.OPENAPI_PATH,
+        # Served by docs_router from the package's own files, not from a CDN.
+        docs_url=None,
         redoc_url=None,
         lifespan=lifespan,
+        # A path with a trailing slash that a route has without one answers 404 in the one
+        # error shape, naming the route (errors.install), not a bodiless 307 redirect.
+        redirect_slashes=False,
     )
     web.state.pgjobs = state
     errors.install(web)
     web.include_router(health_router)
     web.include_router(api.router)
+    web.include_router(docs.docs_router())
     web.include_router(
         dashboard_router(state.connection, tokens=loaded, insecure_no_auth=insecure_no_auth)
     )
     web.add_middleware(Guards, max_body_bytes=max_body_bytes)
+    web.add_middleware(TextOnly)  # outermost: nothing reads a path that is not text
     return web
 
 

@@ -3,7 +3,8 @@
 
 pgjobs' own errors map by type (bad input 422, unknown job 404, conflicts 409, the database down
 503 with ``Retry-After``); FastAPI's request validation (422, or 400 for malformed JSON) and
-routing (404, 405) answer in the same shape.
+routing (404, 405) answer in the same shape; a path that a route has without its trailing slash
+is a 404 naming that route (no redirect).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from pgjobs.errors import (
     ConfigurationError,
@@ -24,6 +26,7 @@ from pgjobs.errors import (
     JobNotFound,
     JobStateConflict,
     LockTimeout,
+    NotExternal,
     PgjobsError,
     QueryFailed,
     SchemaMissing,
@@ -44,6 +47,7 @@ _PGJOBS_ERRORS: tuple[tuple[type[PgjobsError], int, str], ...] = (
     (ConfigurationError, 422, "invalid_value"),
     (JobNotFound, 404, "job_not_found"),
     (StaleOutcome, 409, "stale_outcome"),
+    (NotExternal, 409, "not_external"),
     (JobStateConflict, 409, "job_state_conflict"),
     (DatabaseUnavailable, 503, "database_unavailable"),
     (LockTimeout, 503, "lock_timeout"),
@@ -192,12 +196,33 @@ def install(app: FastAPI) -> None:
 
     async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
+        if exc.status_code in (404, 405):
+            route = _route_without_slash(app, request)
+            if route is not None:
+                return error_response(
+                    404,
+                    "not_found",
+                    f"no such route: {request.url.path} ends with a slash; the route is {route}",
+                )
         return http_error_response(exc)
 
     app.add_exception_handler(ApiError, on_api_error)
     app.add_exception_handler(PgjobsError, on_pgjobs_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
+
+
+def _route_without_slash(app: FastAPI, request: Request) -> str | None:
+    """The path of ``request`` without its trailing slashes, when a route answers its method
+    there."""
+    path = str(request.scope["path"])
+    bare = path.rstrip("/")
+    if not path.endswith("/") or not bare:
+        return None
+    scope = {**request.scope, "path": bare}
+    if any(route.matches(scope)[0] is Match.FULL for route in app.router.routes):
+        return str(request.scope.get("root_path", "")) + bare
+    return None
 
 
 def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -207,7 +232,7 @@ def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         401: "No bearer token, or an unknown one",
         403: "A read-only token on a route that writes",
         404: "No such job (or route)",
-        409: "The job's state does not allow it, or a stale outcome report",
+        409: "The job's state does not allow it, a stale outcome report, or a report for a job not delivered to an external worker",
         413: "The request body is larger than the server's limit",
         415: "The request body is not JSON",
         422: "Invalid input: the field at fault is named",

@@ -53,10 +53,16 @@ def bury(
 
 
 def claim_one(
-    conn: psycopg.Connection[Any], job_id: int, *, owner: str = "w1", queue: str = "default"
+    conn: psycopg.Connection[Any],
+    job_id: int,
+    *,
+    owner: str = "w1",
+    queue: str = "default",
+    external_tasks: Sequence[str] = (),
 ) -> Job:
-    """Lease ``job_id`` to ``owner`` like a worker's claim (it must be next in its queue)."""
-    jobs = claim(conn, owner=owner, queues=[queue], limit=1)
+    """Lease ``job_id`` to ``owner`` like a worker's claim (it must be next in its queue); the
+    jobs of ``external_tasks`` as a worker that delivers them to a downstream."""
+    jobs = claim(conn, owner=owner, queues=[queue], limit=1, external_tasks=external_tasks)
     assert [job.id for job in jobs] == [job_id]
     return jobs[0]
 

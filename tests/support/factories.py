@@ -48,10 +48,16 @@ def claim(
     limit: int = 10,
     lease: float = 300.0,
     at_most_once_tasks: Sequence[str] = (),
+    external_tasks: Sequence[str] = (),
 ) -> list[Job]:
-    """Claim like a worker does (``JOB_CLAIM``), without running anything."""
+    """Claim like a worker does (``JOB_CLAIM``), without running anything; the jobs of
+    ``external_tasks`` as a worker that delivers them to a downstream."""
     params = ClaimParams(
-        owner, list(queues), lease=lease, at_most_once_tasks=list(at_most_once_tasks)
+        owner,
+        list(queues),
+        lease=lease,
+        at_most_once_tasks=list(at_most_once_tasks),
+        external_tasks=list(external_tasks),
     )
     rows = conn.execute(queries.JOB_CLAIM, params.bind(limit)).fetchall()
     return [db.job_from_row(r) for r in rows if r[0] is not None]  # not the status row

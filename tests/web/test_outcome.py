@@ -3,18 +3,30 @@ attempt number fences the report."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 
+from pgjobs import App
+from pgjobs.worker import Worker
 from tests.support.admin_factories import claim_one
-from tests.support.helpers import assert_one_home
-from tests.web.conftest import TestClient, assert_error
+from tests.support.factories import row
+from tests.support.helpers import assert_one_home, wait_until
+from tests.support.stopping import block_until, run_worker
+from tests.web.conftest import AUTH, TestClient, assert_error
 
 
 def _running(client: TestClient, conn: psycopg.Connection[Any], **options: Any) -> int:
     job_id = int(client.post("/api/v1/jobs", json={"task": "ext", **options}).json()["id"])
-    claim_one(conn, job_id, owner="external-worker", queue=options.get("queue", "default"))
+    claim_one(
+        conn,
+        job_id,
+        owner="external-worker",
+        queue=options.get("queue", "default"),
+        external_tasks=["ext"],
+    )
     return job_id
 
 
@@ -119,13 +131,9 @@ def test_results_and_errors_are_stored_as_pgjobs_stores_a_handlers(
 
 
 def test_the_apps_retry_policy_applies(make_web: Any, conn: psycopg.Connection[Any]) -> None:
-    from pgjobs import App
-    from tests.web.conftest import AUTH
-
     app = App()
 
-    @app.task(name="ext", retry_base=1000, retry_cap=1000)
-    def ext() -> None: ...
+    app.external_task("ext", retry_base=1000, retry_cap=1000)
 
     with TestClient(make_web(app=app), headers=AUTH) as client:
         job_id = _running(client, conn)
@@ -135,3 +143,62 @@ def test_the_apps_retry_policy_applies(make_web: Any, conn: psycopg.Connection[A
         "SELECT extract(epoch FROM run_at - now()) FROM queued_jobs WHERE id = %s", [job_id]
     ).fetchone()
     assert waits is not None and waits[0] > 400  # equal jitter: at least half of 1000 s
+
+
+def test_a_python_handlers_running_job_cannot_be_reported(
+    make_app: Callable[..., App], make_web: Any, conn: psycopg.Connection[Any]
+) -> None:
+    """A real worker runs a Python handler that waits; reports of its attempt, forged with the
+    right attempt number, to a server with the app and to one without, settle nothing, and the
+    handler's own outcome is recorded when it ends."""
+    app = make_app()
+    started, release = threading.Event(), threading.Event()
+
+    @app.task(name="py", lease=60)
+    def py() -> dict[str, str]:
+        started.set()
+        block_until(release, 60)
+        return {"by": "handler"}
+
+    job_id = app.enqueue("py", {})
+    forged = {"attempt": 1, "status": "succeeded", "result": {"by": "forger"}}
+
+    def scenario(worker: Worker) -> None:
+        wait_until(started.is_set, timeout=30, what="the handler to start")
+        before = row(conn, "queued_jobs", job_id)
+        assert before is not None and before["lease_owner"] == worker.id
+        for web in (make_web(), make_web(app=app)):
+            with TestClient(web, headers=AUTH) as client:
+                answer = client.post(f"/api/v1/jobs/{job_id}/outcome", json=forged)
+            assert_error(answer, 409, "not_external")
+            assert row(conn, "queued_jobs", job_id) == before
+        release.set()
+        wait_until(
+            lambda: row(conn, "archived_jobs", job_id) is not None,
+            timeout=30,
+            what="the handler's outcome",
+        )
+
+    run_worker(app, scenario)
+    done = row(conn, "archived_jobs", job_id)
+    assert done is not None
+    assert (done["status"], done["result"]) == ("succeeded", {"by": "handler"})
+    assert_one_home(conn, [job_id])
+
+
+def test_a_task_the_serving_app_runs_in_python_cannot_be_reported(
+    make_web: Any, conn: psycopg.Connection[Any]
+) -> None:
+    """Even an attempt claimed for delivery (by a worker whose app declares the task external)
+    is refused by a server whose app declares the task as a Python one."""
+    app = App()
+
+    @app.task(name="ext")
+    def ext() -> None: ...
+
+    with TestClient(make_web(app=app), headers=AUTH) as client:
+        job_id = _running(client, conn)
+        report = {"attempt": 1, "status": "succeeded"}
+        answer = client.post(f"/api/v1/jobs/{job_id}/outcome", json=report)
+        assert "not an external task" in assert_error(answer, 409, "not_external")
+        assert client.get(f"/api/v1/jobs/{job_id}").json()["status"] == "running"

@@ -20,9 +20,9 @@ from tests.support.helpers import assert_one_home, scalar
 
 
 def running(app: App, conn: psycopg.Connection[Any], **options: Any) -> int:
-    """A job of task "ext" claimed by worker w1 (attempt 1)."""
+    """A job of task "ext" claimed by worker w1 to deliver it (attempt 1)."""
     job_id = app.enqueue("ext", {"n": 1}, **options)
-    claim_one(conn, job_id)
+    claim_one(conn, job_id, external_tasks=["ext"])
     return job_id
 
 
@@ -51,7 +51,7 @@ def test_a_retryable_failure_is_retried_then_exhausted_on_the_last_attempt(make_
     assert found.status in (JobStatus.SCHEDULED, JobStatus.READY)
     assert found.last_error == "503 from the bank" and found.attempts == 1
     conn.execute("UPDATE queued_jobs SET run_at = now() WHERE id = %s", [job_id])
-    (job,) = claim(conn, owner="w2", limit=1)
+    (job,) = claim(conn, owner="w2", limit=1, external_tasks=["ext"])
     assert job.attempts == 2
     with pytest.raises(StaleOutcome, match="on attempt 2, not 1"):
         admin.report_outcome(dsn, job_id, attempt=1, status="succeeded")
@@ -120,8 +120,7 @@ def test_a_bad_report_names_its_field_and_changes_nothing(make_app, conn, dsn, o
 def test_the_app_applies_its_tasks_retry_policy(make_app, conn):
     app: App = make_app()
 
-    @app.task(name="ext", retry_base=3600, retry_cap=3600)
-    def ext(n: int) -> None: ...
+    app.external_task("ext", retry_base=3600, retry_cap=3600)
 
     job_id = running(app, conn)
     found = app.report_outcome(job_id, attempt=1, status="failed", error="later")

@@ -468,3 +468,31 @@ def test_a_large_bulk_purge_shows_its_progress_until_it_ends_without_a_reload(
         context.close()
     assert ids(conn, "dead_letter") == set(kept)
     assert page.dialogs == []  # type: ignore[attr-defined]
+
+
+def test_the_api_docs_render_without_the_internet(
+    browser: Browser, server: str, screenshots: Callable[..., Path]
+) -> None:
+    """/api/v1/docs asks for nothing beyond the server: every other request is refused, as on a
+    machine without internet, and the page still shows the API's routes."""
+    context = browser.new_context(viewport={"width": 1280, "height": 860}, base_url=server)
+    context.set_default_timeout(15_000)
+    elsewhere: list[str] = []
+
+    def only_the_server(route: Any) -> None:
+        if route.request.url.startswith(server + "/"):
+            route.continue_()
+        else:
+            elsewhere.append(route.request.url)
+            route.abort()
+
+    context.route("**/*", only_the_server)
+    try:
+        tab = context.new_page()
+        tab.goto("/api/v1/docs")
+        tab.locator(".swagger-ui .info .title").filter(has_text="pgjobs").wait_for()
+        tab.get_by_text("Enqueue a job", exact=True).first.wait_for()
+        screenshots(tab, "api-docs", full_page=False)
+        assert elsewhere == []
+    finally:
+        context.close()

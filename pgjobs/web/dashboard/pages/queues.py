@@ -15,6 +15,7 @@ from pgjobs import browse, queues
 from pgjobs.errors import JobNotFound
 from pgjobs.models import JobHistory, JobStatus
 from pgjobs.submission import check_name
+from pgjobs.web import paths
 from pgjobs.web.dashboard import data
 from pgjobs.web.dashboard.frame import GET, PAGE_SIZE, POST, Frame, PostedForm, Route
 from pgjobs.web.dashboard.security import Viewer
@@ -31,8 +32,10 @@ class QueuePages:
 
     def routes(self) -> list[Route]:
         return [
-            ("/queues/{name}", self.queue, GET),
-            ("/queues/{name}/{action}", self.queue_action, POST),
+            # A queue's name may hold "/" (sent as %2F, which the server decodes before routing):
+            # the name is everything up to the action.
+            ("/queues/{name:" + paths.TEXT + "}", self.queue, GET),
+            ("/queues/{name:" + paths.TEXT + "}/{action}", self.queue_action, POST),
         ]
 
     def queue(self, request: Request, name: str) -> Response:
