@@ -46,6 +46,22 @@ def serve_command(
     pool_size: Annotated[
         int, typer.Option(help="Database connections the server holds at most.", min=1, max=1000)
     ] = 10,
+    header_timeout: Annotated[
+        float,
+        typer.Option(help="Seconds a connection has to send a request's headers.", min=0.1),
+    ] = 10.0,
+    body_timeout: Annotated[
+        float,
+        typer.Option(help="Seconds a request's body may take to arrive (408 after).", min=0.1),
+    ] = 30.0,
+    max_connections: Annotated[
+        int,
+        typer.Option(
+            help="Connections open at once at most; beyond it, the one that waited longest for "
+            "its headers is closed.",
+            min=1,
+        ),
+    ] = 1000,
     root_path: Annotated[
         str,
         typer.Option(
@@ -83,9 +99,8 @@ def serve_command(
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
-    import uvicorn
-
     from pgjobs.web import create_app
+    from pgjobs.web.serving import serve
 
     app = load_app(app_ref) if app_ref else None
     web = create_app(
@@ -94,12 +109,20 @@ def serve_command(
         insecure_no_auth=insecure_no_auth,
         max_body_bytes=max_body_bytes,
         pool_size=pool_size,
+        body_timeout=body_timeout,
     )
     # uvicorn shuts down gracefully on SIGTERM, then raises the signal again once its own handler
     # is gone: with this one in place that ends the command normally (exit 0, as `pgjobs work`
     # does), not as a process killed by SIGTERM.
     signal.signal(signal.SIGTERM, lambda *_: None)
-    # uvicorn's access log shows the method, path and status of each request, never a header.
-    uvicorn.run(
-        web, host=host, port=port, log_level=level, server_header=False, root_path=root_path
+    # uvicorn's access log shows the method, path and status of each request, never a header;
+    # each kind of line is rate-limited (pgjobs.web.serving), so a flood cannot fill the disk.
+    serve(
+        web,
+        host=host,
+        port=port,
+        log_level=level,
+        root_path=root_path,
+        header_timeout=header_timeout,
+        max_connections=max_connections,
     )

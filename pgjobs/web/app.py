@@ -16,7 +16,8 @@ from pgjobs.web import api, errors
 from pgjobs.web.auth import load_tokens
 from pgjobs.web.backend import API_PREFIX, Backend, metrics_public_from_env
 from pgjobs.web.dashboard import dashboard_router
-from pgjobs.web.guards import DEFAULT_MAX_BODY_BYTES, Guards
+from pgjobs.web.dashboard.sessions import Sessions
+from pgjobs.web.guards import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES, Guards
 from pgjobs.web.health import health_router
 
 logger = logging.getLogger("pgjobs.web")
@@ -35,6 +36,7 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     pool_size: int = DEFAULT_POOL_SIZE,
     metrics_public: bool | None = None,
+    body_timeout: float = DEFAULT_BODY_TIMEOUT,
 ) -> FastAPI:
     """The HTTP API (FastAPI) over pgjobs' tables, to serve with any ASGI server or mount in
     your own application.
@@ -45,6 +47,7 @@ def create_app(
     default to the environment (see ``pgjobs.web.auth``); with no token at all the app refuses to
     be built (``ConfigurationError``) unless ``insecure_no_auth``, which it logs as a warning.
     ``metrics_public`` lets /metrics answer without a token (default: $PGJOBS_METRICS_PUBLIC=1).
+    ``body_timeout``: seconds a request's body may take to arrive (408 after them).
 
     Example::
 
@@ -67,6 +70,15 @@ def create_app(
     if isinstance(pool_size, bool) or not isinstance(pool_size, int) or not 1 <= pool_size <= 1000:
         raise ConfigurationError(
             f"pool_size must be in 1..1000, got {pool_size!r}", field="pool_size"
+        )
+    if (
+        isinstance(body_timeout, bool)
+        or not isinstance(body_timeout, int | float)
+        or not (body_timeout > 0)
+    ):
+        raise ConfigurationError(
+            f"body_timeout must be a number of seconds > 0, got {body_timeout!r}",
+            field="body_timeout",
         )
     loaded = load_tokens(tokens, read_only_tokens)
     if insecure_no_auth and loaded.configured:
@@ -116,13 +128,23 @@ def create_app(
         lifespan=lifespan,
     )
     web.state.pgjobs = state
+    #: The dashboard's signed-in browsers (in this process's memory).
+    web.state.sessions = sessions = Sessions()
     errors.install(web)
     web.include_router(health_router)
     web.include_router(api.router)
     web.include_router(
-        dashboard_router(state.connection, tokens=loaded, insecure_no_auth=insecure_no_auth)
+        dashboard_router(
+            state.connection,
+            tokens=loaded,
+            insecure_no_auth=insecure_no_auth,
+            sessions=sessions,
+            throttle=state.throttle,
+        )
     )
-    web.add_middleware(Guards, max_body_bytes=max_body_bytes)
+    web.add_middleware(
+        Guards, max_body_bytes=max_body_bytes, backend=state, body_timeout=body_timeout
+    )
     return web
 
 

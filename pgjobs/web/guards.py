@@ -1,15 +1,19 @@
-"""The ASGI middleware in front of every route: the request body's size limit and media type,
-and the last-resort 500 in the one error shape."""
+"""The ASGI middleware in front of every route: the token of an API write checked before its
+body is read, the body's size limit, read timeout and media type, and the last-resort 500 in
+the one error shape."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pgjobs.web import errors
-from pgjobs.web.backend import API_PREFIX
+from pgjobs.web.auth import READ_METHODS
+from pgjobs.web.backend import ACCESS_STATE, API_PREFIX, Backend, authenticate
+from pgjobs.web.throttle import client_address
 
 logger = logging.getLogger("pgjobs.web")
 
@@ -18,17 +22,29 @@ logger = logging.getLogger("pgjobs.web")
 #: raise it with ``max_body_bytes`` / ``--max-body-bytes`` (the payload limit is 16 MiB).
 DEFAULT_MAX_BODY_BYTES = 1_048_576
 _METHODS_WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
+#: Seconds a request's whole body may take to arrive unless told otherwise (408 after them): a
+#: client that sends a byte now and then holds a connection and a request slot meanwhile.
+DEFAULT_BODY_TIMEOUT = 30.0
 
 
 class Guards:
     """ASGI middleware in front of the routes: refuses a body larger than ``max_body_bytes``
     (413; by its Content-Length before reading, else while reading, never buffering more than
-    the limit), a body that is not JSON on a method that takes one (415), and turns an
-    unexpected exception into a 500 in the one error shape, logged once."""
+    the limit), a body that does not arrive within ``body_timeout`` seconds (408), a body that
+    is not JSON on a method that takes one (415), and turns an unexpected exception into a 500
+    in the one error shape, logged once."""
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_body_bytes: int,
+        backend: Backend | None = None,
+        body_timeout: float = DEFAULT_BODY_TIMEOUT,
+    ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.backend = backend
+        self.body_timeout = body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -43,7 +59,19 @@ class Guards:
             await send(message)
 
         try:
-            refusal, replay = await self._read_body(scope, receive)
+            refused = self._authenticate(scope)
+            if refused is not None:
+                await self._answer(send_tracked, *refused)
+                return
+            try:
+                async with asyncio.timeout(self.body_timeout):
+                    refusal, replay = await self._read_body(scope, receive)
+            except TimeoutError:
+                refusal = (
+                    408,
+                    "request_timeout",
+                    f"the request body did not arrive within {self.body_timeout:g} seconds",
+                )
             if refusal is not None:
                 await self._answer(send_tracked, *refusal)
                 return
@@ -58,6 +86,25 @@ class Guards:
                     "internal_error",
                     "unexpected server error; it was logged (see the server's log)",
                 )
+
+    def _authenticate(self, scope: Scope) -> tuple[int, str, str, dict[str, str]] | None:
+        """An API write's token, checked before its body is read: the refusal, or None (what
+        the token may do is left in the scope's state for the route's own check)."""
+        if (
+            self.backend is None
+            or scope["method"] in READ_METHODS
+            or not _route_path(scope).startswith(API_PREFIX + "/")
+        ):
+            return None
+        headers = Headers(scope=scope)
+        try:
+            access = authenticate(
+                self.backend, headers.get("authorization"), client_address(scope.get("client"))
+            )
+        except errors.ApiError as refused:
+            return refused.status, refused.code, refused.message, dict(refused.headers or {})
+        scope.setdefault("state", {})[ACCESS_STATE] = access
+        return None
 
     async def _read_body(
         self, scope: Scope, receive: Receive
@@ -100,18 +147,18 @@ class Guards:
         return None, _replay([{"type": "http.request", "body": body, "more_body": False}], receive)
 
     @staticmethod
-    async def _answer(send: Send, status: int, code: str, message: str) -> None:
+    async def _answer(
+        send: Send, status: int, code: str, message: str, extra: dict[str, str] | None = None
+    ) -> None:
         body = errors.error_body(code, message)
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ]
+        headers += [
+            (name.lower().encode(), value.encode()) for name, value in (extra or {}).items()
+        ]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
 
@@ -122,13 +169,20 @@ def _is_json(headers: Headers) -> bool:
     )
 
 
-def _is_dashboard_form(scope: Scope, headers: Headers) -> bool:
-    """An HTML form posted to the dashboard (outside /api/v1), which reads it itself."""
+def _route_path(scope: Scope) -> str:
+    """The request's path under the app (without the prefix it is mounted or proxied under)."""
     path, root = scope["path"], scope.get("root_path", "")
     if root and path.startswith(root):
         path = path[len(root) :]
+    return str(path)
+
+
+def _is_dashboard_form(scope: Scope, headers: Headers) -> bool:
+    """An HTML form posted to the dashboard (outside /api/v1), which reads it itself."""
     kind = headers.get("content-type", "").split(";", 1)[0].strip().lower()
-    return kind == "application/x-www-form-urlencoded" and not path.startswith(API_PREFIX)
+    return kind == "application/x-www-form-urlencoded" and not _route_path(scope).startswith(
+        API_PREFIX
+    )
 
 
 def _replay(messages: list[Message], receive: Receive) -> Receive:
