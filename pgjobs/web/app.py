@@ -8,6 +8,8 @@ import logging
 from collections.abc import AsyncIterator, Iterable
 
 from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.types import Scope
 
 from pgjobs.app import App
 from pgjobs.db.dsn import Dsn, resolve_dsn
@@ -16,6 +18,7 @@ from pgjobs.web import api, errors
 from pgjobs.web.auth import load_tokens
 from pgjobs.web.backend import API_PREFIX, Backend, metrics_public_from_env
 from pgjobs.web.dashboard import dashboard_router
+from pgjobs.web.dashboard.security import SESSION_COOKIE
 from pgjobs.web.dashboard.sessions import Sessions
 from pgjobs.web.guards import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES, Guards
 from pgjobs.web.health import health_router
@@ -143,9 +146,23 @@ def create_app(
         )
     )
     web.add_middleware(
-        Guards, max_body_bytes=max_body_bytes, backend=state, body_timeout=body_timeout
+        Guards,
+        max_body_bytes=max_body_bytes,
+        backend=state,
+        body_timeout=body_timeout,
+        signed_in=lambda scope: _signed_in(scope, sessions, insecure_no_auth),
     )
     return web
+
+
+def _signed_in(scope: Scope, sessions: Sessions, insecure_no_auth: bool) -> bool:
+    """Whether a dashboard request may be someone: a bearer header (the page checks it), a live
+    session's cookie, or a server without tokens."""
+    request = Request(scope)
+    if insecure_no_auth or "authorization" in request.headers:
+        return True
+    cookie = request.cookies.get(SESSION_COOKIE)
+    return cookie is not None and sessions.get(cookie) is not None
 
 
 def _bare_app(dsn: Dsn) -> App:

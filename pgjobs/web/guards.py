@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -28,11 +29,13 @@ DEFAULT_BODY_TIMEOUT = 30.0
 
 
 class Guards:
-    """ASGI middleware in front of the routes: refuses a body larger than ``max_body_bytes``
-    (413; by its Content-Length before reading, else while reading, never buffering more than
-    the limit), a body that does not arrive within ``body_timeout`` seconds (408), a body that
-    is not JSON on a method that takes one (415), and turns an unexpected exception into a 500
-    in the one error shape, logged once."""
+    """ASGI middleware in front of the routes: refuses an API write without a valid token before
+    reading its body (401, or 429 for an address that failed too often), reads no body of a
+    dashboard form posted by nobody signed in (``signed_in``; the page refuses it), refuses a
+    body larger than ``max_body_bytes`` (413; by its Content-Length before reading, else while
+    reading, never buffering more than the limit), a body that does not arrive within
+    ``body_timeout`` seconds (408), a body that is not JSON on a method that takes one (415),
+    and turns an unexpected exception into a 500 in the one error shape, logged once."""
 
     def __init__(
         self,
@@ -40,11 +43,13 @@ class Guards:
         max_body_bytes: int,
         backend: Backend | None = None,
         body_timeout: float = DEFAULT_BODY_TIMEOUT,
+        signed_in: Callable[[Scope], bool] | None = None,
     ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.backend = backend
         self.body_timeout = body_timeout
+        self.signed_in = signed_in
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -62,6 +67,9 @@ class Guards:
             refused = self._authenticate(scope)
             if refused is not None:
                 await self._answer(send_tracked, *refused)
+                return
+            if self._anonymous_form(scope):
+                await self.app(scope, _unread(receive), send_tracked)
                 return
             try:
                 async with asyncio.timeout(self.body_timeout):
@@ -105,6 +113,18 @@ class Guards:
             return refused.status, refused.code, refused.message, dict(refused.headers or {})
         scope.setdefault("state", {})[ACCESS_STATE] = access
         return None
+
+    def _anonymous_form(self, scope: Scope) -> bool:
+        """A dashboard form (not the login's) posted without a bearer header or a live session:
+        the page refuses it whatever it holds, so its body is not read."""
+        path = _route_path(scope)
+        return (
+            self.signed_in is not None
+            and scope["method"] in _METHODS_WITH_BODY
+            and not path.startswith(API_PREFIX + "/")
+            and path != "/login"
+            and not self.signed_in(scope)
+        )
 
     async def _read_body(
         self, scope: Scope, receive: Receive
@@ -183,6 +203,23 @@ def _is_dashboard_form(scope: Scope, headers: Headers) -> bool:
     return kind == "application/x-www-form-urlencoded" and not _route_path(scope).startswith(
         API_PREFIX
     )
+
+
+def _unread(receive: Receive) -> Receive:
+    """A ``receive`` whose body is empty; the real one is read only for a disconnect."""
+    sent = False
+
+    async def unread() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return message
+
+    return unread
 
 
 def _replay(messages: list[Message], receive: Receive) -> Receive:

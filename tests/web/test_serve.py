@@ -181,10 +181,15 @@ def test_slow_and_hostile_clients_neither_stop_nor_flood_the_server(
             for sock in slow:
                 sock.close()
         # A write without a valid token is refused before its body is read: the body never
-        # comes, the answer does.
+        # comes, the answer does (long before the body timeout).
         head = b"POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         with _raw(port, head + b"Content-Length: 100000\r\n\r\n") as sock:
             assert _answer(sock).startswith(b"HTTP/1.1 401 ")
+        # So is a dashboard form posted by nobody signed in (the page says: sign in first).
+        form = b"POST /dead/bulk HTTP/1.1\r\nHost: x\r\n"
+        form += b"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 100000\r\n"
+        with _raw(port, form + b"Cookie: pgjobs_session=" + b"x" * 43 + b"\r\n\r\n") as sock:
+            assert _answer(sock).startswith(b"HTTP/1.1 403 ")
         # With a token, a body that stops arriving is cut off after the body timeout.
         auth = f"Authorization: Bearer {TOKEN}\r\n".encode()
         with _raw(port, head + auth + b'Content-Length: 100\r\n\r\n{"task"') as sock:
