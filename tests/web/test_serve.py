@@ -1,13 +1,20 @@
 """`pgjobs serve` as a real process on uvicorn: it answers, refuses to start without a token
-unless told it is insecure (and then says so), and keeps tokens out of its output."""
+unless told it is insecure (and then says so), keeps tokens out of its output, and holds against
+slow and hostile clients (headers and bodies that never end, more connections than allowed,
+writes without a token, floods of bad requests) with a log of a few lines."""
 
 from __future__ import annotations
 
+import logging
+import re
 import socket
 
 import httpx
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pgjobs.db.dsn import Dsn
+from pgjobs.web.serving import LogThrottle
 from tests.support.helpers import pgjobs_process, run_pgjobs, wait_until
 from tests.web.conftest import READ_TOKEN, TOKEN
 
@@ -205,3 +212,29 @@ def test_slow_and_hostile_clients_neither_stop_nor_flood_the_server(
     assert "more like it in the next 10 s are counted, not logged" in log
     assert "more lines like 'Invalid HTTP request received.' were not logged" in log
     assert log.count("closed a connection") <= 30, log  # two kinds, 10 each, and their counts
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("abc"), st.floats(0, 5)), max_size=300))
+def test_the_log_throttle_lets_few_lines_through_and_counts_the_rest(
+    records: list[tuple[str, float]],
+) -> None:
+    now = [0.0]
+    throttle = LogThrottle(3, 10.0, clock=lambda: now[0])
+    passed: dict[tuple[str, int], int] = {}
+    dropped = 0
+    said = 0
+    for kind, later in records:
+        now[0] += later
+        record = logging.LogRecord("x", logging.WARNING, "", 0, kind, None, None)
+        if throttle.filter(record):
+            key = (kind, int(now[0] // 10))
+            passed[key] = passed.get(key, 0) + 1
+            found = re.search(r"and (\d+) more like it", str(record.msg))
+            said += int(found.group(1)) if found else 0
+        else:
+            dropped += 1
+    # Never more than 3 lines of a kind in an interval (two intervals may share a 10 s slot).
+    assert all(count <= 6 for count in passed.values())
+    reported = sum(int(line.split()[1]) for line in throttle.report())
+    assert said + reported == dropped
