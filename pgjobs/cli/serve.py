@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import math
 import signal
 import sys
 from typing import Annotated
@@ -85,6 +86,9 @@ def serve_command(
             f"--root-path {root_path!r}: give a path such as /pgjobs (a leading slash, no "
             "trailing one)"
         )
+    for name, seconds in (("--header-timeout", header_timeout), ("--body-timeout", body_timeout)):
+        if not math.isfinite(seconds):
+            raise ConfigurationError(f"{name} {seconds}: give a number of seconds, such as 10")
     level = log_level.lower()
     if level not in _LEVELS:
         raise ConfigurationError(f"--log-level {log_level!r}: use debug, info, warning or error")

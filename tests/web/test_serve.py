@@ -238,3 +238,11 @@ def test_the_log_throttle_lets_few_lines_through_and_counts_the_rest(
     assert all(count <= 6 for count in passed.values())
     reported = sum(int(line.split()[1]) for line in throttle.report())
     assert said + reported == dropped
+
+
+def test_serve_timeouts_must_be_finite(subprocess_env: dict[str, str]) -> None:
+    for option in ("--header-timeout", "--body-timeout"):
+        for value in ("inf", "nan", "0"):
+            result = run_pgjobs(subprocess_env, "serve", "--insecure-no-auth", option, value)
+            assert result.returncode == 2, result.stderr
+            assert result.stderr.count("\n") == 1 and option in result.stderr, result.stderr
