@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import math
 import signal
 import sys
 from typing import Annotated
@@ -46,6 +47,22 @@ def serve_command(
     pool_size: Annotated[
         int, typer.Option(help="Database connections the server holds at most.", min=1, max=1000)
     ] = 10,
+    header_timeout: Annotated[
+        float,
+        typer.Option(help="Seconds a connection has to send a request's headers.", min=0.1),
+    ] = 10.0,
+    body_timeout: Annotated[
+        float,
+        typer.Option(help="Seconds a request's body may take to arrive (408 after).", min=0.1),
+    ] = 30.0,
+    max_connections: Annotated[
+        int,
+        typer.Option(
+            help="Connections open at once at most; beyond it, the one that waited longest for "
+            "its headers is closed.",
+            min=1,
+        ),
+    ] = 1000,
     root_path: Annotated[
         str,
         typer.Option(
@@ -69,6 +86,9 @@ def serve_command(
             f"--root-path {root_path!r}: give a path such as /pgjobs (a leading slash, no "
             "trailing one)"
         )
+    for name, seconds in (("--header-timeout", header_timeout), ("--body-timeout", body_timeout)):
+        if not math.isfinite(seconds):
+            raise ConfigurationError(f"{name} {seconds}: give a number of seconds, such as 10")
     level = log_level.lower()
     if level not in _LEVELS:
         raise ConfigurationError(f"--log-level {log_level!r}: use debug, info, warning or error")
@@ -83,10 +103,8 @@ def serve_command(
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
-    import uvicorn
-
     from pgjobs.web import create_app
-    from pgjobs.web.protocol import JsonErrorsH11Protocol
+    from pgjobs.web.serving import serve
 
     app = load_app(app_ref) if app_ref else None
     web = create_app(
@@ -95,18 +113,20 @@ def serve_command(
         insecure_no_auth=insecure_no_auth,
         max_body_bytes=max_body_bytes,
         pool_size=pool_size,
+        body_timeout=body_timeout,
     )
     # uvicorn shuts down gracefully on SIGTERM, then raises the signal again once its own handler
     # is gone: with this one in place that ends the command normally (exit 0, as `pgjobs work`
     # does), not as a process killed by SIGTERM.
     signal.signal(signal.SIGTERM, lambda *_: None)
-    # uvicorn's access log shows the method, path and status of each request, never a header.
-    uvicorn.run(
+    # uvicorn's access log shows the method, path and status of each request, never a header;
+    # each kind of line is rate-limited (pgjobs.web.serving), so a flood cannot fill the disk.
+    serve(
         web,
         host=host,
         port=port,
         log_level=level,
-        server_header=False,
         root_path=root_path,
-        http=JsonErrorsH11Protocol,  # a request that is not HTTP: 400 in the one error shape
+        header_timeout=header_timeout,
+        max_connections=max_connections,
     )

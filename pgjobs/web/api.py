@@ -37,13 +37,13 @@ async def authorize(request: Request, credentials: Credentials) -> None:
 router = APIRouter(
     prefix=API_PREFIX,
     dependencies=[Depends(authorize)],
-    responses=responses(401, 403, 422, 500, 503),
+    responses=responses(401, 403, 422, 429, 500, 503),
 )
 
 JobIdPath = Annotated[int, Path(ge=1, le=MAX_JOB_ID, description="The job id.")]
 QueueQuery = Annotated[models.Name | None, Query(description="Only this queue.")]
 TaskQuery = Annotated[models.Name | None, Query(description="Only this task.")]
-_WRITES = responses(400, 413, 415)
+_WRITES = responses(400, 408, 413, 415)
 
 
 def _job(history: JobHistory) -> models.Job:

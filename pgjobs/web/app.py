@@ -8,6 +8,8 @@ import logging
 from collections.abc import AsyncIterator, Iterable
 
 from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.types import Scope
 
 from pgjobs.app import App
 from pgjobs.db.dsn import Dsn, resolve_dsn
@@ -16,7 +18,9 @@ from pgjobs.web import api, docs, errors
 from pgjobs.web.auth import load_tokens
 from pgjobs.web.backend import Backend, metrics_public_from_env
 from pgjobs.web.dashboard import dashboard_router
-from pgjobs.web.guards import DEFAULT_MAX_BODY_BYTES, Guards
+from pgjobs.web.dashboard.security import SESSION_COOKIE
+from pgjobs.web.dashboard.sessions import Sessions
+from pgjobs.web.guards import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES, Guards
 from pgjobs.web.health import health_router
 from pgjobs.web.paths import TextOnly
 
@@ -36,6 +40,7 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     pool_size: int = DEFAULT_POOL_SIZE,
     metrics_public: bool | None = None,
+    body_timeout: float = DEFAULT_BODY_TIMEOUT,
 ) -> FastAPI:
     """The HTTP API (FastAPI) over pgjobs' tables, to serve with any ASGI server or mount in
     your own application.
@@ -46,6 +51,7 @@ def create_app(
     default to the environment (see ``pgjobs.web.auth``); with no token at all the app refuses to
     be built (``ConfigurationError``) unless ``insecure_no_auth``, which it logs as a warning.
     ``metrics_public`` lets /metrics answer without a token (default: $PGJOBS_METRICS_PUBLIC=1).
+    ``body_timeout``: seconds a request's body may take to arrive (408 after them).
 
     Example::
 
@@ -68,6 +74,15 @@ def create_app(
     if isinstance(pool_size, bool) or not isinstance(pool_size, int) or not 1 <= pool_size <= 1000:
         raise ConfigurationError(
             f"pool_size must be in 1..1000, got {pool_size!r}", field="pool_size"
+        )
+    if (
+        isinstance(body_timeout, bool)
+        or not isinstance(body_timeout, int | float)
+        or not (body_timeout > 0)
+    ):
+        raise ConfigurationError(
+            f"body_timeout must be a number of seconds > 0, got {body_timeout!r}",
+            field="body_timeout",
         )
     loaded = load_tokens(tokens, read_only_tokens)
     if insecure_no_auth and loaded.configured:
@@ -121,16 +136,40 @@ def create_app(
         redirect_slashes=False,
     )
     web.state.pgjobs = state
+    #: The dashboard's signed-in browsers (in this process's memory).
+    web.state.sessions = sessions = Sessions()
     errors.install(web)
     web.include_router(health_router)
     web.include_router(api.router)
     web.include_router(docs.docs_router())
     web.include_router(
-        dashboard_router(state.connection, tokens=loaded, insecure_no_auth=insecure_no_auth)
+        dashboard_router(
+            state.connection,
+            tokens=loaded,
+            insecure_no_auth=insecure_no_auth,
+            sessions=sessions,
+            throttle=state.throttle,
+        )
     )
-    web.add_middleware(Guards, max_body_bytes=max_body_bytes)
+    web.add_middleware(
+        Guards,
+        max_body_bytes=max_body_bytes,
+        backend=state,
+        body_timeout=body_timeout,
+        signed_in=lambda scope: _signed_in(scope, sessions, insecure_no_auth),
+    )
     web.add_middleware(TextOnly)  # outermost: nothing reads a path that is not text
     return web
+
+
+def _signed_in(scope: Scope, sessions: Sessions, insecure_no_auth: bool) -> bool:
+    """Whether a dashboard request may be someone: a bearer header (the page checks it), a live
+    session's cookie, or a server without tokens."""
+    request = Request(scope)
+    if insecure_no_auth or "authorization" in request.headers:
+        return True
+    cookie = request.cookies.get(SESSION_COOKIE)
+    return cookie is not None and sessions.get(cookie) is not None
 
 
 def _bare_app(dsn: Dsn) -> App:

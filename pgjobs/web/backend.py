@@ -6,6 +6,9 @@ connection for the length of the request (the operations below them are synchron
 The pool is bounded (``pool_size``) and opened on the first request that needs the database, so
 the server starts, and answers ``/healthz``, while the database is down; a request that cannot
 get a connection within ``POOL_WAIT`` seconds gets 503 with ``Retry-After``.
+
+Failed tokens are counted per client address (``pgjobs.web.throttle``): after a few, the client
+gets 429 with ``Retry-After`` whatever it presents.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from pgjobs.db.dsn import Dsn
 from pgjobs.web.auth import Access, Tokens
 from pgjobs.web.errors import ApiError
 from pgjobs.web.metrics import QueueMetrics
+from pgjobs.web.throttle import SignInThrottle, client_address, too_many_message
 
 API_PREFIX = "/api/v1"
 #: Seconds a request waits for a pooled connection before answering 503.
@@ -58,6 +62,8 @@ class Backend:
         self.metrics_public = metrics_public
         #: The queue metrics /metrics serves (their counters live as long as the app).
         self.metrics = QueueMetrics()
+        #: Failed tokens per client address, for the API and the dashboard's login alike.
+        self.throttle = SignInThrottle()
         self._pool: psycopg_pool.ConnectionPool[Any] | None = None
         self._lock = threading.Lock()
 
@@ -104,29 +110,57 @@ Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 Server = Annotated[Backend, Depends(backend)]
 
 
-def check_token(
-    request: Request, credentials: HTTPAuthorizationCredentials | None, *, write: bool
-) -> None:
-    """Let the request through, or raise 401 (no or unknown token) / 403 (a read-only token on
-    a route that writes)."""
-    tokens = backend(request).tokens
+#: Where ``authenticate`` leaves what the request's token may do (the scope's state).
+ACCESS_STATE = "pgjobs_access"
+
+
+def authenticate(server: Backend, authorization: str | None, client: str) -> Access:
+    """What the request's ``Authorization`` header may do; ``ApiError`` 401 for no token or an
+    unknown one, 429 (with ``Retry-After``) for a client that failed too often. Called before
+    the request's body is read (``Guards``) and by the routes' dependency."""
+    tokens = server.tokens
     if not tokens.configured:
-        return
-    challenge = {"WWW-Authenticate": 'Bearer realm="pgjobs"'}
-    if credentials is None or credentials.scheme.lower() != "bearer":
+        return Access.FULL
+    scheme, _, token = (authorization or "").partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
         raise ApiError(
             401,
             "unauthenticated",
             "this route needs a token: send the header Authorization: Bearer <token>",
-            headers=challenge,
+            headers={"WWW-Authenticate": 'Bearer realm="pgjobs"'},
         )
-    access = tokens.access(credentials.credentials)
-    if access is None:
-        raise ApiError(
-            401,
-            "unauthenticated",
-            "the bearer token is not one of this server's tokens",
-            headers={"WWW-Authenticate": 'Bearer realm="pgjobs", error="invalid_token"'},
+    wait = server.throttle.wait(client)
+    if wait is None:
+        access = tokens.access(token)
+        if access is not None:
+            server.throttle.succeeded(client)
+            return access
+        wait = server.throttle.failed(client)
+        if wait is None:
+            raise ApiError(
+                401,
+                "unauthenticated",
+                "the bearer token is not one of this server's tokens",
+                headers={"WWW-Authenticate": 'Bearer realm="pgjobs", error="invalid_token"'},
+            )
+    raise ApiError(
+        429, "too_many_requests", too_many_message(wait), headers={"Retry-After": str(wait)}
+    )
+
+
+def check_token(
+    request: Request, credentials: HTTPAuthorizationCredentials | None, *, write: bool
+) -> None:
+    """Let the request through, or raise 401 (no or unknown token), 429 (too many failures) or
+    403 (a read-only token on a route that writes). ``credentials`` is FastAPI's reading of the
+    header (for the OpenAPI document); the header itself is checked."""
+    access = request.scope.get("state", {}).get(ACCESS_STATE)
+    if not isinstance(access, Access):
+        access = authenticate(
+            backend(request),
+            request.headers.get("authorization"),
+            client_address(request.scope.get("client")),
         )
     if write and access is Access.READ_ONLY:
         raise ApiError(

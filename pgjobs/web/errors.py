@@ -64,8 +64,10 @@ _HTTP_CODES = {
     403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
+    408: "request_timeout",
     413: "payload_too_large",
     415: "unsupported_media_type",
+    429: "too_many_requests",
 }
 
 
@@ -232,10 +234,12 @@ def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         401: "No bearer token, or an unknown one",
         403: "A read-only token on a route that writes",
         404: "No such job (or route)",
+        408: "The request body did not arrive within the server's body timeout",
         409: "The job's state does not allow it, a stale outcome report, or a report for a job not delivered to an external worker",
         413: "The request body is larger than the server's limit",
         415: "The request body is not JSON",
         422: "Invalid input: the field at fault is named",
+        429: "Too many failed tokens from this address; retry after Retry-After seconds",
         500: "An unexpected error (logged by the server)",
         503: "The database is unreachable or not migrated; retry after Retry-After seconds",
     }

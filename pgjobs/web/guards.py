@@ -1,15 +1,20 @@
-"""The ASGI middleware in front of every route: the request body's size limit and media type,
-and the last-resort 500 in the one error shape."""
+"""The ASGI middleware in front of every route: the token of an API write checked before its
+body is read, the body's size limit, read timeout and media type, and the last-resort 500 in
+the one error shape."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Callable
 
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pgjobs.web import errors
-from pgjobs.web.backend import API_PREFIX
+from pgjobs.web.auth import READ_METHODS
+from pgjobs.web.backend import ACCESS_STATE, API_PREFIX, Backend, authenticate
+from pgjobs.web.throttle import client_address
 
 logger = logging.getLogger("pgjobs.web")
 
@@ -18,17 +23,33 @@ logger = logging.getLogger("pgjobs.web")
 #: raise it with ``max_body_bytes`` / ``--max-body-bytes`` (the payload limit is 16 MiB).
 DEFAULT_MAX_BODY_BYTES = 1_048_576
 _METHODS_WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
+#: Seconds a request's whole body may take to arrive unless told otherwise (408 after them): a
+#: client that sends a byte now and then holds a connection and a request slot meanwhile.
+DEFAULT_BODY_TIMEOUT = 30.0
 
 
 class Guards:
-    """ASGI middleware in front of the routes: refuses a body larger than ``max_body_bytes``
-    (413; by its Content-Length before reading, else while reading, never buffering more than
-    the limit), a body that is not JSON on a method that takes one (415), and turns an
-    unexpected exception into a 500 in the one error shape, logged once."""
+    """ASGI middleware in front of the routes: refuses an API write without a valid token before
+    reading its body (401, or 429 for an address that failed too often), reads no body of a
+    dashboard form posted by nobody signed in (``signed_in``; the page refuses it), refuses a
+    body larger than ``max_body_bytes`` (413; by its Content-Length before reading, else while
+    reading, never buffering more than the limit), a body that does not arrive within
+    ``body_timeout`` seconds (408), a body that is not JSON on a method that takes one (415),
+    and turns an unexpected exception into a 500 in the one error shape, logged once."""
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_body_bytes: int,
+        backend: Backend | None = None,
+        body_timeout: float = DEFAULT_BODY_TIMEOUT,
+        signed_in: Callable[[Scope], bool] | None = None,
+    ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.backend = backend
+        self.body_timeout = body_timeout
+        self.signed_in = signed_in
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -43,7 +64,22 @@ class Guards:
             await send(message)
 
         try:
-            refusal, replay = await self._read_body(scope, receive)
+            refused = self._authenticate(scope)
+            if refused is not None:
+                await self._answer(send_tracked, *refused)
+                return
+            if self._anonymous_form(scope):
+                await self.app(scope, _unread(receive), send_tracked)
+                return
+            try:
+                async with asyncio.timeout(self.body_timeout):
+                    refusal, replay = await self._read_body(scope, receive)
+            except TimeoutError:
+                refusal = (
+                    408,
+                    "request_timeout",
+                    f"the request body did not arrive within {self.body_timeout:g} seconds",
+                )
             if refusal is not None:
                 await self._answer(send_tracked, *refusal)
                 return
@@ -58,6 +94,37 @@ class Guards:
                     "internal_error",
                     "unexpected server error; it was logged (see the server's log)",
                 )
+
+    def _authenticate(self, scope: Scope) -> tuple[int, str, str, dict[str, str]] | None:
+        """An API write's token, checked before its body is read: the refusal, or None (what
+        the token may do is left in the scope's state for the route's own check)."""
+        if (
+            self.backend is None
+            or scope["method"] in READ_METHODS
+            or not _route_path(scope).startswith(API_PREFIX + "/")
+        ):
+            return None
+        headers = Headers(scope=scope)
+        try:
+            access = authenticate(
+                self.backend, headers.get("authorization"), client_address(scope.get("client"))
+            )
+        except errors.ApiError as refused:
+            return refused.status, refused.code, refused.message, dict(refused.headers or {})
+        scope.setdefault("state", {})[ACCESS_STATE] = access
+        return None
+
+    def _anonymous_form(self, scope: Scope) -> bool:
+        """A dashboard form (not the login's) posted without a bearer header or a live session:
+        the page refuses it whatever it holds, so its body is not read."""
+        path = _route_path(scope)
+        return (
+            self.signed_in is not None
+            and scope["method"] in _METHODS_WITH_BODY
+            and not path.startswith(API_PREFIX + "/")
+            and path != "/login"
+            and not self.signed_in(scope)
+        )
 
     async def _read_body(
         self, scope: Scope, receive: Receive
@@ -100,18 +167,18 @@ class Guards:
         return None, _replay([{"type": "http.request", "body": body, "more_body": False}], receive)
 
     @staticmethod
-    async def _answer(send: Send, status: int, code: str, message: str) -> None:
+    async def _answer(
+        send: Send, status: int, code: str, message: str, extra: dict[str, str] | None = None
+    ) -> None:
         body = errors.error_body(code, message)
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ]
+        headers += [
+            (name.lower().encode(), value.encode()) for name, value in (extra or {}).items()
+        ]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
 
@@ -122,13 +189,37 @@ def _is_json(headers: Headers) -> bool:
     )
 
 
-def _is_dashboard_form(scope: Scope, headers: Headers) -> bool:
-    """An HTML form posted to the dashboard (outside /api/v1), which reads it itself."""
+def _route_path(scope: Scope) -> str:
+    """The request's path under the app (without the prefix it is mounted or proxied under)."""
     path, root = scope["path"], scope.get("root_path", "")
     if root and path.startswith(root):
         path = path[len(root) :]
+    return str(path)
+
+
+def _is_dashboard_form(scope: Scope, headers: Headers) -> bool:
+    """An HTML form posted to the dashboard (outside /api/v1), which reads it itself."""
     kind = headers.get("content-type", "").split(";", 1)[0].strip().lower()
-    return kind == "application/x-www-form-urlencoded" and not path.startswith(API_PREFIX)
+    return kind == "application/x-www-form-urlencoded" and not _route_path(scope).startswith(
+        API_PREFIX
+    )
+
+
+def _unread(receive: Receive) -> Receive:
+    """A ``receive`` whose body is empty; the real one is read only for a disconnect."""
+    sent = False
+
+    async def unread() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return message
+
+    return unread
 
 
 def _replay(messages: list[Message], receive: Receive) -> Receive:

@@ -48,7 +48,7 @@ def readyz(server: Server) -> models.Health:
             "description": "Prometheus' text exposition format (see the README's metric names)",
             "content": {"text/plain": {"schema": {"type": "string"}}},
         },
-        **responses(401, 500, 503),
+        **responses(401, 429, 500, 503),
     },
     summary="Queue-level metrics for Prometheus",
 )

@@ -1,13 +1,20 @@
 """`pgjobs serve` as a real process on uvicorn: it answers, refuses to start without a token
-unless told it is insecure (and then says so), and keeps tokens out of its output."""
+unless told it is insecure (and then says so), keeps tokens out of its output, and holds against
+slow and hostile clients (headers and bodies that never end, more connections than allowed,
+writes without a token, floods of bad requests) with a log of a few lines."""
 
 from __future__ import annotations
 
+import logging
+import re
 import socket
 
 import httpx
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pgjobs.db.dsn import Dsn
+from pgjobs.web.serving import LogThrottle
 from tests.support.helpers import pgjobs_process, run_pgjobs, wait_until
 from tests.web.conftest import READ_TOKEN, TOKEN
 
@@ -122,3 +129,120 @@ def test_serve_bad_options_are_one_line(subprocess_env: dict[str, str]) -> None:
     result = run_pgjobs(subprocess_env, "serve", "--insecure-no-auth", "--app", "no.such:app")
     assert result.returncode == 2
     assert result.stderr.startswith("pgjobs: error: --app") and result.stderr.count("\n") == 1
+
+
+def _raw(port: int, request: bytes) -> socket.socket:
+    """A connection that has sent ``request`` (or part of one) and waits."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.sendall(request)
+    return sock
+
+
+def _closed(sock: socket.socket) -> bool:
+    """Whether the server closed ``sock`` (it is read without waiting)."""
+    sock.setblocking(False)
+    try:
+        return sock.recv(65536) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def _count_closed(socks: list[socket.socket]) -> int:
+    return sum(_closed(sock) for sock in socks)
+
+
+def _answer(sock: socket.socket) -> bytes:
+    """What the server answers on ``sock`` up to the end of the response's headers (the socket's
+    timeout bounds the wait: a server that waits for a body never sent answers nothing)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def test_slow_and_hostile_clients_neither_stop_nor_flood_the_server(
+    subprocess_env: dict[str, str],
+) -> None:
+    env = {**subprocess_env, "PGJOBS_API_TOKENS": TOKEN}
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    args = ("serve", "--port", str(port), "--pool-size", "1", "--max-connections", "20")
+    limits = ("--header-timeout", "30", "--body-timeout", "2")
+    with pgjobs_process(env, *args, *limits) as server:
+        wait_until(lambda: _get(f"{base}/healthz"), timeout=30, what="/healthz", procs=[server])
+        # Twice as many connections as allowed, each stuck in the middle of its headers.
+        slow = [_raw(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ") for _ in range(40)]
+        try:
+            # Beyond the bound the oldest ones waiting for their headers make room (long before
+            # the header timeout), a whole request still gets its answer, and the header
+            # timeout closes the rest.
+            wait_until(lambda: _count_closed(slow) >= 20, timeout=20, what="20 closed at the bound")
+            assert httpx.get(f"{base}/healthz", timeout=20).status_code == 200
+            wait_until(lambda: _count_closed(slow) == 40, timeout=60, what="all slow ones closed")
+        finally:
+            for sock in slow:
+                sock.close()
+        # A write without a valid token is refused before its body is read: the body never
+        # comes, the answer does (long before the body timeout).
+        head = b"POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        with _raw(port, head + b"Content-Length: 100000\r\n\r\n") as sock:
+            assert _answer(sock).startswith(b"HTTP/1.1 401 ")
+        # So is a dashboard form posted by nobody signed in (the page says: sign in first).
+        form = b"POST /dead/bulk HTTP/1.1\r\nHost: x\r\n"
+        form += b"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 100000\r\n"
+        with _raw(port, form + b"Cookie: pgjobs_session=" + b"x" * 43 + b"\r\n\r\n") as sock:
+            assert _answer(sock).startswith(b"HTTP/1.1 403 ")
+        # With a token, a body that stops arriving is cut off after the body timeout.
+        auth = f"Authorization: Bearer {TOKEN}\r\n".encode()
+        with _raw(port, head + auth + b'Content-Length: 100\r\n\r\n{"task"') as sock:
+            assert _answer(sock).startswith(b"HTTP/1.1 408 ")
+        # Hostile requests by the hundred: each is refused, and the log stays a few lines.
+        for _ in range(200):
+            with _raw(port, b"NOT HTTP AT ALL\r\n\r\n") as sock:
+                _answer(sock)
+        assert httpx.get(f"{base}/healthz").status_code == 200
+        assert server.stop() in STOPPED
+        log = server.err()
+    assert log.count("Invalid HTTP request received.") <= 20, log
+    assert "more like it in the next 10 s are counted, not logged" in log
+    assert "more lines like 'Invalid HTTP request received.' were not logged" in log
+    assert log.count("closed a connection") <= 30, log  # two kinds, 10 each, and their counts
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("abc"), st.floats(0, 5)), max_size=300))
+def test_the_log_throttle_lets_few_lines_through_and_counts_the_rest(
+    records: list[tuple[str, float]],
+) -> None:
+    now = [0.0]
+    throttle = LogThrottle(3, 10.0, clock=lambda: now[0])
+    passed: dict[tuple[str, int], int] = {}
+    dropped = 0
+    said = 0
+    for kind, later in records:
+        now[0] += later
+        record = logging.LogRecord("x", logging.WARNING, "", 0, kind, None, None)
+        if throttle.filter(record):
+            key = (kind, int(now[0] // 10))
+            passed[key] = passed.get(key, 0) + 1
+            found = re.search(r"and (\d+) more like it", str(record.msg))
+            said += int(found.group(1)) if found else 0
+        else:
+            dropped += 1
+    # Never more than 3 lines of a kind in an interval (two intervals may share a 10 s slot).
+    assert all(count <= 6 for count in passed.values())
+    reported = sum(int(line.split()[1]) for line in throttle.report())
+    assert said + reported == dropped
+
+
+def test_serve_timeouts_must_be_finite(subprocess_env: dict[str, str]) -> None:
+    for option in ("--header-timeout", "--body-timeout"):
+        for value in ("inf", "nan", "0"):
+            result = run_pgjobs(subprocess_env, "serve", "--insecure-no-auth", option, value)
+            assert result.returncode == 2, result.stderr
+            assert result.stderr.count("\n") == 1 and option in result.stderr, result.stderr

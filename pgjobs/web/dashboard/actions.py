@@ -118,8 +118,8 @@ class Actions:
     Example::
 
         actions = Actions()
-        action_id = actions.start(viewer.csrf_key, "purge", selection, 1000, run_one, filters)
-        actions.get(action_id, viewer.csrf_key)  # Progress, or None for anyone else
+        action_id = actions.start(viewer.owner, "purge", selection, 1000, run_one, filters)
+        actions.get(action_id, viewer.owner)  # Progress, or None for anyone else
     """
 
     def __init__(

@@ -55,6 +55,8 @@ from pgjobs.web.dashboard.security import (
     take_flash,
     take_new_cookie,
 )
+from pgjobs.web.dashboard.sessions import Sessions
+from pgjobs.web.throttle import SignInThrottle, client_address, too_many_message
 
 logger = logging.getLogger("pgjobs.web.dashboard")
 
@@ -160,7 +162,13 @@ class Frame:
     templates. Each page group holds the frame and answers through it."""
 
     def __init__(
-        self, connection: ConnectionSource, *, tokens: Tokens, insecure_no_auth: bool = False
+        self,
+        connection: ConnectionSource,
+        *,
+        tokens: Tokens,
+        insecure_no_auth: bool = False,
+        sessions: Sessions | None = None,
+        throttle: SignInThrottle | None = None,
     ) -> None:
         if not tokens.configured and not insecure_no_auth:
             raise ConfigurationError(
@@ -169,13 +177,44 @@ class Frame:
         self._connection = connection
         self.tokens = tokens
         self.insecure = insecure_no_auth
+        #: The signed-in browsers (their cookies hold a session id, never a token).
+        self.sessions = sessions if sessions is not None else Sessions()
+        #: Failed tokens per client address (the API's, when the server shares one).
+        self.throttle = throttle if throttle is not None else SignInThrottle()
         self._env = _environment()
         self._static = _load_static()
         self._flasher = Flasher()
 
     def identify(self, request: Request) -> Viewer | Refusal:
-        """The request's viewer, by its session or bearer token, or why it has none."""
-        return identify(request, self.tokens, self.insecure)
+        """The request's viewer, by its session or bearer token, or why it has none. A bearer
+        token that fails counts against the client's address (``throttled``)."""
+        bearer = request.headers.get("authorization") is not None and self.tokens.configured
+        if bearer and self.throttled(request, self.throttle.wait(self.client(request))):
+            return Refusal.THROTTLED
+        found = identify(request, self.tokens, self.sessions, self.insecure)
+        if bearer and found is Refusal.BAD_TOKEN:
+            if self.throttled(request, self.throttle.failed(self.client(request))):
+                return Refusal.THROTTLED
+        elif bearer and isinstance(found, Viewer):
+            self.throttle.succeeded(self.client(request))
+        return found
+
+    @staticmethod
+    def client(request: Request) -> str:
+        return client_address(request.scope.get("client"))
+
+    @staticmethod
+    def throttled(request: Request, wait: int | None) -> bool:
+        """Whether the client must wait; the seconds go to the answer's ``Retry-After``."""
+        if wait is None:
+            return False
+        request.state.retry_after = wait
+        return True
+
+    def too_many(self, request: Request, viewer: Viewer | None = None) -> HTMLResponse:
+        """429: the client failed too often; the page and ``Retry-After`` say how long to wait."""
+        wait = int(getattr(request.state, "retry_after", 1))
+        return self.error(request, viewer, 429, "Too many attempts", too_many_message(wait))
 
     # -- answering --------------------------------------------------------------------------------
 
@@ -221,6 +260,8 @@ class Frame:
             clear_cookie(response, request, FLASH_COOKIE)
         if status == 503:
             response.headers["Retry-After"] = str(RETRY_AFTER)
+        elif status == 429:
+            response.headers["Retry-After"] = str(getattr(request.state, "retry_after", 1))
         take_new_cookie(request, response)
         return security_headers(response)
 
@@ -245,6 +286,8 @@ class Frame:
         found = self.identify(request)
         if isinstance(found, Viewer):
             return found
+        if found is Refusal.THROTTLED:
+            return self.too_many(request)
         if found is Refusal.BAD_TOKEN and request.headers.get("authorization") is not None:
             refused = self.error(
                 request, None, 401, "Not signed in", "The token of this request is not valid."
@@ -255,7 +298,7 @@ class Frame:
         if request.url.query:
             target += "?" + request.url.query
         response = self.redirect(request, "/login?" + urlencode({"next": target}))
-        if found is Refusal.BAD_TOKEN:  # a session whose token is no longer configured
+        if found is Refusal.BAD_TOKEN:  # a session that ended or expired
             clear_cookie(response, request, SESSION_COOKIE)
         return response
 
@@ -292,6 +335,8 @@ class Frame:
         token; else ``act`` runs and the browser is sent to the page it names (or ``back``) with
         a message saying what happened, or what refused it."""
         found = self.identify(request)
+        if found is Refusal.THROTTLED:
+            return self.too_many(request)
         if not isinstance(found, Viewer):
             return self.error(request, None, 403, "Refused", "Sign in first; nothing was changed.")
         viewer = found

@@ -17,6 +17,8 @@ from pgjobs.web.dashboard.pages.jobs import JobPages
 from pgjobs.web.dashboard.pages.login import LoginPages
 from pgjobs.web.dashboard.pages.overview import OverviewPages
 from pgjobs.web.dashboard.pages.queues import QueuePages
+from pgjobs.web.dashboard.sessions import Sessions
+from pgjobs.web.throttle import SignInThrottle
 
 #: Seconds a stopping server waits for running bulk actions to end their batch in flight.
 SHUTDOWN_WAIT = 10.0
@@ -27,9 +29,21 @@ class Dashboard:
     its pages."""
 
     def __init__(
-        self, connection: ConnectionSource, *, tokens: Tokens, insecure_no_auth: bool = False
+        self,
+        connection: ConnectionSource,
+        *,
+        tokens: Tokens,
+        insecure_no_auth: bool = False,
+        sessions: Sessions | None = None,
+        throttle: SignInThrottle | None = None,
     ) -> None:
-        self.frame = Frame(connection, tokens=tokens, insecure_no_auth=insecure_no_auth)
+        self.frame = Frame(
+            connection,
+            tokens=tokens,
+            insecure_no_auth=insecure_no_auth,
+            sessions=sessions,
+            throttle=throttle,
+        )
         self.dead = DeadPages(self.frame)
         self.pages = (
             OverviewPages(self.frame),
@@ -61,15 +75,27 @@ class Dashboard:
 
 
 def dashboard_router(
-    connection: ConnectionSource, *, tokens: Tokens, insecure_no_auth: bool = False
+    connection: ConnectionSource,
+    *,
+    tokens: Tokens,
+    insecure_no_auth: bool = False,
+    sessions: Sessions | None = None,
+    throttle: SignInThrottle | None = None,
 ) -> APIRouter:
     """The dashboard's routes for ``create_app`` to include: pages at ``/``, ``/dead``,
     ``/dead/actions/{id}`` (a bulk action's progress), ``/jobs``, ``/queues/{name}``,
     ``/login``, assets under ``/static``. Its lifespan (merged into the app's by
-    ``include_router``) stops the running bulk actions when the server stops.
+    ``include_router``) stops the running bulk actions when the server stops. ``sessions`` and
+    ``throttle``: the server's, when it shares them (new ones otherwise).
 
     Example::
 
         api.include_router(dashboard_router(lambda: db.pooled(pool, dsn), tokens=tokens))
     """
-    return Dashboard(connection, tokens=tokens, insecure_no_auth=insecure_no_auth).router()
+    return Dashboard(
+        connection,
+        tokens=tokens,
+        insecure_no_auth=insecure_no_auth,
+        sessions=sessions,
+        throttle=throttle,
+    ).router()

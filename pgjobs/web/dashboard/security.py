@@ -1,18 +1,17 @@
 """Who is looking at the dashboard, what they may do, and the checks on every form.
 
 **Sessions.** The login form takes an API token (``pgjobs.web.auth``: the same tokens, full or
-read-only) and keeps it in the ``pgjobs_session`` cookie: HttpOnly (no script reads it),
-SameSite=Strict (no other site's page sends it), Secure when the request came over HTTPS
-(directly, or through a proxy whose ``X-Forwarded-Proto`` the server trusts), scoped to the
-dashboard's path, for ``SESSION_SECONDS``. The token is checked on every request, so removing it
-from the server's configuration ends every session that used it. Pages also accept the API's
-``Authorization: Bearer`` header (scripts, tests).
+read-only) and starts a session (``sessions``): the ``pgjobs_session`` cookie holds its random
+id, never the token. The cookie is HttpOnly (no script reads it), SameSite=Strict (no other
+site's page sends it), Secure when the request came over HTTPS (directly, or through a proxy
+whose ``X-Forwarded-Proto`` the server trusts), scoped to the dashboard's path. Pages also
+accept the API's ``Authorization: Bearer`` header (scripts, tests).
 
 **CSRF.** Every form that changes something carries a token that only a page of this dashboard,
-shown to this session, holds: an HMAC of the session's API token (or, with no token at all, of
-a random value kept in the HttpOnly, SameSite=Strict ``pgjobs_csrf`` cookie). Every POST is
-checked in constant time before anything else is done; a missing or wrong token is refused with
-403 and changes nothing.
+shown to this session, holds: an HMAC keyed by the session's own random key (for a bearer
+header, by a digest of its token; with no token at all, by a random value kept in the HttpOnly,
+SameSite=Strict ``pgjobs_csrf`` cookie). Every POST is checked in constant time before anything
+else is done; a missing or wrong token is refused with 403 and changes nothing.
 
 **Flash messages** (what an action did, shown once after its redirect) travel in a short-lived
 cookie signed with a key of the process, so that nobody else can make the dashboard say that
@@ -34,14 +33,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from pgjobs.web.auth import Access, Tokens
+from pgjobs.web.dashboard.sessions import LIFETIME_SECONDS, Sessions
 
 R = TypeVar("R", bound=Response)
 
 SESSION_COOKIE = "pgjobs_session"
 CSRF_COOKIE = "pgjobs_csrf"
 FLASH_COOKIE = "pgjobs_flash"
-#: Seconds a login lasts.
-SESSION_SECONDS = 12 * 3600
+#: Seconds the ``pgjobs_csrf`` cookie of the login form lasts.
+CSRF_COOKIE_SECONDS = LIFETIME_SECONDS
 #: Name of the CSRF field of every form.
 CSRF_FIELD = "csrf"
 _CSRF_CONTEXT = b"pgjobs-dashboard-csrf"
@@ -59,11 +59,14 @@ class Via(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Viewer:
-    """An authenticated request: what it may do and the key its CSRF tokens derive from."""
+    """An authenticated request: what it may do, the key its CSRF tokens derive from, and the
+    credential it acts as (``owner``: a digest of its token, the same for every session and
+    script that presents that token)."""
 
     access: Access
     via: Via
     csrf_key: bytes
+    owner: bytes
 
     @property
     def can_act(self) -> bool:
@@ -94,11 +97,14 @@ class Refusal(enum.Enum):
 
     #: No credentials at all: a browser goes to the login page.
     ANONYMOUS = "anonymous"
-    #: A token that is not (or no longer) configured.
+    #: A token that is not configured, or a session that ended or expired.
     BAD_TOKEN = "bad_token"
+    #: Too many failed tokens from this address (the wait is in ``request.state.retry_after``).
+    THROTTLED = "throttled"
 
 
-def _token_key(token: str) -> bytes:
+def token_key(token: str) -> bytes:
+    """The digest a token acts as (``Viewer.owner``)."""
     return hashlib.sha256(_CSRF_CONTEXT + b"\0" + token.encode()).digest()
 
 
@@ -119,10 +125,12 @@ def take_new_cookie(request: Request, response: Response) -> None:
     """Give the browser the ``pgjobs_csrf`` cookie ``anonymous_key`` made for this request."""
     value = getattr(request.state, "new_csrf_cookie", None)
     if value:
-        set_cookie(response, request, CSRF_COOKIE, value, SESSION_SECONDS)
+        set_cookie(response, request, CSRF_COOKIE, value, CSRF_COOKIE_SECONDS)
 
 
-def identify(request: Request, tokens: Tokens, insecure_no_auth: bool) -> Viewer | Refusal:
+def identify(
+    request: Request, tokens: Tokens, sessions: Sessions, insecure_no_auth: bool
+) -> Viewer | Refusal:
     """Who the request is: a bearer header first, then the session cookie, then nobody (allowed
     only with ``insecure_no_auth``)."""
     header = request.headers.get("authorization")
@@ -132,16 +140,18 @@ def identify(request: Request, tokens: Tokens, insecure_no_auth: bool) -> Viewer
         access = tokens.access(token) if scheme.lower() == "bearer" and token else None
         if access is None:
             return Refusal.BAD_TOKEN
-        return Viewer(access, Via.BEARER, _token_key(token))
+        key = token_key(token)
+        return Viewer(access, Via.BEARER, key, key)
     cookie = request.cookies.get(SESSION_COOKIE)
     if cookie:
-        access = tokens.access(cookie)
-        if access is not None:
-            return Viewer(access, Via.COOKIE, _token_key(cookie))
+        session = sessions.get(cookie)
+        if session is not None:
+            return Viewer(session.access, Via.COOKIE, session.csrf_key, session.owner)
         if not insecure_no_auth:
             return Refusal.BAD_TOKEN
     if insecure_no_auth:
-        return Viewer(Access.FULL, Via.NOBODY, anonymous_key(request))
+        key = anonymous_key(request)
+        return Viewer(Access.FULL, Via.NOBODY, key, key)
     return Refusal.ANONYMOUS
 
 

@@ -163,9 +163,7 @@ class DeadPages:
             with self.frame.db() as conn:
                 return sum(len(ids) for ids in run(conn, batch, batch_size=len(batch.ids)))
 
-        return self.actions.start(
-            viewer.csrf_key, action, selection, BATCH_SIZE, one_batch, query.raw
-        )
+        return self.actions.start(viewer.owner, action, selection, BATCH_SIZE, one_batch, query.raw)
 
     def dead_action(self, request: Request, action_id: str) -> Response:
         """The progress of a bulk action this session started: batches and jobs done of the
@@ -174,7 +172,7 @@ class DeadPages:
         viewer = self.frame.viewer(request)
         if isinstance(viewer, Response):
             return viewer
-        progress = self.actions.get(action_id, viewer.csrf_key)
+        progress = self.actions.get(action_id, viewer.owner)
         if progress is None:
             return self.frame.error(request, viewer, 404, "Unknown action", _UNKNOWN_ACTION)
         return self.frame.render(
@@ -190,7 +188,7 @@ class DeadPages:
         found = self.frame.identify(request)
         if not isinstance(found, Viewer):
             return security_headers(Response("signed out", status_code=401))
-        progress = self.actions.get(action_id, found.csrf_key)
+        progress = self.actions.get(action_id, found.owner)
         if progress is None:
             return security_headers(Response(_UNKNOWN_ACTION, status_code=404))
         return self.frame.render(

@@ -1,4 +1,5 @@
-"""Signing in with an API token (kept in a session cookie) and out."""
+"""Signing in with an API token (which starts a session: the browser keeps its id, never the
+token) and out (which ends it). Failed sign-ins are slowed per client address."""
 
 from __future__ import annotations
 
@@ -10,14 +11,15 @@ from pgjobs.web.dashboard.frame import GET, POST, BadForm, Frame, PostedForm, Ro
 from pgjobs.web.dashboard.security import (
     CSRF_FIELD,
     SESSION_COOKIE,
-    SESSION_SECONDS,
     Viewer,
     anonymous_key,
     clear_cookie,
     csrf_matches,
     csrf_token,
     set_cookie,
+    token_key,
 )
+from pgjobs.web.throttle import too_many_message
 
 
 class LoginPages:
@@ -56,21 +58,41 @@ class LoginPages:
                 error="The form was stale (or your browser refuses cookies); try again.",
             )
         token = posted.get("token", "").strip()
-        if not token or self.frame.tokens.access(token) is None:
-            return self.frame.render(
-                request,
-                None,
-                "login.html",
-                status=401,
-                login_csrf=csrf_token(key),
-                next=nxt,
-                error="That token is not one this server accepts.",
-            )
-        response = self.frame.redirect(request, nxt)
-        set_cookie(response, request, SESSION_COOKIE, token, SESSION_SECONDS)
+        frame, client = self.frame, self.frame.client(request)
+        if frame.throttled(request, frame.throttle.wait(client)):
+            return self._refused(request, 429, _sentence(request.state.retry_after), nxt)
+        access = frame.tokens.access(token) if token else None
+        if access is None:
+            status = 429 if frame.throttled(request, frame.throttle.failed(client)) else 401
+            message = "That token is not one this server accepts."
+            if status == 429:
+                message += " " + _sentence(request.state.retry_after)
+            return self._refused(request, status, message, nxt)
+        frame.throttle.succeeded(client)
+        old = request.cookies.get(SESSION_COOKIE)
+        if old:  # a new session, never one whose id the browser held before
+            frame.sessions.end(old)
+        session_id = frame.sessions.start(access, token_key(token))
+        response = frame.redirect(request, nxt)
+        set_cookie(
+            response, request, SESSION_COOKIE, session_id, int(frame.sessions.lifetime_seconds)
+        )
         return response
 
+    def _refused(self, request: Request, status: int, message: str, nxt: str) -> Response:
+        """The login form again, saying why (401 a wrong token, 429 too many of them)."""
+        return self.frame.render(
+            request,
+            None,
+            "login.html",
+            status=status,
+            login_csrf=csrf_token(anonymous_key(request)),
+            next=nxt,
+            error=message,
+        )
+
     def logout(self, request: Request, posted: PostedForm) -> Response:
+        """Ends the session (a form with a stale CSRF token ends nothing)."""
         found = self.frame.identify(request)
         if (
             isinstance(found, Viewer)
@@ -78,6 +100,14 @@ class LoginPages:
             and not found.csrf_ok(posted.get(CSRF_FIELD))
         ):
             return self.frame.error(request, found, 403, "Refused", "Stale form; still signed in.")
+        session_id = request.cookies.get(SESSION_COOKIE)
+        if session_id:
+            self.frame.sessions.end(session_id)
         response = self.frame.redirect(request, "/login")
         clear_cookie(response, request, SESSION_COOKIE)
         return response
+
+
+def _sentence(wait: int) -> str:
+    message = too_many_message(wait)
+    return f"{message[:1].upper()}{message[1:]}."
