@@ -104,7 +104,7 @@ def jobs(
     with db.target_connection(target) as conn, conn.cursor(row_factory=dict_row) as cur:
         # Never a generic plan: each call's NULL filters and time window change the best one
         # (which indexes, which archive partitions).
-        rows = cur.execute(queries.BROWSE_JOBS, params, prepare=False).fetchall()
+        rows = db.fetch_rows(cur.execute(queries.BROWSE_JOBS, params, prepare=False))
     found = [_history(row) for row in rows[:limit]]
     next_cursor = None
     if len(rows) > limit:
@@ -124,7 +124,7 @@ def jobs_by_id(target: Target, ids: Sequence[int]) -> list[JobHistory]:
     if not ids:
         return []
     with db.target_connection(target) as conn, conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(queries.BROWSE_JOBS_BY_ID, {"ids": list(ids)}).fetchall()
+        rows = db.fetch_rows(cur.execute(queries.BROWSE_JOBS_BY_ID, {"ids": list(ids)}))
     by_id = {row["id"]: _history(row) for row in rows}
     return [by_id[job_id] for job_id in ids if job_id in by_id]
 

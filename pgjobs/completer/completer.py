@@ -183,8 +183,8 @@ class Completer:
         return _DEAD
 
     def invalid_payload(self, job: Job, problem: str) -> Outcome:
-        """``job``'s payload does not fit its handler (``problem`` says how): to dead_letter
-        (``DEAD``)."""
+        """``job``'s payload does not fit its handler, or its row holds a value Python cannot
+        load (``problem`` says how): to dead_letter (``DEAD``)."""
         self.outcomes.bury(job, DeadReason.INVALID_PAYLOAD, problem)
         log.warning("job %d (%s): %s, sent to dead_letter", job.id, job.task, problem)
         return _DEAD
@@ -246,12 +246,15 @@ class Completer:
             await settle_apart(conn, settle, self.claim, self.outcomes)
             return Claimed([], None, 0)
         report_stale(settle, done.settled)
+        for job, problem in done.unloadable:
+            self.invalid_payload(job, problem)
         for job_id, (context, _) in extensions.items():
             if job_id not in done.extended:
                 context.lease_lost = True
                 log.warning("job %d: lease extension refused, the lease was already lost", job_id)
         if limit > 0:  # every claim says whether some queues are limited (JOB_CLAIM: if so)
-            self._learn(done.status, under_limits, short=len(done.claimed) < limit)
+            claimed = len(done.claimed) + len(done.unloadable)
+            self._learn(done.status, under_limits, short=claimed < limit)
         return Claimed(done.claimed, done.status, limit)
 
 

@@ -24,12 +24,29 @@ log = logging.getLogger("pgjobs.worker")
 
 class TripResult(NamedTuple):
     """What one round trip did: ids whose outcome was applied, ids whose lease was extended,
-    jobs claimed, and the claim's status when it gave one."""
+    jobs claimed, and the claim's status when it gave one; and the jobs claimed that cannot run
+    because a value of their row cannot be loaded, with why (not in ``claimed``)."""
 
     settled: set[int]
     extended: set[int]
     claimed: list[Job]
     status: ClaimStatus | None = None
+    unloadable: tuple[tuple[Job, str], ...] = ()
+
+
+def _jobs(rows: list[tuple[Any, ...]]) -> tuple[list[Job], tuple[tuple[Job, str], ...]]:
+    """The claimed ``rows`` as jobs: those that can run, and those whose row holds a value
+    Python cannot hold (a row pgjobs did not write), with why; so that one such row costs only
+    its own job, never its batch."""
+    jobs = [db.job_from_row(row) for row in rows]
+    if not db.damaged(rows):
+        return jobs, ()
+    bad = []
+    for job in jobs:
+        values = db.unloadable(job)
+        if values:
+            bad.append((job, db.unloadable_problem(values)))
+    return [job for job in jobs if not db.unloadable(job)], tuple(bad)
 
 
 async def settle_and_claim(
@@ -73,13 +90,15 @@ async def settle_and_claim(
                 claimed = await conn.execute(
                     statement, claim.bind(limit, limited=limited, slots=slots), prepare=True
                 )
-        rows = await claimed.fetchall() if claimed else []
+        rows = await db.fetch_rows_async(claimed) if claimed else []
         status = ClaimStatus.take(rows)
+        jobs, unloadable = _jobs(rows)
         return TripResult(
             {row[0] for row in await settled.fetchall()} if settled else set(),
             {row[0] for row in await extended.fetchall()} if extended else set(),
-            [db.job_from_row(row) for row in rows],
+            jobs,
             status,
+            unloadable,
         )
 
 
@@ -101,8 +120,8 @@ async def _succeed_and_claim(
     # The claimed jobs, then the trip's row: the ids archived, the claim's status (or null).
     said = rows.pop()[3]
     status = None if said["status"] is None else ClaimStatus.of(said["status"])
-    jobs = [db.job_from_row(row) for row in rows]
-    return TripResult(set(said["archived"]), set(), jobs, status)
+    jobs, unloadable = _jobs(rows)
+    return TripResult(set(said["archived"]), set(), jobs, status, unloadable)
 
 
 def report_stale(settle: SettleParams | None, settled: set[int]) -> None:
