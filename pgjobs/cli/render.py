@@ -24,7 +24,7 @@ from pgjobs.maintenance.registry import STALE_AFTER
 from pgjobs.models import DeadGroup, DeadJob, QueueState, QueueStats, ScheduleInfo, Unloadable
 from pgjobs.rates import limits_text
 from pgjobs.stats import Snapshot
-from pgjobs.text import printable
+from pgjobs.text import clipped, printable
 
 # -- values --------------------------------------------------------------------------------------
 
@@ -325,17 +325,19 @@ def dead_groups_table(groups: list[DeadGroup], title: str) -> Table:
 
 
 def print_fields(fields: list[tuple[str, Any]]) -> None:
-    """One ``name  value`` line per field that has a value."""
+    """One ``name  value`` line per field that has a value (at most ``SHOWN_BYTES`` of it:
+    ``--json`` prints the whole)."""
     for name, value in fields:
         if value is not None:
-            typer.echo(f"  {name:<13}{printable(str(value))}")
+            typer.echo(f"  {name:<13}{printable(clipped(str(value)))}")
 
 
 def print_block(title: str, text: str | None) -> None:
-    """A multi-line text (an error, a traceback) under its title, indented."""
+    """A multi-line text (an error, a traceback) under its title, indented; at most
+    ``SHOWN_BYTES`` of it."""
     if text:
         typer.echo(f"{title}:")
-        text = printable(text.replace("\r\n", "\n"), multiline=True)
+        text = printable(clipped(text).replace("\r\n", "\n"), multiline=True)
         for line in text.rstrip("\n").split("\n"):
             typer.echo(f"  {line}")
 

@@ -18,12 +18,12 @@ import psycopg
 
 from pgjobs.completer.outcomes import TIMEOUT_ERROR_TYPE, Outcome, Outcomes, timeout_error
 from pgjobs.completer.params import ClaimParams, ClaimStatus, ExtendParams
-from pgjobs.completer.trip import report_stale, settle_and_claim, settle_apart
+from pgjobs.completer.trip import report_stale, settle_and_claim, settle_apart, unloadable_jobs
 from pgjobs.context import JobContext
 from pgjobs.errors import DatabaseUnavailable, NonRetryableError, QueryFailed, SchemaMissing
 from pgjobs.models import DeadReason, Job
 from pgjobs.tasks import Task
-from pgjobs.text import error_text, result_json, storable, traceback_text
+from pgjobs.text import MAX_RESULT_BYTES, error_text, result_json, storable, traceback_text
 
 # Outcomes are what a worker did with its jobs: they log under the worker's name.
 log = logging.getLogger("pgjobs.worker")
@@ -60,8 +60,15 @@ class Completer:
     Every method runs on the worker's event loop.
     """
 
-    def __init__(self, claim: ClaimParams, *, recheck: float = LIMITS_RECHECK) -> None:
+    def __init__(
+        self,
+        claim: ClaimParams,
+        *,
+        recheck: float = LIMITS_RECHECK,
+        max_result_bytes: int = MAX_RESULT_BYTES,
+    ) -> None:
         self.owner = claim.owner
+        self._max_result_bytes = max_result_bytes
         self.claim = claim
         self.outcomes = Outcomes(claim.owner)
         self._extensions: dict[int, tuple[JobContext, float]] = {}
@@ -123,7 +130,7 @@ class Completer:
         the outcome decided: ``SUCCEEDED``, ``RETRIED`` or ``DEAD``."""
         self._extensions.pop(job.id, None)
         if exc is None:
-            self.outcomes.succeed(job, result_json(result))
+            self.outcomes.succeed(job, result_json(result, self._max_result_bytes))
             return _SUCCEEDED
         error = error_text(exc)
         where = f"job {job.id} ({job.task}) failed on attempt {job.attempts}/{job.max_attempts}"
@@ -246,16 +253,16 @@ class Completer:
             await settle_apart(conn, settle, self.claim, self.outcomes)
             return Claimed([], None, 0)
         report_stale(settle, done.settled)
-        for job, problem in done.unloadable:
+        claimed, unloadable = unloadable_jobs(done.claimed)
+        for job, problem in unloadable:
             self.invalid_payload(job, problem)
         for job_id, (context, _) in extensions.items():
             if job_id not in done.extended:
                 context.lease_lost = True
                 log.warning("job %d: lease extension refused, the lease was already lost", job_id)
         if limit > 0:  # every claim says whether some queues are limited (JOB_CLAIM: if so)
-            claimed = len(done.claimed) + len(done.unloadable)
-            self._learn(done.status, under_limits, short=claimed < limit)
-        return Claimed(done.claimed, done.status, limit)
+            self._learn(done.status, under_limits, short=len(done.claimed) < limit)
+        return Claimed(claimed, done.status, limit)
 
 
 def _ids(extensions: dict[int, Any]) -> str:

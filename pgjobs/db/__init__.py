@@ -29,6 +29,7 @@ from pgjobs.db.connections import (
 )
 from pgjobs.db.reads import live_workers
 from pgjobs.db.rows import (
+    Damaged,
     archive_partition_from_row,
     damaged,
     dead_group_from_row,
@@ -52,6 +53,7 @@ from pgjobs.db.translate import MIGRATE_HINT, is_connection_failure, translate_e
 __all__ = [
     "CONNECT_TIMEOUT",
     "MIGRATE_HINT",
+    "Damaged",
     "Target",
     "archive_partition_from_row",
     "cancel_quietly",

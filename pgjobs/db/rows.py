@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 import psycopg.adapt
 from psycopg import pq
+from psycopg.abc import Transformer
 
 from pgjobs.models import (
     ArchivePartition,
@@ -28,12 +29,15 @@ from pgjobs.models import (
     WorkerInfo,
 )
 
+#: A row as a statement returns it.
+Row = tuple[Any, ...]
+
 # What a loader raises for a value it cannot turn into Python: a time beyond year 9999 or
 # infinite (DataError), text or JSON that does not decode (ValueError), a number too large.
 _LOAD_ERRORS = (psycopg.DataError, ValueError, OverflowError)
 
 
-def loaded_rows(transformer: psycopg.adapt.Transformer, result: pq.abc.PGresult) -> list[Row]:
+def loaded_rows(transformer: Transformer, result: pq.abc.PGresult) -> list[Row]:
     """``result``'s rows as tuples, loaded by ``transformer`` (set to ``result``). A value that
     cannot be loaded becomes an ``Unloadable`` instead of failing every row: only the rows that
     hold one are loaded value by value (the usual path costs nothing more)."""
@@ -88,9 +92,6 @@ def unloadable_problem(values: list[Unloadable]) -> str:
     return f"the job's row holds a value Python cannot load, not written by pgjobs: {shown}"
 
 
-Row = tuple[Any, ...]
-
-
 def _reloaded(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> list[Any]:
     result = cursor.pgresult
     if result is None:  # no statement, nothing to load
@@ -101,16 +102,14 @@ def _reloaded(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> list[An
     return Damaged(make_row(row) for row in loaded_rows(transformer, result))
 
 
-def _row(transformer: psycopg.adapt.Transformer, result: pq.abc.PGresult, n: int) -> Row:
+def _row(transformer: Transformer, result: pq.abc.PGresult, n: int) -> Row:
     try:
-        return transformer.load_row(n, tuple)  # type: ignore[no-any-return]
+        return transformer.load_row(n, tuple)
     except _LOAD_ERRORS:
         return tuple(_value(transformer, result, n, column) for column in range(result.nfields))
 
 
-def _value(
-    transformer: psycopg.adapt.Transformer, result: pq.abc.PGresult, n: int, column: int
-) -> Any:
+def _value(transformer: Transformer, result: pq.abc.PGresult, n: int, column: int) -> Any:
     data = result.get_value(n, column)
     if data is None:
         return None

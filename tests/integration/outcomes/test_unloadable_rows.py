@@ -13,7 +13,7 @@ import pytest
 from pgjobs import App, admin, browse
 from pgjobs.db.dsn import Dsn
 from pgjobs.models import DeadReason, JobStatus, Unloadable
-from tests.support.factories import insert_raw, work
+from tests.support.factories import insert_dead_raw, insert_raw, work
 from tests.support.helpers import assert_one_home, run
 
 pytestmark = pytest.mark.usefixtures("no_dsn_in_env")
@@ -65,40 +65,12 @@ def test_a_row_with_a_time_python_cannot_hold_costs_only_itself(
     assert f"{column} = '{value}'" in error and "not written by pgjobs" in error
 
 
-def _insert_dead(conn: psycopg.Connection[Any], **columns: Any) -> int:
-    """A dead_letter row as SQL (or a dump, or another program) may leave it."""
-    found = conn.execute("SELECT nextval(pg_get_serial_sequence('queued_jobs', 'id'))").fetchone()
-    assert found is not None
-    values = {
-        "id": found[0],
-        "queue": "default",
-        "task": "t.gone",
-        "payload": "{}",
-        "priority": 0,
-        "run_at": "2026-01-01",
-        "attempts": 1,
-        "max_attempts": 1,
-        "created_at": "2026-01-01",
-        "reason": "exhausted",
-        "last_error": "ValueError: no",
-        "failed_at": "2026-01-02",
-        **columns,
-    }
-    names = ", ".join(values)
-    marks = ", ".join(["%s"] * len(values))
-    found = conn.execute(
-        f"INSERT INTO dead_letter ({names}) VALUES ({marks}) RETURNING id", list(values.values())
-    ).fetchone()
-    assert found is not None
-    return int(found[0])
-
-
 def test_listings_show_a_row_python_cannot_hold_as_it_is(dsn: Dsn, conn, capsys):
     # Written by SQL: times Python cannot hold, a payload that is not a JSON object.
-    bad = _insert_dead(
+    bad = insert_dead_raw(
         conn, created_at="infinity", run_at="10000-01-01", payload='["not", "an", "object"]'
     )
-    good = _insert_dead(conn, task="t.fine")
+    good = insert_dead_raw(conn, task="t.fine")
 
     listed = {job.id: job for job in admin.dead_jobs(dsn)}
     assert set(listed) == {bad, good}

@@ -1,0 +1,44 @@
+"""A result larger than the worker's bound (``WorkerConfig.max_result_bytes``) is not stored:
+the job succeeds, and its result is a short note saying why, so that one huge result cannot slow
+the round trip that carries every other job's outcome."""
+
+from __future__ import annotations
+
+import pytest
+
+from pgjobs import App
+from pgjobs.errors import ConfigurationError
+from pgjobs.worker import WorkerConfig
+from tests.support.factories import work
+from tests.support.helpers import assert_one_home, scalar
+
+MIB = 1024 * 1024
+
+
+def test_a_result_beyond_the_bound_is_a_note_and_the_job_succeeds(make_app, conn):
+    app: App = make_app()
+
+    @app.task(name="t.big")
+    def big(n: int) -> dict[str, str]:
+        return {"blob": "x" * n}
+
+    huge = app.enqueue("t.big", {"n": 5 * MIB})
+    fits = app.enqueue("t.big", {"n": 1000})
+
+    assert work(app, max_result_bytes=MIB) == 0
+
+    assert assert_one_home(conn, [huge, fits]) == dict.fromkeys([huge, fits], "archived_jobs")
+    statuses = "SELECT status FROM archived_jobs WHERE id = %s"
+    assert scalar(conn, statuses, [huge]) == scalar(conn, statuses, [fits]) == "succeeded"
+    note = scalar(conn, "SELECT result FROM archived_jobs WHERE id = %s", [huge])
+    assert isinstance(note, str) and note.startswith("result not stored")
+    assert f"more than the {MIB:,}" in note and len(note) < 200
+    assert scalar(conn, "SELECT result FROM archived_jobs WHERE id = %s", [fits]) == {
+        "blob": "x" * 1000
+    }
+
+
+@pytest.mark.parametrize("bound", [0, 1023, -1, 1.5])
+def test_a_bound_too_small_for_the_note_is_refused(bound):
+    with pytest.raises(ConfigurationError, match="max_result_bytes"):
+        WorkerConfig(max_result_bytes=bound)
