@@ -4,13 +4,18 @@ the round trip that carries every other job's outcome."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from pgjobs import App
 from pgjobs.errors import ConfigurationError
+from pgjobs.text import SHOWN_BYTES
 from pgjobs.worker import WorkerConfig
-from tests.support.factories import work
-from tests.support.helpers import assert_one_home, scalar
+from tests.support.factories import insert_dead_raw, work
+from tests.support.helpers import assert_one_home, run, scalar
+
+pytestmark = pytest.mark.usefixtures("no_dsn_in_env")
 
 MIB = 1024 * 1024
 
@@ -42,3 +47,19 @@ def test_a_result_beyond_the_bound_is_a_note_and_the_job_succeeds(make_app, conn
 def test_a_bound_too_small_for_the_note_is_refused(bound):
     with pytest.raises(ConfigurationError, match="max_result_bytes"):
         WorkerConfig(max_result_bytes=bound)
+
+
+def test_the_cli_shows_a_bounded_part_of_a_huge_value_and_json_the_whole(dsn, conn, capsys):
+    payload = {"blob": "é" * MIB}  # 2 MB of UTF-8
+    trace = "Traceback (most recent call last):\n" + "  frame\n" * 300_000
+    job_id = insert_dead_raw(conn, payload=json.dumps(payload), traceback=trace)
+
+    for command in (["job", "show"], ["dead", "show"]):
+        code, out, err = run(capsys, *command, str(job_id), "--dsn", dsn.url)
+        assert (code, err) == (0, "")
+        # Two values clipped, the traceback's lines indented (2 bytes a line of 8 here), the rest.
+        assert len(out.encode()) < 2 * SHOWN_BYTES * 5 // 4 + 4096
+        assert out.count("bytes more: the API") == 2
+    code, out, _ = run(capsys, "job", "show", str(job_id), "--json", "--dsn", dsn.url)
+    whole = json.loads(out)
+    assert whole["payload"] == payload and whole["traceback"] == trace
