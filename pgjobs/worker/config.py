@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -70,9 +71,10 @@ class WorkerConfig:
     #: ``READ_AHEAD_PER_SLOT`` per slot. Held to what the worker's handlers start within
     #: ``READ_AHEAD_WAIT`` seconds at their recent pace. 0 claims only for free slots.
     read_ahead: int | None = None
-    #: Largest result stored, in bytes of JSON text (1 MiB by default, at least 1 KiB): a
-    #: handler that returns more succeeds, and its result is a note saying so.
-    max_result_bytes: int = MAX_RESULT_BYTES
+    #: Largest result stored, in bytes of JSON text (at least 1 KiB; by default
+    #: ``$PGJOBS_MAX_RESULT_BYTES``, else 1 MiB): a handler that returns more succeeds, and its
+    #: result is a note saying so.
+    max_result_bytes: int = field(default_factory=lambda: max_result_bytes_from_env())
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -118,3 +120,23 @@ class WorkerConfig:
 
     def expirer_config(self) -> ServiceConfig:
         return ServiceConfig(interval=self.expire_interval)
+
+
+#: The environment variable that sets ``WorkerConfig.max_result_bytes`` by default (a worker of
+#: `pgjobs work` included).
+MAX_RESULT_BYTES_ENV = "PGJOBS_MAX_RESULT_BYTES"
+
+
+def max_result_bytes_from_env() -> int:
+    """``$PGJOBS_MAX_RESULT_BYTES`` as a number of bytes, else ``MAX_RESULT_BYTES``; a value that
+    is not a whole number is a ``ConfigurationError``."""
+    raw = os.environ.get(MAX_RESULT_BYTES_ENV, "").strip()
+    if not raw:
+        return MAX_RESULT_BYTES
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigurationError(
+            f"{MAX_RESULT_BYTES_ENV}={raw!r} is not a whole number of bytes",
+            field="max_result_bytes",
+        ) from None

@@ -63,3 +63,13 @@ def test_the_cli_shows_a_bounded_part_of_a_huge_value_and_json_the_whole(dsn, co
     code, out, _ = run(capsys, "job", "show", str(job_id), "--json", "--dsn", dsn.url)
     whole = json.loads(out)
     assert whole["payload"] == payload and whole["traceback"] == trace
+
+
+def test_the_bound_defaults_to_the_environment(monkeypatch):
+    assert WorkerConfig().max_result_bytes == MIB
+    monkeypatch.setenv("PGJOBS_MAX_RESULT_BYTES", "4096")
+    assert WorkerConfig().max_result_bytes == 4096
+    assert WorkerConfig(max_result_bytes=2048).max_result_bytes == 2048
+    monkeypatch.setenv("PGJOBS_MAX_RESULT_BYTES", "1MB")
+    with pytest.raises(ConfigurationError, match="PGJOBS_MAX_RESULT_BYTES"):
+        WorkerConfig()
