@@ -100,3 +100,19 @@ def test_listings_show_a_row_python_cannot_hold_as_it_is(dsn: Dsn, conn, capsys)
     assert (code, err) == (0, "")
     shown = json.loads(out)
     assert shown["created_at"] == "infinity" and shown["payload"] == ["not", "an", "object"]
+
+
+def test_stats_and_doctor_read_queued_rows_with_infinite_times(make_app, dsn: Dsn, conn, capsys):
+    app: App = make_app()
+    insert_raw(conn, "t.any", run_at="-infinity")
+    leased = insert_raw(conn, "t.any", lease_owner="gone", attempts=1)
+    conn.execute("UPDATE queued_jobs SET lease_expires_at = 'infinity' WHERE id = %s", [leased])
+    app.enqueue("t.any", {})
+
+    code, out, err = run(capsys, "stats", "--dsn", dsn.url)
+    assert (code, err) == (0, ""), err
+    assert "default" in out
+    assert str(admin.job(dsn, leased).lease_expires_at) == "infinity"
+    # The doctor reads the leases of workers that are gone: an infinite one has no expiry.
+    _, out, err = run(capsys, "doctor", "--dsn", dsn.url)
+    assert "infinite" not in out + err
