@@ -1433,8 +1433,11 @@ ORDER BY w.host, w.started_at, w.id
 #: lease expires, seconds until the last one does).
 LEASES_WITHOUT_LIVE_WORKER = """
 SELECT count(*), count(DISTINCT lease_owner),
-       extract(epoch FROM min(lease_expires_at) FILTER (WHERE isfinite(lease_expires_at)) - now())::float8,
-       extract(epoch FROM max(lease_expires_at) FILTER (WHERE isfinite(lease_expires_at)) - now())::float8
+       -- An infinite lease (a row pgjobs did not write) has no expiry to count down to.
+       extract(epoch FROM min(lease_expires_at) FILTER (WHERE isfinite(lease_expires_at))
+                          - now())::float8,
+       extract(epoch FROM max(lease_expires_at) FILTER (WHERE isfinite(lease_expires_at))
+                          - now())::float8
 FROM queued_jobs q
 WHERE lease_expires_at IS NOT NULL
   AND NOT EXISTS (
