@@ -46,11 +46,13 @@ _SUCCEEDED, _RETRIED, _DEAD, _RELEASED = (
 
 class Claimed(NamedTuple):
     """What ``Completer.trip`` claimed: the jobs, the claim's status when it gave one, and how
-    many jobs it asked for."""
+    many jobs it asked for; and the jobs claimed that were sent to dead_letter at once, their
+    rows holding a value Python cannot hold (not in ``jobs``)."""
 
     jobs: list[Job]
     status: ClaimStatus | None
     asked: int
+    unloadable: tuple[Job, ...] = ()
 
 
 class Completer:
@@ -262,7 +264,7 @@ class Completer:
                 log.warning("job %d: lease extension refused, the lease was already lost", job_id)
         if limit > 0:  # every claim says whether some queues are limited (JOB_CLAIM: if so)
             self._learn(done.status, under_limits, short=len(done.claimed) < limit)
-        return Claimed(claimed, done.status, limit)
+        return Claimed(claimed, done.status, limit, tuple(job for job, _ in unloadable))
 
 
 def _ids(extensions: dict[int, Any]) -> str:

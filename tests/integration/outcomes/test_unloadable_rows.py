@@ -13,6 +13,7 @@ import pytest
 from pgjobs import App, admin, browse
 from pgjobs.db.dsn import Dsn
 from pgjobs.models import DeadReason, JobStatus, Unloadable
+from pgjobs.testing import drain
 from tests.support.factories import insert_dead_raw, insert_raw, work
 from tests.support.helpers import assert_one_home, run
 
@@ -116,3 +117,21 @@ def test_stats_and_doctor_read_queued_rows_with_infinite_times(make_app, dsn: Ds
     # The doctor reads the leases of workers that are gone: an infinite one has no expiry.
     _, out, err = run(capsys, "doctor", "--dsn", dsn.url)
     assert "infinite" not in out + err
+
+
+def test_drain_records_the_job_it_could_not_load_as_dead(make_app, conn):
+    app: App = make_app()
+
+    @app.task(name="t.ok")
+    def ok() -> None:
+        pass
+
+    bad = insert_raw(conn, "t.ok", created_at="infinity")
+    good = app.enqueue("t.ok", {})
+
+    ran = drain(app)
+
+    assert ran.succeeded == [good]
+    assert [(dead.id, dead.task, dead.reason) for dead in ran.dead] == [
+        (bad, "t.ok", DeadReason.INVALID_PAYLOAD)
+    ]
