@@ -65,3 +65,23 @@ def test_a_page_shows_a_bounded_part_of_a_huge_value_and_the_api_the_whole(
     assert "bytes more: the API" in page.text
     whole = signed_in.get(f"/api/v1/jobs/{job_id}", headers=AUTH).json()
     assert whole["payload"] == payload and whole["traceback"] == trace
+
+
+def test_pages_of_jobs_page_past_times_python_cannot_hold(
+    signed_in: TestClient, conn: psycopg.Connection[Any]
+) -> None:
+    ids = {
+        insert_dead_raw(conn, failed_at=at)
+        for at in ("infinity", "10000-01-01", "10000-01-01", "2026-01-02", "-infinity")
+    }
+    seen: list[int] = []
+    cursor = None
+    for _ in range(len(ids) + 1):
+        query = "&cursor=" + cursor if cursor else ""
+        page = signed_in.get(f"/api/v1/jobs?state=dead&limit=1{query}", headers=AUTH)
+        assert page.status_code == 200, page.text
+        seen += [job["id"] for job in page.json()["jobs"]]
+        cursor = page.json()["next_cursor"]
+        if cursor is None:
+            break
+    assert sorted(seen) == sorted(ids)
