@@ -125,7 +125,7 @@ def dead_jobs(
     params = {**(where or DeadFilter()).params(), "limit": limit}
     statement = queries.DEAD_LIST_WITH_TRACEBACK if tracebacks else queries.DEAD_LIST
     with db.target_connection(target) as conn:
-        rows = conn.execute(statement, params).fetchall()
+        rows = db.fetch_rows(conn.execute(statement, params))
     return [db.dead_job_from_row(row) for row in rows]
 
 
@@ -135,7 +135,7 @@ def dead_job(target: Target, job_id: int) -> DeadJob:
     Example: ``print(admin.dead_job(dsn, 42).traceback)``
     """
     with db.target_connection(target) as conn:
-        found = conn.execute(queries.DEAD_GET, {"id": job_id}).fetchone()
+        found = db.fetch_row(conn.execute(queries.DEAD_GET, {"id": job_id}))
         if found is None:
             raise JobNotFound(_not_dead_message(conn, [job_id]))
     return db.dead_job_from_row(found)
@@ -232,7 +232,7 @@ def _batches(
 
 def _not_dead_message(conn: psycopg.Connection[Any], ids: list[int]) -> str:
     if len(ids) == 1:
-        found = conn.execute(queries.JOB_LOOKUP, {"id": ids[0]}).fetchone()
+        found = db.fetch_row(conn.execute(queries.JOB_LOOKUP, {"id": ids[0]}))
         if found is None:
             return f"no job {ids[0]} in any pgjobs table (purged, pruned, or never enqueued)"
         where = db.job_history_from_row(found)
@@ -255,7 +255,7 @@ def job(target: Target, job_id: int) -> JobHistory:
     Example: ``admin.job(dsn, 42).status is JobStatus.RUNNING``
     """
     with db.target_connection(target) as conn:
-        found = conn.execute(queries.JOB_LOOKUP, {"id": job_id}).fetchone()
+        found = db.fetch_row(conn.execute(queries.JOB_LOOKUP, {"id": job_id}))
     if found is None:
         raise JobNotFound(
             f"no job {job_id} in any pgjobs table (purged, pruned, or never enqueued)"

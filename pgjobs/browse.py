@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,7 +28,7 @@ from psycopg.rows import dict_row
 
 from pgjobs import db, queries
 from pgjobs.errors import ConfigurationError
-from pgjobs.models import DeadReason, JobHistory, JobStatus
+from pgjobs.models import DeadReason, JobHistory, JobStatus, Unloadable
 from pgjobs.submission import check_name
 
 #: Jobs per page unless told otherwise, and at most.
@@ -105,7 +106,7 @@ def jobs(
     with db.target_connection(target) as conn, conn.cursor(row_factory=dict_row) as cur:
         # Never a generic plan: each call's NULL filters and time window change the best one
         # (which indexes, which archive partitions).
-        rows = cur.execute(queries.BROWSE_JOBS, params, prepare=False).fetchall()
+        rows = db.fetch_rows(cur.execute(queries.BROWSE_JOBS, params, prepare=False))
     found = [_history(row) for row in rows[:limit]]
     next_cursor = None
     if len(rows) > limit:
@@ -125,7 +126,7 @@ def jobs_by_id(target: Target, ids: Sequence[int]) -> list[JobHistory]:
     if not ids:
         return []
     with db.target_connection(target) as conn, conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(queries.BROWSE_JOBS_BY_ID, {"ids": list(ids)}).fetchall()
+        rows = db.fetch_rows(cur.execute(queries.BROWSE_JOBS_BY_ID, {"ids": list(ids)}))
     by_id = {row["id"]: _history(row) for row in rows}
     return [by_id[job_id] for job_id in ids if job_id in by_id]
 
@@ -176,13 +177,22 @@ def _history(row: dict[str, Any]) -> JobHistory:
 # -- cursors ------------------------------------------------------------------------------------
 
 
-def encode_cursor(at: datetime, job_id: int) -> str:
+#: A cursor's time: a datetime, or the text of one Python cannot hold (a row pgjobs did not
+#: write), which PostgreSQL reads as it wrote it.
+CursorTime = datetime | str
+
+# The times PostgreSQL writes that Python cannot hold: infinite, or of a year after 9999 (UTC,
+# as every pgjobs session and the libpq path read them).
+_BEYOND_PYTHON = re.compile(r"-?infinity|\d{5,}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d{1,6})?\+00")
+
+
+def encode_cursor(at: datetime | Unloadable, job_id: int) -> str:
     """The opaque cursor of the page that follows the job (``at``, ``job_id``)."""
     raw = f"{at.isoformat()}|{job_id}".encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str) -> tuple[datetime, int]:
+def decode_cursor(cursor: str) -> tuple[CursorTime, int]:
     """The (at, id) a cursor of ``encode_cursor`` holds; ``ConfigurationError`` for anything
     else."""
     refusal = ConfigurationError(
@@ -192,8 +202,12 @@ def decode_cursor(cursor: str) -> tuple[datetime, int]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         at_text, _, id_text = raw.rpartition("|")
-        at = datetime.fromisoformat(at_text)
         job_id = int(id_text)
+        if _BEYOND_PYTHON.fullmatch(at_text):
+            if not 0 < job_id < 2**63:
+                raise refusal
+            return at_text, job_id
+        at = datetime.fromisoformat(at_text)
     except (ValueError, binascii.Error, UnicodeDecodeError):
         raise refusal from None
     if at.tzinfo is None or not 0 < job_id < 2**63:

@@ -44,13 +44,51 @@ class DeadReason(enum.StrEnum):
     LEASE_EXPIRED = "lease_expired"
     #: No task of that name is registered with the worker's app.
     UNKNOWN_TASK = "unknown_task"
-    #: The payload does not fit the handler's parameters.
+    #: The payload does not fit the handler's parameters, or a value of the job's row cannot be
+    #: loaded (``Unloadable``: a row pgjobs did not write).
     INVALID_PAYLOAD = "invalid_payload"
     #: An at-most-once job still running when its worker's shutdown grace period ran out.
     INTERRUPTED = "interrupted"
     #: Its handler ran longer than the task's ``timeout`` on the last attempt (or on any attempt
     #: of an at-most-once task).
     TIMEOUT = "timeout"
+
+
+class Unloadable:
+    """A value of a row that Python cannot hold (a time of year 10000 or ``infinity``, written by
+    SQL, a dump or another program), in place of that value in a row read from the database. It
+    shows as the text PostgreSQL holds, e.g. ``str(value) == "infinity"``; ``problem`` says why
+    it could not be loaded. A claimed job with one goes to dead_letter unrun.
+
+    Not a dataclass, so that ``dataclasses.asdict`` of a row keeps it whole (JSON shows ``raw``).
+    """
+
+    __slots__ = ("column", "problem", "raw")
+
+    def __init__(self, column: str, raw: str, problem: str) -> None:
+        self.column = column
+        #: The value as PostgreSQL writes it ("infinity", "10000-01-01 00:00:00+00").
+        self.raw = raw
+        self.problem = problem
+
+    def __str__(self) -> str:
+        return self.raw
+
+    def __repr__(self) -> str:
+        return f"Unloadable({self.column!r}, {self.raw!r}, {self.problem!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Unloadable) and (self.column, self.raw) == (
+            other.column,
+            other.raw,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.column, self.raw))
+
+    def isoformat(self) -> str:
+        """The raw text, so that code that shows a datetime in ISO 8601 shows this as it is."""
+        return self.raw
 
 
 class Job(NamedTuple):

@@ -717,8 +717,10 @@ WITH hot AS (
            count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at <= now()) AS ready,
            count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at > now()) AS scheduled,
            count(*) FILTER (WHERE lease_expires_at IS NOT NULL) AS running,
+           -- An infinite time (a row pgjobs did not write) has no age: PostgreSQL refuses it.
            extract(epoch FROM now() - min(run_at)
-                   FILTER (WHERE lease_expires_at IS NULL AND run_at <= now()))::float8
+                   FILTER (WHERE lease_expires_at IS NULL AND run_at <= now()
+                                 AND isfinite(run_at)))::float8
                AS oldest_ready_age,
            count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at <= now()
                               AND limit_key IS NOT NULL) AS held
@@ -1439,8 +1441,11 @@ ORDER BY w.host, w.started_at, w.id
 #: lease expires, seconds until the last one does).
 LEASES_WITHOUT_LIVE_WORKER = """
 SELECT count(*), count(DISTINCT lease_owner),
-       extract(epoch FROM min(lease_expires_at) - now())::float8,
-       extract(epoch FROM max(lease_expires_at) - now())::float8
+       -- An infinite lease (a row pgjobs did not write) has no expiry to count down to.
+       extract(epoch FROM min(lease_expires_at) FILTER (WHERE isfinite(lease_expires_at))
+                          - now())::float8,
+       extract(epoch FROM max(lease_expires_at) FILTER (WHERE isfinite(lease_expires_at))
+                          - now())::float8
 FROM queued_jobs q
 WHERE lease_expires_at IS NOT NULL
   AND NOT EXISTS (

@@ -40,16 +40,60 @@ def printable(text: object, *, multiline: bool = False) -> str:
     return pattern.sub(_as_escape, value)
 
 
+#: The most of one value (a payload, a result, a traceback) a page or a terminal shows, in bytes
+#: of UTF-8; the API and ``--json`` give the whole.
+SHOWN_BYTES = 64 * 1024
+
+
+def clipped(text: str, limit: int = SHOWN_BYTES) -> str:
+    """``text`` cut to at most ``limit`` bytes of UTF-8 (never inside a character), with a note
+    saying how much more there is and where to get the whole; unchanged when it fits.
+
+    Example: ``clipped("é" * 3, 4)`` is ``"éé … (2 bytes more: ..."``
+    """
+    if len(text) <= limit // 4:  # 4 bytes a character at most: fits, without encoding it
+        return text
+    data = text.encode(errors="surrogatepass")
+    if len(data) <= limit:
+        return text
+    shown = data[:limit].decode(errors="ignore")
+    more = len(data) - len(shown.encode(errors="surrogatepass"))
+    return (
+        f"{shown} … ({more:,} bytes more: the API's GET /api/v1/jobs/ID and "
+        "`pgjobs job show ID --json` give the whole)"
+    )
+
+
 # -- What PostgreSQL can store ------------------------------------------------------------------
 
 #: Longest error text kept in last_error (characters); the full traceback goes to dead_letter.
 MAX_ERROR_LENGTH = 2000
 
+#: Largest result stored, in bytes of JSON text, unless the worker says otherwise
+#: (``WorkerConfig.max_result_bytes``): a larger one is stored as a note saying so. A result is
+#: written in the worker's round trip, so one of tens of MB would delay every other outcome.
+MAX_RESULT_BYTES = 1024 * 1024
 
-def result_json(value: Any) -> str | None:
+
+def result_json(value: Any, limit: int = MAX_RESULT_BYTES) -> str | None:
     """A handler's return value as JSON text, or None. A value JSON has no form for (NaN) is
     stored as its ``str``; one ``json`` cannot encode at all (tuple keys, nesting too deep, a
-    ``__str__`` that raises) as a note saying so: the job still succeeded."""
+    ``__str__`` that raises), or whose JSON is longer than ``limit`` bytes, as a note saying so:
+    the job still succeeded.
+
+    Example: ``result_json("x" * 100, limit=10)`` is a note: '"result not stored: ..."'
+    """
+    text = _result_json(value)
+    # json.dumps' output is ASCII (ensure_ascii), so its length is its size in bytes.
+    if text is not None and len(text) > limit:
+        return json.dumps(
+            f"result not stored: its JSON is {len(text):,} bytes, more than the {limit:,} a "
+            "result may be (WorkerConfig.max_result_bytes)"
+        )
+    return text
+
+
+def _result_json(value: Any) -> str | None:
     if value is None:
         return None
     try:

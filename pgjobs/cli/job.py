@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from datetime import datetime
 from typing import Annotated
 
 import typer
@@ -63,8 +64,13 @@ def _started(job: JobHistory) -> str | None:
     if job.started_at is None:
         return None
     text = render.when(job.started_at)
-    if job.finished_at is not None and job.finished_at >= job.started_at:
-        seconds = (job.finished_at - job.started_at).total_seconds()
+    finished = job.finished_at
+    if (
+        isinstance(finished, datetime)
+        and isinstance(job.started_at, datetime)
+        and (finished >= job.started_at)
+    ):
+        seconds = (finished - job.started_at).total_seconds()
         text += f" (ran {seconds * 1000:.0f}ms)" if seconds < 1 else f" (ran {render.age(seconds)})"
     return text
 

@@ -20,10 +20,10 @@ from rich.table import Table
 from rich.text import Text
 
 from pgjobs.maintenance.registry import STALE_AFTER
-from pgjobs.models import QueueState, QueueStats, ScheduleInfo
+from pgjobs.models import QueueState, QueueStats, ScheduleInfo, Unloadable
 from pgjobs.rates import limits_text
 from pgjobs.stats import Snapshot
-from pgjobs.text import printable
+from pgjobs.text import clipped, printable
 
 # -- values --------------------------------------------------------------------------------------
 
@@ -33,13 +33,18 @@ def cell(text: str) -> str:
     return escape(printable(text))
 
 
-def when(value: datetime | None, none: str = "-") -> str:
-    """A time in UTC to the second: ``"2026-11-21 15:34:54 UTC"``; ``none`` for None."""
+def when(value: datetime | Unloadable | None, none: str = "-") -> str:
+    """A time in UTC to the second: ``"2026-11-21 15:34:54 UTC"``; ``none`` for None; one
+    Python cannot hold as PostgreSQL writes it (``"infinity"``)."""
+    if isinstance(value, Unloadable):
+        return printable(value.raw)
     return none if value is None else f"{value.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
 
 
-def cell_time(value: datetime) -> str:
+def cell_time(value: datetime | Unloadable) -> str:
     """A time for a table cell (the header says UTC): the time alone when it is today."""
+    if isinstance(value, Unloadable):
+        return cell(value.raw)
     value = value.astimezone(UTC)
     if value.date() == datetime.now(UTC).date():
         return f"{value:%H:%M:%S}"
@@ -280,17 +285,19 @@ def _health_table(snap: Snapshot) -> RenderableType:
 
 
 def print_fields(fields: list[tuple[str, Any]]) -> None:
-    """One ``name  value`` line per field that has a value."""
+    """One ``name  value`` line per field that has a value (at most ``SHOWN_BYTES`` of it:
+    ``--json`` prints the whole)."""
     for name, value in fields:
         if value is not None:
-            typer.echo(f"  {name:<13}{printable(str(value))}")
+            typer.echo(f"  {name:<13}{printable(clipped(str(value)))}")
 
 
 def print_block(title: str, text: str | None) -> None:
-    """A multi-line text (an error, a traceback) under its title, indented."""
+    """A multi-line text (an error, a traceback) under its title, indented; at most
+    ``SHOWN_BYTES`` of it."""
     if text:
         typer.echo(f"{title}:")
-        text = printable(text.replace("\r\n", "\n"), multiline=True)
+        text = printable(clipped(text).replace("\r\n", "\n"), multiline=True)
         for line in text.rstrip("\n").split("\n"):
             typer.echo(f"  {line}")
 
@@ -301,7 +308,7 @@ def redrives(count: int, last: datetime | None) -> str | None:
 
 
 def _json_value(value: Any) -> Any:
-    if isinstance(value, datetime):
+    if isinstance(value, datetime | Unloadable):  # a time Python cannot hold: as PostgreSQL has it
         return value.isoformat()
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 

@@ -18,12 +18,12 @@ import psycopg
 
 from pgjobs.completer.outcomes import TIMEOUT_ERROR_TYPE, Outcome, Outcomes, timeout_error
 from pgjobs.completer.params import ClaimParams, ClaimStatus, ExtendParams
-from pgjobs.completer.trip import report_stale, settle_and_claim, settle_apart
+from pgjobs.completer.trip import report_stale, settle_and_claim, settle_apart, unloadable_jobs
 from pgjobs.context import JobContext
 from pgjobs.errors import DatabaseUnavailable, NonRetryableError, QueryFailed, SchemaMissing
 from pgjobs.models import DeadReason, Job
 from pgjobs.tasks import Task
-from pgjobs.text import error_text, result_json, storable, traceback_text
+from pgjobs.text import MAX_RESULT_BYTES, error_text, result_json, storable, traceback_text
 
 # Outcomes are what a worker did with its jobs: they log under the worker's name.
 log = logging.getLogger("pgjobs.worker")
@@ -46,11 +46,13 @@ _SUCCEEDED, _RETRIED, _DEAD, _RELEASED = (
 
 class Claimed(NamedTuple):
     """What ``Completer.trip`` claimed: the jobs, the claim's status when it gave one, and how
-    many jobs it asked for."""
+    many jobs it asked for; and the jobs claimed that were sent to dead_letter at once, their
+    rows holding a value Python cannot hold (not in ``jobs``)."""
 
     jobs: list[Job]
     status: ClaimStatus | None
     asked: int
+    unloadable: tuple[Job, ...] = ()
 
 
 class Completer:
@@ -60,8 +62,15 @@ class Completer:
     Every method runs on the worker's event loop.
     """
 
-    def __init__(self, claim: ClaimParams, *, recheck: float = LIMITS_RECHECK) -> None:
+    def __init__(
+        self,
+        claim: ClaimParams,
+        *,
+        recheck: float = LIMITS_RECHECK,
+        max_result_bytes: int = MAX_RESULT_BYTES,
+    ) -> None:
         self.owner = claim.owner
+        self._max_result_bytes = max_result_bytes
         self.claim = claim
         self.outcomes = Outcomes(claim.owner)
         self._extensions: dict[int, tuple[JobContext, float]] = {}
@@ -123,7 +132,7 @@ class Completer:
         the outcome decided: ``SUCCEEDED``, ``RETRIED`` or ``DEAD``."""
         self._extensions.pop(job.id, None)
         if exc is None:
-            self.outcomes.succeed(job, result_json(result))
+            self.outcomes.succeed(job, result_json(result, self._max_result_bytes))
             return _SUCCEEDED
         error = error_text(exc)
         where = f"job {job.id} ({job.task}) failed on attempt {job.attempts}/{job.max_attempts}"
@@ -183,8 +192,8 @@ class Completer:
         return _DEAD
 
     def invalid_payload(self, job: Job, problem: str) -> Outcome:
-        """``job``'s payload does not fit its handler (``problem`` says how): to dead_letter
-        (``DEAD``)."""
+        """``job``'s payload does not fit its handler, or its row holds a value Python cannot
+        load (``problem`` says how): to dead_letter (``DEAD``)."""
         self.outcomes.bury(job, DeadReason.INVALID_PAYLOAD, problem)
         log.warning("job %d (%s): %s, sent to dead_letter", job.id, job.task, problem)
         return _DEAD
@@ -246,13 +255,16 @@ class Completer:
             await settle_apart(conn, settle, self.claim, self.outcomes)
             return Claimed([], None, 0)
         report_stale(settle, done.settled)
+        claimed, unloadable = unloadable_jobs(done.claimed)
+        for job, problem in unloadable:
+            self.invalid_payload(job, problem)
         for job_id, (context, _) in extensions.items():
             if job_id not in done.extended:
                 context.lease_lost = True
                 log.warning("job %d: lease extension refused, the lease was already lost", job_id)
         if limit > 0:  # every claim says whether some queues are limited (JOB_CLAIM: if so)
             self._learn(done.status, under_limits, short=len(done.claimed) < limit)
-        return Claimed(done.claimed, done.status, limit)
+        return Claimed(claimed, done.status, limit, tuple(job for job, _ in unloadable))
 
 
 def _ids(extensions: dict[int, Any]) -> str:

@@ -24,12 +24,32 @@ log = logging.getLogger("pgjobs.worker")
 
 class TripResult(NamedTuple):
     """What one round trip did: ids whose outcome was applied, ids whose lease was extended,
-    jobs claimed, and the claim's status when it gave one."""
+    jobs claimed, and the claim's status when it gave one. Jobs whose row holds a value Python
+    cannot hold (a row pgjobs did not write) are among those claimed, holding an
+    ``Unloadable`` there: see ``unloadable_jobs``."""
 
     settled: set[int]
     extended: set[int]
     claimed: list[Job]
     status: ClaimStatus | None = None
+
+
+def _jobs(rows: list[tuple[Any, ...]]) -> list[Job]:
+    jobs = [db.job_from_row(row) for row in rows]
+    return db.Damaged(jobs) if db.damaged(rows) else jobs
+
+
+def unloadable_jobs(claimed: list[Job]) -> tuple[list[Job], list[tuple[Job, str]]]:
+    """``claimed`` split into the jobs that can run and those whose row holds a value that
+    could not be loaded, with why: one such row costs only its own job, never its batch. Looks
+    at each job only when the claim's rows held such a value."""
+    if not db.damaged(claimed):
+        return claimed, []
+    bad = [
+        (job, db.unloadable_problem(values)) for job in claimed if (values := db.unloadable(job))
+    ]
+    spoiled = {job.id for job, _ in bad}
+    return [job for job in claimed if job.id not in spoiled], bad
 
 
 async def settle_and_claim(
@@ -73,12 +93,12 @@ async def settle_and_claim(
                 claimed = await conn.execute(
                     statement, claim.bind(limit, limited=limited, slots=slots), prepare=True
                 )
-        rows = await claimed.fetchall() if claimed else []
+        rows = await db.fetch_rows_async(claimed) if claimed else []
         status = ClaimStatus.take(rows)
         return TripResult(
             {row[0] for row in await settled.fetchall()} if settled else set(),
             {row[0] for row in await extended.fetchall()} if extended else set(),
-            [db.job_from_row(row) for row in rows],
+            _jobs(rows),
             status,
         )
 
@@ -101,8 +121,7 @@ async def _succeed_and_claim(
     # The claimed jobs, then the trip's row: the ids archived, the claim's status (or null).
     said = rows.pop()[3]
     status = None if said["status"] is None else ClaimStatus.of(said["status"])
-    jobs = [db.job_from_row(row) for row in rows]
-    return TripResult(set(said["archived"]), set(), jobs, status)
+    return TripResult(set(said["archived"]), set(), _jobs(rows), status)
 
 
 def report_stale(settle: SettleParams | None, settled: set[int]) -> None:

@@ -29,9 +29,14 @@ from pgjobs.db.connections import (
 )
 from pgjobs.db.reads import live_workers
 from pgjobs.db.rows import (
+    Damaged,
     archive_partition_from_row,
+    damaged,
     dead_group_from_row,
     dead_job_from_row,
+    fetch_row,
+    fetch_rows,
+    fetch_rows_async,
     job_from_row,
     job_history_from_row,
     orphaned_leases_from_row,
@@ -39,6 +44,8 @@ from pgjobs.db.rows import (
     queue_stats_from_row,
     schedule_info_from_row,
     table_health_from_row,
+    unloadable,
+    unloadable_problem,
     worker_info_from_row,
 )
 from pgjobs.db.translate import MIGRATE_HINT, is_connection_failure, translate_errors, translated
@@ -46,6 +53,7 @@ from pgjobs.db.translate import MIGRATE_HINT, is_connection_failure, translate_e
 __all__ = [
     "CONNECT_TIMEOUT",
     "MIGRATE_HINT",
+    "Damaged",
     "Target",
     "archive_partition_from_row",
     "cancel_quietly",
@@ -53,10 +61,14 @@ __all__ = [
     "checkout_async",
     "connect",
     "connect_async",
+    "damaged",
     "dead_group_from_row",
     "dead_job_from_row",
     "fetch_all",
     "fetch_all_async",
+    "fetch_row",
+    "fetch_rows",
+    "fetch_rows_async",
     "is_connection_failure",
     "job_from_row",
     "job_history_from_row",
@@ -76,5 +88,7 @@ __all__ = [
     "target_connection",
     "translate_errors",
     "translated",
+    "unloadable",
+    "unloadable_problem",
     "worker_info_from_row",
 ]

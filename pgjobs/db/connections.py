@@ -17,6 +17,7 @@ import psycopg_pool
 
 from pgjobs import queries
 from pgjobs.db.dsn import Dsn
+from pgjobs.db.rows import fetch_rows, fetch_rows_async
 from pgjobs.db.translate import translate_errors
 from pgjobs.errors import DatabaseUnavailable
 
@@ -266,9 +267,10 @@ def socket_ready(fd: int, *, write: bool = False, timeout: float | None = None) 
 def fetch_all(
     conn: psycopg.Connection[Any], sql: str, params: dict[str, Any] | None = None
 ) -> list[tuple[Any, ...]]:
-    """Run one statement on a pgjobs connection and return its rows, errors translated."""
+    """Run one statement on a pgjobs connection and return its rows, errors translated; a value
+    Python cannot hold is an ``Unloadable`` (``rows.fetch_rows``)."""
     with translate_errors():
-        return conn.execute(sql, params).fetchall()
+        return fetch_rows(conn.execute(sql, params))
 
 
 async def fetch_all_async(
@@ -277,7 +279,7 @@ async def fetch_all_async(
     """``fetch_all`` on an async connection (the worker's)."""
     with translate_errors():
         cur = await conn.execute(sql, params, prepare=True)
-        return await cur.fetchall()
+        return await fetch_rows_async(cur)
 
 
 async def notifications(dsn: Dsn) -> AsyncIterator[str]:

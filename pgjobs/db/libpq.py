@@ -38,6 +38,7 @@ from psycopg import pq
 from pgjobs import queries
 from pgjobs.db.connections import cancel_quietly, socket_ready
 from pgjobs.db.dsn import Dsn
+from pgjobs.db.rows import loaded_rows
 from pgjobs.db.translate import translate_errors
 
 #: A parameter as this path sends it: as text, or NULL.
@@ -119,7 +120,8 @@ async def succeed_and_claim(
             result = _check(conn, await _exchange(conn, _send, pgconn, statement.name, values))
         transformer = session.transformer
         transformer.set_pgresult(result)
-        return transformer.load_rows(0, result.ntuples, tuple)
+        # A value Python cannot hold (a row pgjobs did not write) spoils only its own row.
+        return loaded_rows(transformer, result)
 
 
 def insert_ready(

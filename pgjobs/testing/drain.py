@@ -202,14 +202,17 @@ class _Drain:
     async def _trip(self, conn: psycopg.AsyncConnection[Any], limit: int) -> list[Job]:
         """Send the outcomes buffered (recording them first) and claim up to ``limit`` jobs."""
         outcomes = self.completer.outcomes
-        if len(outcomes):
-            batch = outcomes.drain()
-            self.result._record(batch, self.jobs)
-            outcomes.restore(batch)
-        claimed = (await self.completer.trip(conn, limit)).jobs
-        for job in claimed:
-            self.jobs[job.id] = job
-        return claimed
+        while True:
+            if len(outcomes):
+                batch = outcomes.drain()
+                self.result._record(batch, self.jobs)
+                outcomes.restore(batch)
+            done = await self.completer.trip(conn, limit)
+            for job in (*done.jobs, *done.unloadable):  # the latter buried at once, to record
+                self.jobs[job.id] = job
+            # Jobs whose rows could not be loaded are not runs: send their burial, claim again.
+            if done.jobs or not done.unloadable:
+                return done.jobs
 
     async def _advance(self, conn: psycopg.AsyncConnection[Any]) -> bool:
         """Move the clock to the next scheduled job (or to ``now``); whether any job became

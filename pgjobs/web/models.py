@@ -10,10 +10,18 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, Strict
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+)
 
 from pgjobs import admin, browse
-from pgjobs.models import DeadReason, JobStatus
+from pgjobs.models import DeadReason, JobStatus, Unloadable
 from pgjobs.submission import (
     MAX_ATTEMPTS_LIMIT,
     MAX_JOB_ID,
@@ -162,6 +170,17 @@ class _Response(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
 
+def _as_stored(value: Any) -> Any:
+    return value.raw if isinstance(value, Unloadable) else value
+
+
+#: A time of a job's row: ISO 8601, or, for one Python cannot hold (a row pgjobs did not write),
+#: the text PostgreSQL writes ("infinity", "10000-01-01 00:00:00+00").
+Time = Annotated[datetime | str, BeforeValidator(_as_stored)]
+#: A job's payload: a JSON object, or any JSON value in a row pgjobs did not write.
+Payload = Annotated[Any, Field(description="A JSON object, as enqueued")]
+
+
 class JobSummary(_Response):
     """A job wherever it is. Columns its table does not have are null (``lease_*`` outside
     queued_jobs, ``worker``/``finished_at`` in queued_jobs, ``reason``/``error_type`` outside
@@ -172,25 +191,25 @@ class JobSummary(_Response):
     status: JobStatus
     queue: str
     task: str
-    payload: dict[str, Any]
+    payload: Payload
     priority: int
-    run_at: datetime
+    run_at: Time
     attempts: int
     max_attempts: int
-    created_at: datetime
-    expires_at: datetime | None
+    created_at: Time
+    expires_at: Time | None
     idempotency_key: str | None
     last_error: str | None
     lease_owner: str | None
-    lease_expires_at: datetime | None
+    lease_expires_at: Time | None
     worker: str | None
-    finished_at: datetime | None
+    finished_at: Time | None
     reason: DeadReason | None
     error_type: str | None
     redrive_count: int
-    redriven_at: datetime | None
+    redriven_at: Time | None
     replay_of: int | None
-    started_at: datetime | None = None
+    started_at: Time | None = None
 
 
 class Job(JobSummary):
@@ -216,9 +235,9 @@ class DeadJob(_Response):
     id: int
     queue: str
     task: str
-    payload: dict[str, Any]
+    payload: Payload
     priority: int
-    run_at: datetime
+    run_at: Time
     attempts: int
     max_attempts: int
     reason: DeadReason
@@ -226,14 +245,14 @@ class DeadJob(_Response):
     last_error: str | None
     traceback: str | None
     worker: str | None
-    created_at: datetime
-    failed_at: datetime
-    expires_at: datetime | None
+    created_at: Time
+    failed_at: Time
+    expires_at: Time | None
     idempotency_key: str | None
     redrive_count: int
-    redriven_at: datetime | None
+    redriven_at: Time | None
     replay_of: int | None
-    started_at: datetime | None
+    started_at: Time | None
     fingerprint: str
     fingerprint_id: str
 

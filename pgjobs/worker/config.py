@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -11,6 +12,7 @@ from pgjobs.maintenance.expirer import Expirer
 from pgjobs.maintenance.leases import LeaseRescuer
 from pgjobs.submission import check_queue
 from pgjobs.targets import ExternalTarget
+from pgjobs.text import MAX_RESULT_BYTES
 
 #: Seconds a busy worker waits for more slots to free up before its next round trip.
 BATCH_WINDOW = 0.005
@@ -28,6 +30,9 @@ READ_AHEAD_WAIT = 0.05
 #: Jobs a worker claims ahead per slot unless told otherwise (``WorkerConfig.read_ahead``):
 #: enough for round trips of a hundred jobs and more at --concurrency 32 with quick handlers.
 READ_AHEAD_PER_SLOT = 8
+#: The smallest bound on a result's size a worker takes (bytes): room for the note that says a
+#: result was too large.
+MIN_RESULT_BYTES = 1024
 #: The most jobs a worker may claim ahead.
 MAX_READ_AHEAD = 10_000
 #: Seconds an async handler cancelled at its timeout (or by `pgjobs cancel --force`) may take to
@@ -67,6 +72,10 @@ class WorkerConfig:
     #: ``READ_AHEAD_PER_SLOT`` per slot. Held to what the worker's handlers start within
     #: ``READ_AHEAD_WAIT`` seconds at their recent pace. 0 claims only for free slots.
     read_ahead: int | None = None
+    #: Largest result stored, in bytes of JSON text (at least 1 KiB; by default
+    #: ``$PGJOBS_MAX_RESULT_BYTES``, else 1 MiB): a handler that returns more succeeds, and its
+    #: result is a note saying so.
+    max_result_bytes: int = field(default_factory=lambda: max_result_bytes_from_env())
 
     def __post_init__(self) -> None:
         if self.queues is not None:  # in NFC, as enqueue stores them
@@ -77,6 +86,12 @@ class WorkerConfig:
             raise ConfigurationError(
                 f"read_ahead must be 0..{MAX_READ_AHEAD}, got {self.read_ahead}",
                 field="read_ahead",
+            )
+        if not isinstance(self.max_result_bytes, int) or self.max_result_bytes < MIN_RESULT_BYTES:
+            raise ConfigurationError(
+                f"max_result_bytes must be an integer >= {MIN_RESULT_BYTES}, "
+                f"got {self.max_result_bytes!r}",
+                field="max_result_bytes",
             )
         if not self.poll_interval > 0:
             raise ConfigurationError(f"poll interval must be > 0 seconds, got {self.poll_interval}")
@@ -108,3 +123,23 @@ class WorkerConfig:
 
     def expirer_config(self) -> ServiceConfig:
         return ServiceConfig(interval=self.expire_interval)
+
+
+#: The environment variable that sets ``WorkerConfig.max_result_bytes`` by default (a worker of
+#: `pgjobs work` included).
+MAX_RESULT_BYTES_ENV = "PGJOBS_MAX_RESULT_BYTES"
+
+
+def max_result_bytes_from_env() -> int:
+    """``$PGJOBS_MAX_RESULT_BYTES`` as a number of bytes, else ``MAX_RESULT_BYTES``; a value that
+    is not a whole number is a ``ConfigurationError``."""
+    raw = os.environ.get(MAX_RESULT_BYTES_ENV, "").strip()
+    if not raw:
+        return MAX_RESULT_BYTES
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigurationError(
+            f"{MAX_RESULT_BYTES_ENV}={raw!r} is not a whole number of bytes",
+            field="max_result_bytes",
+        ) from None

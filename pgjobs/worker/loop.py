@@ -69,6 +69,7 @@ class Worker:
         self.completer = Completer(
             ClaimParams.for_tasks(self.id, self.queues, self.tasks.values()),
             recheck=self.config.poll_interval,
+            max_result_bytes=self.config.max_result_bytes,
         )
         #: Only with --http: what the worker counts for /metrics (None counts nothing).
         self.metrics = (

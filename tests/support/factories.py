@@ -131,6 +131,35 @@ def insert_raw(
     return int(found[0])
 
 
+def insert_dead_raw(conn: psycopg.Connection[Any], **columns: Any) -> int:
+    """A dead_letter row inserted by SQL, as a dump or another program may leave it (the
+    values, ``columns`` over defaults, as PostgreSQL takes them in text)."""
+    found = conn.execute("SELECT nextval(pg_get_serial_sequence('queued_jobs', 'id'))").fetchone()
+    assert found is not None
+    values = {
+        "id": found[0],
+        "queue": "default",
+        "task": "t.gone",
+        "payload": "{}",
+        "priority": 0,
+        "run_at": "2026-01-01",
+        "attempts": 1,
+        "max_attempts": 1,
+        "created_at": "2026-01-01",
+        "reason": "exhausted",
+        "last_error": "ValueError: no",
+        "failed_at": "2026-01-02",
+        **columns,
+    }
+    names = ", ".join(values)
+    marks = ", ".join(["%s"] * len(values))
+    found = conn.execute(
+        f"INSERT INTO dead_letter ({names}) VALUES ({marks}) RETURNING id", list(values.values())
+    ).fetchone()
+    assert found is not None
+    return int(found[0])
+
+
 def declared_task(name: str, **options: Any) -> Task:
     """A task as a worker's code would declare it (a handler that does nothing), for the claims
     that tests play by hand; ``options`` as ``@app.task`` takes them."""

@@ -8,6 +8,9 @@ import json
 import re
 from datetime import UTC, datetime
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from pgjobs import queries
 from pgjobs.completer import ClaimParams, Completer, Outcome
 from pgjobs.completer.outcomes import TIMEOUT_ERROR_TYPE, Outcomes, timeout_error
@@ -15,7 +18,7 @@ from pgjobs.completer.params import ExtendParams
 from pgjobs.errors import NonRetryableError
 from pgjobs.models import DeadReason, Job
 from pgjobs.tasks import make_task
-from pgjobs.text import MAX_ERROR_LENGTH, error_text, result_json
+from pgjobs.text import MAX_ERROR_LENGTH, clipped, error_text, result_json
 from pgjobs.worker.metrics import WorkerMetrics
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -246,3 +249,28 @@ def test_extend_lease_refuses_what_postgresql_cannot_add():
         raise AssertionError(f"accepted {bad!r}")
     context.extend_lease(30)
     assert asked == [30.0]
+
+
+@given(st.text(max_size=300), st.integers(min_value=1024, max_value=4096))
+def test_a_result_is_stored_whole_within_the_bound_and_as_a_note_beyond(text, limit):
+    value = text * 20
+    stored = result_json(value, limit)
+    assert stored is not None and len(stored.encode()) <= limit
+    whole = json.dumps(value)
+    if len(whole) <= limit:
+        assert json.loads(stored) == json.loads(result_json(value) or "")
+    else:
+        assert json.loads(stored).startswith("result not stored: its JSON is")
+
+
+@given(st.text(max_size=400), st.integers(min_value=1, max_value=300))
+def test_a_shown_value_is_a_prefix_within_the_bound_and_says_how_much_is_left(text, limit):
+    shown = clipped(text, limit)
+    size = len(text.encode(errors="surrogatepass"))
+    if size <= limit:
+        assert shown == text
+        return
+    head, _, note = shown.rpartition(" … (")
+    assert text.startswith(head) and len(head.encode(errors="surrogatepass")) <= limit
+    more = size - len(head.encode(errors="surrogatepass"))
+    assert note.startswith(f"{more:,} bytes more")

@@ -14,8 +14,9 @@ import psycopg
 
 from pgjobs import admin, db, queries, queues, stats
 from pgjobs.admin import DeadFilter
+from pgjobs.browse import CursorTime
 from pgjobs.maintenance.registry import STALE_AFTER
-from pgjobs.models import DeadGroup, DeadJob, DeadReason, QueueState, WorkerInfo
+from pgjobs.models import DeadGroup, DeadJob, DeadReason, QueueState, Unloadable, WorkerInfo
 
 #: Dead jobs a page lists at once.
 DEAD_PAGE_SIZE = 50
@@ -84,7 +85,7 @@ class DeadView:
     groups_complete: bool
     jobs: list[DeadJob]
     #: The cursor of the next page: (failed_at, id) of the last job shown.
-    next_cursor: tuple[datetime, int] | None
+    next_cursor: tuple[datetime | Unloadable, int] | None
     #: Matching jobs, counted up to COUNT_CAP (None when not counted: a fingerprint filter
     #: would compute every job's fingerprint; the confirmation counts them exactly).
     matching: int | None
@@ -162,7 +163,7 @@ def dead_view(
     where: DeadFilter,
     reason: DeadReason | None,
     *,
-    before: tuple[datetime, int] | None = None,
+    before: tuple[CursorTime, int] | None = None,
     all_groups: bool = False,
     limit: int = DEAD_PAGE_SIZE,
 ) -> DeadView:

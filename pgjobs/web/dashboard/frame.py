@@ -104,6 +104,8 @@ def _environment() -> jinja2.Environment:
     env.filters.update(
         printable=printable,
         pretty_json=text.pretty_json,
+        shown=text.shown,
+        expired=text.expired,
         when=text.when,
         iso=text.iso,
         age=text.age,

@@ -2,7 +2,9 @@
 
 Job data (task and queue names, errors, tracebacks, payloads) is whatever producers and handlers
 wrote: it may hold HTML, which jinja2's autoescaping turns into text, and control characters,
-which ``pgjobs.text.printable`` writes as visible escapes, as `pgjobs` does on a terminal.
+which ``pgjobs.text.printable`` writes as visible escapes, as `pgjobs` does on a terminal. A long
+value is shown up to ``pgjobs.text.SHOWN_BYTES`` (the API has the whole); a time Python cannot
+hold (a row pgjobs did not write) as PostgreSQL writes it.
 """
 
 from __future__ import annotations
@@ -12,31 +14,51 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
-from pgjobs.models import QueueState
+from pgjobs.models import QueueState, Unloadable
 from pgjobs.rates import limits_text
-from pgjobs.text import printable
+from pgjobs.text import clipped, printable
 
 
 def pretty_json(value: Any) -> str:
     """``value`` as indented JSON, non-ASCII kept, control characters escaped by JSON itself
-    (``ensure_ascii`` off keeps the separators and overrides, which ``printable`` then escapes).
+    (``ensure_ascii`` off keeps the separators and overrides, which ``printable`` then escapes);
+    clipped to ``SHOWN_BYTES``.
 
     Example: ``pretty_json({"a": 1}) == '{\\n  "a": 1\\n}'``
     """
     text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
-    return printable(text, multiline=True)
+    return printable(clipped(text), multiline=True)
 
 
-def when(value: datetime | None) -> str:
-    """A moment in UTC to the second: ``"2026-11-21 15:34:54Z"``; "-" for None."""
+def shown(value: str | None) -> str:
+    """Multi-line job text (an error, a traceback) as a page shows it: clipped to
+    ``SHOWN_BYTES``, control characters escaped; "" for None."""
+    return "" if value is None else printable(clipped(value), multiline=True)
+
+
+def when(value: datetime | Unloadable | None) -> str:
+    """A moment in UTC to the second: ``"2026-11-21 15:34:54Z"``; "-" for None; one Python
+    cannot hold as PostgreSQL writes it (``"infinity"``)."""
     if value is None:
         return "-"
+    if isinstance(value, Unloadable):
+        return printable(value.raw)
     return f"{value.astimezone(UTC):%Y-%m-%d %H:%M:%S}Z"
 
 
-def iso(value: datetime | None) -> str:
-    """A moment as ISO 8601 (for ``<time datetime>`` and form fields); "" for None."""
-    return "" if value is None else value.astimezone(UTC).isoformat()
+def iso(value: datetime | Unloadable | None) -> str:
+    """A moment as ISO 8601 (for ``<time datetime>`` and form fields); "" for None, and for one
+    Python cannot hold."""
+    if value is None or isinstance(value, Unloadable):
+        return ""
+    return value.astimezone(UTC).isoformat()
+
+
+def expired(value: datetime | Unloadable | None, now: datetime) -> bool:
+    """Whether the moment ``value`` is before ``now`` (never for None or ``infinity``)."""
+    if isinstance(value, Unloadable):
+        return value.raw.startswith("-")
+    return value is not None and value < now
 
 
 def age(seconds: float | None) -> str:
@@ -57,10 +79,12 @@ def age(seconds: float | None) -> str:
     return f"{sign}{whole // 86400}d {whole % 86400 // 3600:02d}h"
 
 
-def since(value: datetime | None, now: datetime) -> str:
+def since(value: datetime | Unloadable | None, now: datetime) -> str:
     """How long before ``now`` a moment was: ``"3m 02s ago"``; "-" for None."""
     if value is None:
         return "-"
+    if isinstance(value, Unloadable):
+        return printable(value.raw)
     seconds = (now - value).total_seconds()
     if seconds < 0:
         return f"in {age(-seconds)}"

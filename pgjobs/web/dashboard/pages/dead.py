@@ -199,7 +199,7 @@ class DeadPages:
         )
 
 
-def _dead_cursor(value: str | None) -> tuple[datetime, int] | None:
+def _dead_cursor(value: str | None) -> tuple[browse.CursorTime, int] | None:
     if not value:
         return None
     return browse.decode_cursor(value)
