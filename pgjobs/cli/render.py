@@ -115,10 +115,10 @@ def _queues_table(snap: Snapshot, title: str) -> Table:
     unserved = set(snap.unserved)
     for s in snap.queues:
         name = cell(s.queue) + (" [bold yellow](paused)[/bold yellow]" if s.paused else "")
-        if s.queue in unserved:
-            name += " [bold red](no live worker)[/bold red]"
         if s.concurrency is not None or s.rate_jobs is not None:
             name += f" [cyan]({queue_limits(s)})[/cyan]"
+        if s.queue in unserved:
+            name += " [bold red](no live worker)[/bold red]"
         table.add_row(
             name,
             f"{s.ready:,}" + (f" [cyan]({s.held:,} held by limits)[/cyan]" if s.held else ""),
