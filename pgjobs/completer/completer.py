@@ -45,12 +45,14 @@ _SUCCEEDED, _RETRIED, _DEAD, _RELEASED = (
 
 
 class Claimed(NamedTuple):
-    """What ``Completer.trip`` claimed: the jobs, the claim's status when it gave one, and how
-    many jobs it asked for."""
+    """What ``Completer.trip`` claimed: the jobs, the claim's status when it gave one, how many
+    jobs it asked for, and what the database refused when it refused the trip (the claim or
+    the lease extensions, and why)."""
 
     jobs: list[Job]
     status: ClaimStatus | None
     asked: int
+    refused: str | None = None
 
 
 class Completer:
@@ -239,8 +241,10 @@ class Completer:
             # Not a connection problem, so the same trip would be refused again: apply the
             # outcomes apart, to find the one the database refuses. Claim on the next trip.
             if settle is None:
-                log.error("%s; lease extension(s) of job(s) %s not sent", exc, _ids(extensions))
-                return Claimed([], None, 0)
+                # The worker's loop logs it and backs off while it repeats.
+                refused = f"{_refused_part(limit, extensions)} refused by the database: {exc}"
+                log.debug("%s", refused)
+                return Claimed([], None, 0, refused)
             self._extensions = {**extensions, **self._extensions}
             log.warning("%s; applying the %d outcome(s) of the batch apart", exc, len(settle))
             await settle_apart(conn, settle, self.claim, self.outcomes)
@@ -255,5 +259,10 @@ class Completer:
         return Claimed(done.claimed, done.status, limit)
 
 
-def _ids(extensions: dict[int, Any]) -> str:
-    return ",".join(map(str, extensions)) or "-"
+def _refused_part(limit: int, extensions: dict[int, Any]) -> str:
+    """What a refused trip without outcomes sent: a claim (``limit`` > 0), ``extensions``."""
+    sent = ["claim"] if limit > 0 else []  # not how many: the same refusal reads the same
+    if extensions:
+        ids = ",".join(map(str, extensions))
+        sent.append(f"lease extension(s) of job(s) {ids} (not sent)")
+    return " and ".join(sent) or "round trip"
