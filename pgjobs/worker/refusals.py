@@ -40,7 +40,7 @@ class Refusals:
         between half and all of that (jitter, so that workers do not retry in step)."""
         self.streak += 1
         self._unreported += 1
-        delay = min(MAX_DELAY, FIRST_DELAY * 2 ** min(self.streak - 1, 16))
+        delay = min(MAX_DELAY, FIRST_DELAY * 2.0 ** min(self.streak - 1, 16))
         if error != self._error:
             self._error = error
             log.error("%s; trying again within %.1fs (backing off while it repeats)", error, delay)
@@ -53,7 +53,7 @@ class Refusals:
                 delay,
             )
         else:
-            return delay * random.uniform(0.5, 1.0)
+            return delay * random.uniform(0.5, 1.0)  # counted, said later
         self._unreported = 0
         self._reported_at = now
         return delay * random.uniform(0.5, 1.0)
