@@ -240,9 +240,13 @@ class Completer:
         except QueryFailed as exc:
             # Not a connection problem, so the same trip would be refused again: apply the
             # outcomes apart, to find the one the database refuses. Claim on the next trip.
-            if settle is None:
-                # The worker's loop logs it and backs off while it repeats.
-                refused = f"{_refused_part(limit, extensions)} refused by the database: {exc}"
+            read_only = _READ_ONLY in str(exc)  # a standby: no write is about one row
+            if settle is None or read_only:
+                # Kept for a later trip; the worker's loop logs it and backs off while it repeats.
+                if settle is not None:
+                    self.outcomes.restore(settle)
+                sent = _refused_part(limit, extensions, outcomes=settle is not None)
+                refused = f"{sent} refused by the database: {exc}"
                 log.debug("%s", refused)
                 return Claimed([], None, 0, refused)
             self._extensions = {**extensions, **self._extensions}
@@ -259,9 +263,16 @@ class Completer:
         return Claimed(done.claimed, done.status, limit)
 
 
-def _refused_part(limit: int, extensions: dict[int, Any]) -> str:
-    """What a refused trip without outcomes sent: a claim (``limit`` > 0), ``extensions``."""
-    sent = ["claim"] if limit > 0 else []  # not how many: the same refusal reads the same
+#: How ``db.translate_errors`` names a write refused by a read-only database (a standby, or
+#: ``default_transaction_read_only``): SQLSTATE 25006, read_only_sql_transaction.
+_READ_ONLY = "(SQLSTATE 25006)"
+
+
+def _refused_part(limit: int, extensions: dict[int, Any], *, outcomes: bool = False) -> str:
+    """What a refused trip sent: a claim (``limit`` > 0), ``extensions``, outcomes (kept)."""
+    sent = ["outcomes (kept for a later trip)"] if outcomes else []
+    if limit > 0:  # not how many: the same refusal reads the same
+        sent.append("claim")
     if extensions:
         ids = ",".join(map(str, extensions))
         sent.append(f"lease extension(s) of job(s) {ids} (not sent)")

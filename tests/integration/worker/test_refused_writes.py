@@ -19,6 +19,7 @@ from pgjobs.completer import Claimed, ClaimParams, Completer
 from pgjobs.db.dsn import Dsn
 from pgjobs.worker import Worker
 from tests.support.external import run_worker_while
+from tests.support.factories import declared_task
 from tests.support.helpers import assert_one_home, wait_until, with_userinfo
 
 
@@ -115,3 +116,29 @@ def test_a_refused_claim_is_not_called_a_refused_lease_extension(
     assert claimed.refused.startswith("claim refused by the database"), claimed.refused
     assert "read-only transaction" in claimed.refused
     assert not any("lease extension" in r.getMessage() for r in caplog.records)
+
+
+def test_outcomes_refused_by_a_read_only_database_are_kept_for_a_later_trip(
+    make_app: Any, dsn: Dsn, read_only_role: str, conn: psycopg.Connection[Any]
+) -> None:
+    app: App = make_app(check_task_names=False)
+    job_id = app.enqueue("t.a", {})
+    completer = Completer(ClaimParams("w", ["default"]))
+    url = with_userinfo(dsn.url, read_only_role)
+
+    async def scenario() -> tuple[Claimed, int]:
+        async with await psycopg.AsyncConnection.connect(dsn.url, autocommit=True) as writable:
+            (job,) = (await completer.trip(writable, 1)).jobs
+            completer.finished(job, declared_task("t.a"), {"done": True}, None)
+            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as standby:
+                refused = await completer.trip(standby, 1)
+            kept = len(completer.outcomes)
+            await completer.trip(writable, 0)
+        return refused, kept
+
+    refused, kept = asyncio.run(scenario())
+    assert refused.refused is not None and "read-only transaction" in refused.refused
+    assert refused.refused.startswith("outcomes (kept for a later trip) and claim refused")
+    assert kept == 1, "not sent apart, not buried: kept"
+    assert assert_one_home(conn, [job_id]) == {job_id: "archived_jobs"}
+    assert conn.execute("SELECT result FROM archived_jobs").fetchone() == ({"done": True},)
