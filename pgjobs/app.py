@@ -9,7 +9,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, Unpack, overload
 
 import psycopg
 
-from pgjobs import admin, db, producer, queues
+from pgjobs import admin, producer, queues
 from pgjobs.db.dsn import Dsn, resolve_dsn
 from pgjobs.errors import ConfigurationError
 from pgjobs.models import JobHistory
@@ -402,12 +402,7 @@ class App:
     async def _insert_async(self, rows: list[producer.PreparedJob], connection: Any) -> list[int]:
         if connection is not None:
             return await producer.insert_async(connection, rows)
-        pool, dsn = await self._pools.running_loop()
-        conn = await db.checkout_async(pool, dsn)
-        try:
-            return await producer.insert_async(conn, rows, dsn)
-        finally:
-            await pool.putconn(conn)
+        return await self._pools.run_async(lambda conn, dsn: producer.insert_async(conn, rows, dsn))
 
     async def aclose(self) -> None:
         """Close the app's async pool (opened by ``enqueue_async``) and its sync pool.
@@ -425,15 +420,8 @@ class App:
     def _insert(self, rows: list[producer.PreparedJob], connection: Any) -> list[int]:
         if connection is not None:
             return producer.insert(connection, rows)
-        pools = self._pools
-        pool, dsn = pools.pool, pools.known_dsn  # read without the lock once the pool is open
-        if pool is None or dsn is None:
-            pool, dsn = pools.sync(), pools.dsn
-        conn = db.checkout(pool, dsn)  # not db.pooled: insert translates errors itself
-        try:
-            return producer.insert(conn, rows, dsn, pooled=True)
-        finally:
-            pool.putconn(conn)
+        # Not db.pooled: insert translates errors itself.
+        return self._pools.run(lambda conn, dsn: producer.insert(conn, rows, dsn, pooled=True))
 
     def job(self, job_id: int) -> JobHistory:
         """A job wherever it is (queued, archived or dead), with its whole record.

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import psycopg_pool
 
 from pgjobs import db
 from pgjobs.db.dsn import Dsn, resolve_dsn
+from pgjobs.errors import DatabaseUnavailable
+
+T = TypeVar("T")
 
 
 class Pools:
@@ -64,6 +67,53 @@ class Pools:
         """A connection of the sync pool, errors translated (``db.pooled``)."""
         with db.pooled(self.sync(), self.dsn) as conn:
             yield conn
+
+    def run(self, work: Callable[[psycopg.Connection[Any], Dsn], T]) -> T:
+        """``work(conn, dsn)`` on a connection of the sync pool, given back after. Sent again, on
+        another connection, when the server ended the session as it was sent (an
+        administrator's ``pg_terminate_backend`` or a shutdown, which commit nothing:
+        ``db.ended_uncommitted``): a session ended while idle may say so only after the
+        statement left. Then the pool's idle connections are checked (``pool.check()``: the
+        others were likely ended too). ``work`` must be one autocommit statement, or
+        statements that may run again (reads, inserts by idempotency key).
+
+        Example: ``pools.run(lambda conn, dsn: producer.insert(conn, rows, dsn, pooled=True))``
+        """
+        pool, dsn = self.pool, self.known_dsn  # read without the lock once the pool is open
+        if pool is None or dsn is None:
+            pool, dsn = self.sync(), self.dsn
+        tries = pool.max_size + 1  # every idle session may have been ended at once
+        for attempt in range(1, tries + 1):
+            conn = db.checkout(pool, dsn)
+            try:
+                return work(conn, dsn)
+            except DatabaseUnavailable as exc:
+                if attempt == tries or not db.ended_uncommitted(exc):
+                    raise
+            finally:
+                pool.putconn(conn)
+            if attempt == 1:
+                pool.check()  # a round trip on each idle one: the ended ones are replaced
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def run_async(
+        self, work: Callable[[psycopg.AsyncConnection[Any], Dsn], Awaitable[T]]
+    ) -> T:
+        """``run`` on the running loop's async pool."""
+        pool, dsn = await self.running_loop()
+        tries = pool.max_size + 1
+        for attempt in range(1, tries + 1):
+            conn = await db.checkout_async(pool, dsn)
+            try:
+                return await work(conn, dsn)
+            except DatabaseUnavailable as exc:
+                if attempt == tries or not db.ended_uncommitted(exc):
+                    raise
+            finally:
+                await pool.putconn(conn)
+            if attempt == 1:
+                await pool.check()
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def running_loop(self) -> tuple[psycopg_pool.AsyncConnectionPool[Any], Dsn]:
         """The async pool of the running event loop, opened on first use. A pool opened by an

@@ -45,14 +45,16 @@ _SUCCEEDED, _RETRIED, _DEAD, _RELEASED = (
 
 
 class Claimed(NamedTuple):
-    """What ``Completer.trip`` claimed: the jobs, the claim's status when it gave one, and how
-    many jobs it asked for; and the jobs claimed that were sent to dead_letter at once, their
-    rows holding a value Python cannot hold (not in ``jobs``)."""
+    """What ``Completer.trip`` claimed: the jobs, the claim's status when it gave one, how many
+    jobs it asked for; the jobs claimed that were sent to dead_letter at once, their rows
+    holding a value Python cannot hold (not in ``jobs``); and what the database refused when it
+    refused the trip (the claim or the lease extensions, and why)."""
 
     jobs: list[Job]
     status: ClaimStatus | None
     asked: int
     unloadable: tuple[Job, ...] = ()
+    refused: str | None = None
 
 
 class Completer:
@@ -247,9 +249,15 @@ class Completer:
         except QueryFailed as exc:
             # Not a connection problem, so the same trip would be refused again: apply the
             # outcomes apart, to find the one the database refuses. Claim on the next trip.
-            if settle is None:
-                log.error("%s; lease extension(s) of job(s) %s not sent", exc, _ids(extensions))
-                return Claimed([], None, 0)
+            read_only = _READ_ONLY in str(exc)  # a standby: no write is about one row
+            if settle is None or read_only:
+                # Kept for a later trip; the worker's loop logs it and backs off while it repeats.
+                if settle is not None:
+                    self.outcomes.restore(settle)
+                sent = _refused_part(limit, extensions, outcomes=settle is not None)
+                refused = f"{sent} refused by the database: {exc}"
+                log.debug("%s", refused)
+                return Claimed([], None, 0, refused=refused)
             self._extensions = {**extensions, **self._extensions}
             log.warning("%s; applying the %d outcome(s) of the batch apart", exc, len(settle))
             await settle_apart(conn, settle, self.claim, self.outcomes)
@@ -267,5 +275,17 @@ class Completer:
         return Claimed(claimed, done.status, limit, tuple(job for job, _ in unloadable))
 
 
-def _ids(extensions: dict[int, Any]) -> str:
-    return ",".join(map(str, extensions)) or "-"
+#: How ``db.translate_errors`` names a write refused by a read-only database (a standby, or
+#: ``default_transaction_read_only``): SQLSTATE 25006, read_only_sql_transaction.
+_READ_ONLY = "(SQLSTATE 25006)"
+
+
+def _refused_part(limit: int, extensions: dict[int, Any], *, outcomes: bool = False) -> str:
+    """What a refused trip sent: a claim (``limit`` > 0), ``extensions``, outcomes (kept)."""
+    sent = ["outcomes (kept for a later trip)"] if outcomes else []
+    if limit > 0:  # not how many: the same refusal reads the same
+        sent.append("claim")
+    if extensions:
+        ids = ",".join(map(str, extensions))
+        sent.append(f"lease extension(s) of job(s) {ids} (not sent)")
+    return " and ".join(sent) or "round trip"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import select
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
@@ -113,9 +114,36 @@ def schema_revision(conn: psycopg.Connection[Any]) -> str | None:
     return None if row is None else str(row[0])
 
 
+class _PoolNoise(logging.Filter):
+    """psycopg_pool warns of every closed connection given back to it ("discarding closed
+    connection: <psycopg.Connection [BAD]>"): pgjobs gives back on purpose the connections whose
+    session the server ended (``checkout``, a statement that lost its connection, ``pool.check``),
+    and the pool replaces them. Those lines become DEBUG records (a default handler drops them:
+    nothing reaches a bare stderr); the pool's other warnings (cannot connect...) pass unchanged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.WARNING and record.msg in _DISCARDED:
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
+#: What the pool says when it drops a closed connection given back, or one ``pool.check()``
+#: found broken (after the server ended sessions; pgjobs' own messages say what matters).
+_DISCARDED = frozenset({"discarding closed connection: %s", "discarding broken connection: %s"})
+_POOL_NOISE = _PoolNoise()
+
+
+def _quiet_pool_noise() -> None:
+    """Install ``_PoolNoise`` on psycopg_pool's logger (once)."""
+    pool_log = logging.getLogger("psycopg.pool")
+    if _POOL_NOISE not in pool_log.filters:
+        pool_log.addFilter(_POOL_NOISE)
+
+
 def open_pool(dsn: Dsn, max_size: int) -> psycopg_pool.ConnectionPool[Any]:
     """A pool of autocommit connections; fails fast with ``DatabaseUnavailable`` when the
     database cannot be reached."""
+    _quiet_pool_noise()
     # Probe first: an unreachable database fails at once with libpq's reason, instead of the
     # pool retrying until its timeout and logging every failed attempt on stderr.
     connect(dsn).close()
@@ -190,6 +218,7 @@ def _getconn(pool: psycopg_pool.ConnectionPool[Any], dsn: Dsn) -> psycopg.Connec
 async def open_async_pool(dsn: Dsn, max_size: int) -> psycopg_pool.AsyncConnectionPool[Any]:
     """``open_pool`` for asyncio: a pool of autocommit async connections, bound to the running
     event loop; fails fast with ``DatabaseUnavailable`` when the database cannot be reached."""
+    _quiet_pool_noise()
     await (await connect_async(dsn)).close()
     pool: psycopg_pool.AsyncConnectionPool[Any] = psycopg_pool.AsyncConnectionPool(
         dsn.url,
@@ -246,6 +275,26 @@ def _ended_by_server(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any
         return socket_ready(conn.pgconn.socket, timeout=0)
     except (OSError, ValueError, psycopg.Error):
         return True
+
+
+#: PostgreSQL's farewell when an administrator ends a session (``pg_terminate_backend``, a
+#: shutdown; SQLSTATE 57P01), as libpq words it when the session ends as a statement is sent.
+_ADMIN_FAREWELL = "terminating connection due to administrator command"
+
+
+def ended_uncommitted(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by a statement on an autocommit connection, is the server ending
+    the session by an administrator's command (SQLSTATE 57P01), so that the statement may be sent
+    again on another connection: such a session commits nothing more (its transaction in
+    progress is rolled back, and a statement that committed first got its answer before the
+    farewell). Any other lost connection (a crash, the network) leaves the commit unknown.
+
+    Example: ``ended_uncommitted(exc)`` after ``pg_terminate_backend`` of an idle pooled session
+    """
+    cause = exc.__cause__
+    if not isinstance(exc, DatabaseUnavailable) or not isinstance(cause, psycopg.Error):
+        return False
+    return cause.sqlstate == "57P01" or _ADMIN_FAREWELL in str(cause)
 
 
 def socket_ready(fd: int, *, write: bool = False, timeout: float | None = None) -> bool:

@@ -39,6 +39,7 @@ from pgjobs.worker.external import deliveries, describe
 from pgjobs.worker.http import ProbeServer, ProbeState, address_text
 from pgjobs.worker.metrics import WorkerMetrics
 from pgjobs.worker.pacing import ClaimPacer, Lane
+from pgjobs.worker.refusals import Refusals
 from pgjobs.worker.slots import Slots
 
 if TYPE_CHECKING:
@@ -108,6 +109,8 @@ class Worker:
         self._connected = True
         self._outage = "database unreachable"  # why not connected (for /readyz)
         self._reconnect_attempt = 0
+        #: Round trips the database refused in a row (read-only, a privilege revoked).
+        self.refusals = Refusals()
         self._abandoned = 0
         #: The schema was found usable and the claim connection opened.
         self.checked = False
@@ -322,6 +325,12 @@ class Worker:
             self._connected = True
             self._reconnect_attempt = 0
             log.warning("database connection restored")
+        if claimed.refused is not None:  # a read-only database, a privilege revoked...
+            now = self._loop.time()
+            self.pacer.refused_until = now + self.refusals.refused(claimed.refused, now)
+            return claimed
+        if self.refusals.streak:
+            self.refusals.accepted()
         metrics = self.metrics
         if metrics is not None:
             metrics.trip()

@@ -50,6 +50,9 @@ class ClaimPacer:
         self.idle = False  # the last claim found fewer jobs than it asked for
         self.backlog = False  # the last claim filled every slot it asked for: more jobs wait
         self.poll_at = 0.0  # while idle, when to claim again without a NOTIFY
+        #: The database refused the last trip: no trip before then unless woken (a NOTIFY
+        #: means it takes writes again). A lost connection ends it (the next may differ).
+        self.refused_until = 0.0
         #: Claim on the next trip, even while idle: a NOTIFY arrived for one of the worker's
         #: queues, or a slot under a limit was freed, since the last claim.
         self.woken = False
@@ -102,6 +105,7 @@ class ClaimPacer:
         """``lane``'s connection is gone: reconnect on its next trip (not before ``ready_at``,
         when given)."""
         lane.conn = None
+        self.refused_until = 0.0
         if ready_at is not None:
             lane.ready_at = ready_at
 
@@ -186,6 +190,8 @@ class ClaimPacer:
         if self.idle and not self.woken and now < self.poll_at:
             wait = self.poll_at - now
             free = 0
+        if now < self.refused_until and not self.woken:
+            return min(wait, self.refused_until - now)
         lane = next((x for x in self.lanes if x.trip is None and x.ready_at <= now), None)
         if lane is None or not (free > 0 or ahead > 0 or completer.pending):
             return wait

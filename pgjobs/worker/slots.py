@@ -62,6 +62,10 @@ class Slots:
         self._running: dict[int, tuple[JobContext, asyncio.Future[Any] | Run]] = {}
         # Jobs claimed and not started yet (claimed ahead of free slots), in claim order.
         self._waiting: deque[Job] = deque()
+        # A newer attempt of a job whose earlier attempt still runs here (its handler outlived
+        # its lease, the job was rescued and claimed again by this worker), by job id: it starts
+        # when that run ends, never beside it.
+        self._held: dict[int, Job] = {}
         # The timeout of each running job that has one (its task's), by job id.
         self._deadlines: dict[int, asyncio.TimerHandle] = {}
         # Sync handlers given up at their timeout whose threads may still run (Python cannot
@@ -95,8 +99,13 @@ class Slots:
 
     @property
     def in_hand(self) -> int:
-        """Jobs in a slot or claimed ahead, waiting for one."""
-        return len(self._running) + len(self._waiting)
+        """Jobs in a slot or claimed ahead, waiting for one (or for their earlier run here)."""
+        return len(self._running) + len(self._waiting) + len(self._held)
+
+    @property
+    def held(self) -> int:
+        """Attempts waiting for an earlier attempt of their job, still running here, to end."""
+        return len(self._held)
 
     @property
     def fed(self) -> bool:
@@ -124,6 +133,9 @@ class Slots:
             self._start(waiting.popleft())
 
     def _start(self, job: Job) -> None:
+        if job.id in self._running:
+            self._hold(job)
+            return
         task = self.tasks.get(job.task)
         if task is None:
             self.completer.unknown_task(job)
@@ -163,6 +175,33 @@ class Slots:
             self._deadlines[job.id] = self._loop.call_later(
                 task.timeout, self._timed_out, context, task
             )
+
+    def _hold(self, job: Job) -> None:
+        """``job`` is a newer attempt of a job whose earlier attempt still runs here: its
+        handler outlived its lease (it did not extend it), and the job was rescued and claimed
+        again by this worker. The new attempt waits for that run to end (``_free``); the old
+        run's outcome is discarded then (its lease was lost), the new attempt's counts."""
+        context = self._running[job.id][0]
+        if job.id not in self._held:
+            task = self.tasks.get(job.task)
+            log.warning(
+                "job %d (%s): its handler outlived its lease (%.0fs) on attempt %d and still "
+                "runs here; attempt %d waits for it to end. Extend the lease from the handler "
+                "(current_job().extend_lease) or declare a longer lease: meanwhile the job's "
+                "run no longer counts under its limits",
+                job.id,
+                job.task,
+                task.lease if task is not None else 0.0,
+                context.job.attempts,
+                job.attempts,
+            )
+        self._held[job.id] = job  # the latest attempt: an older one held here lost its lease
+
+    def _free(self, job_id: int) -> None:
+        """``job_id``'s run left its slot: an attempt of it held meanwhile starts next."""
+        held = self._held.pop(job_id, None)
+        if held is not None:
+            self._waiting.appendleft(held)
 
     def _upgraded(self, job: Job, task: Task) -> dict[str, Any] | None:
         """``job``'s payload upgraded to ``task``'s version, or None when it cannot run here:
@@ -263,6 +302,8 @@ class Slots:
         if entry is None or entry[0].job is not job:
             return  # already given back (shutdown, or a stopped run that ended late)
         del self._running[job.id]
+        if self._held:
+            self._free(job.id)
         self.left += 1
         self.changed.set()
         if task.limited or self.completer.limited:
@@ -341,6 +382,7 @@ class Slots:
         if entry is None or entry[0] is not context:
             return  # it ended meanwhile
         del self._running[job.id]
+        self._free(job.id)
         deadline = self._deadlines.pop(job.id, None)
         if deadline is not None:
             deadline.cancel()
@@ -378,7 +420,8 @@ class Slots:
         An async handler is cancelled; a sync one is told through ``current_job().cancelled``
         and keeps its slot until it returns or its timeout passes."""
         entry = self._running.get(job_id)
-        if entry is None:
+        held = self._held.get(job_id)
+        if entry is None or (held is not None and held.attempts == attempt):
             self._cancel_waiting(job_id, attempt)
             return
         if entry[0].job.attempts != attempt or entry[0].stopped is not None:
@@ -404,6 +447,9 @@ class Slots:
 
     def _cancel_waiting(self, job_id: int, attempt: int) -> None:
         """A job claimed ahead (not started) was cancelled: it never starts here."""
+        held = self._held.get(job_id)
+        if held is not None and held.attempts == attempt:
+            self._waiting.append(self._held.pop(job_id))  # dropped from there, below
         for job in self._waiting:
             if job.id == job_id and job.attempts == attempt:
                 self._waiting.remove(job)
@@ -420,6 +466,9 @@ class Slots:
     def give_back_waiting(self) -> None:
         """Stopping: the jobs claimed ahead go back to the queue, their attempt refunded (they
         never started)."""
+        if self._held:  # never started either: their earlier runs end here meanwhile
+            self._waiting.extend(self._held.values())
+            self._held.clear()
         if not self._waiting:
             return
         for job in self._waiting:
