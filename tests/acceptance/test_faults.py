@@ -249,14 +249,17 @@ def test_handlers_slower_than_their_lease(runs, dsn, worker):
     assert per_key[2] == 1 and per_key[3] == 1
     archived = {r[0] for r in runs.execute("SELECT id FROM archived_jobs").fetchall()}
     assert {ids[1], ids[2]} <= archived
-    # Without extension every run outlives its lease: each is rescued and run again at the
-    # next attempt, the stale runs' outcomes are refused, and the last lease sends it to
-    # dead_letter.
+    # Without extension every run (3 s) outlives its lease (2 s): the job is rescued and claimed
+    # again, and the worker holds the new attempt until the run still going ends (never two
+    # runs of one job at once), the stale runs' outcomes are refused, and the last lease sends
+    # it to dead_letter. A held attempt's own lease can lapse while it waits, so an attempt may
+    # end without a run; no four leases of 2 s fit in one run of 3 s, so there are two at least.
     reason, attempts = runs.execute(
         "SELECT reason, attempts FROM dead_letter WHERE id = %s", [ids[0]]
     ).fetchone()
     assert reason == "lease_expired"
-    assert per_key[1] == attempts == 5
+    assert attempts == 5
+    assert 2 <= per_key[1] <= attempts
     assert "not applied: the lease was lost" in w.err()
     figures("slow handlers", without_extension_runs=per_key[1], with_extension_runs=1)
 

@@ -4,8 +4,9 @@ after the statement left; and psycopg_pool's lines about the connections it drop
 
 A session that closes without its farewell (libpq then reads no message, only the closed socket)
 cannot be told from one lost after its commit: that enqueue fails (``DatabaseUnavailable``)
-rather than risk a second job. It is rare (none in hundreds of tries on a quiet machine), and
-these tests allow two of them and check that they put nothing in."""
+rather than risk a second job. It is rare (none in hundreds of tries on a quiet machine, a few
+in a loaded run of the suite): these tests check that each failure is of that kind and that
+nothing was put in twice."""
 
 from __future__ import annotations
 
@@ -49,8 +50,12 @@ def _enqueue(app: App, ids: list[int], failures: list[str], *specs: JobSpec) -> 
 
 
 def _check(failures: list[str]) -> None:
+    # A farewell (57P01) is always retried. What may remain is a session closed with no
+    # farewell read: the statement reached a socket its backend had already closed, and libpq
+    # saw only the closed connection (more often when the machine is loaded). Such an enqueue
+    # cannot be told from one lost after its commit, so it fails rather than risk a second job.
     assert not [f for f in failures if "administrator command" in f], failures
-    assert len(failures) <= 2, failures
+    assert all("closed the connection" in f for f in failures), failures
 
 
 def test_an_enqueue_right_after_the_pool_sessions_were_ended_goes_in_once(
