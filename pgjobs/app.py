@@ -69,16 +69,6 @@ class App:
         """The database this app uses, resolved on first use."""
         return self._pools.dsn
 
-    @property
-    def _dsn(self) -> Dsn | None:
-        # The database if resolved yet, which the pytest plugin saves and restores around a
-        # test that rebinds the app (None: resolved again on next use).
-        return self._pools.known_dsn
-
-    @_dsn.setter
-    def _dsn(self, dsn: Dsn | None) -> None:
-        self._pools.known_dsn = dsn
-
     def bind(self, dsn: Dsn | str) -> None:
         """Use ``dsn`` from now on (the CLI's ``--dsn``); closes a pool opened on another one.
         A string is checked as ``App(dsn=...)`` checks it (``ConfigurationError``).

@@ -176,7 +176,7 @@ def pgjobs_app(pgjobs_database: Dsn) -> Iterator[Callable[..., App]]:
             return app
         if options:
             raise ConfigurationError("pgjobs_app(app) takes no options: the app is already made")
-        rebound.append((app, app._dsn))
+        rebound.append((app, app._pools.known_dsn))
         app.bind(pgjobs_database)
         return app
 
@@ -186,4 +186,4 @@ def pgjobs_app(pgjobs_database: Dsn) -> Iterator[Callable[..., App]]:
     for app, before in reversed(rebound):
         app.close()
         # Back where it pointed; an app that had not resolved its DSN yet resolves it again.
-        app._dsn = before
+        app._pools.known_dsn = before
