@@ -346,11 +346,16 @@ async def notifications(dsn: Dsn) -> AsyncIterator[str]:
 
 
 def sqlalchemy_engine(dsn: Dsn) -> sqlalchemy.Engine:
-    """A SQLAlchemy engine (psycopg 3 dialect, no pooling) for migrations and one-off commands."""
+    """A SQLAlchemy engine (psycopg 3 dialect, no pooling) for migrations and one-off commands.
+
+    Its connections are opened by psycopg from the DSN as libpq reads it: SQLAlchemy's own URL
+    parser knows one host and one numeric port, and fails on libpq's multi-host URLs
+    (``postgresql://u@h1:5432,h2:5432/db?target_session_attrs=read-write``)."""
     import sqlalchemy
 
+    kwargs = {**_connect_kwargs(dsn), "autocommit": False}
     return sqlalchemy.create_engine(
-        dsn.sqlalchemy_url,
+        "postgresql+psycopg://",
         poolclass=sqlalchemy.NullPool,
-        connect_args={"connect_timeout": CONNECT_TIMEOUT, "application_name": "pgjobs"},
+        creator=lambda: psycopg.connect(dsn.url, **kwargs),
     )

@@ -24,7 +24,7 @@ PGBOUNCER_PORT = 6432
 def pooler(conn: psycopg.Connection[Any], dsn: Dsn, server: Server, limits: Thresholds) -> Check:
     """Whether LISTEN works through ``dsn`` and statements share one server session: neither
     holds behind a transaction-mode pooler (PgBouncer's ``pool_mode = transaction``)."""
-    port = _dsn_port(dsn)
+    port = _dsn_port(dsn, conn)
     same_session = _same_session(conn)
     elapsed = _listen_round_trip(dsn, limits.listen_timeout)
     details = {
@@ -76,9 +76,12 @@ def pooler(conn: psycopg.Connection[Any], dsn: Dsn, server: Server, limits: Thre
     )
 
 
-def _dsn_port(dsn: Dsn) -> int | None:
-    """The port ``dsn`` names (the first one of a list), None when it names none."""
-    raw = str(conninfo_to_dict(dsn.url).get("port") or "").split(",")[0]
+def _dsn_port(dsn: Dsn, conn: psycopg.Connection[Any]) -> int | None:
+    """The port ``dsn`` names, None when it names none; of a list (several hosts), the one of
+    the host libpq reached."""
+    raw = str(conninfo_to_dict(dsn.url).get("port") or "")
+    if "," in raw:
+        return int(conn.info.port)
     return int(raw) if raw.isdigit() else None
 
 

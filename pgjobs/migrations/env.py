@@ -12,9 +12,10 @@ import re
 from typing import Any
 
 from alembic import context
-from sqlalchemy import Connection, create_engine, pool
+from sqlalchemy import Connection
 
-from pgjobs.db.dsn import normalize_dsn, resolve_dsn
+from pgjobs.db.connections import sqlalchemy_engine
+from pgjobs.db.dsn import Dsn, normalize_dsn, resolve_dsn
 from pgjobs.migrate import take_turn
 from pgjobs.schema import metadata
 
@@ -49,15 +50,12 @@ def include_object(
     return table is None or table.name in metadata.tables
 
 
-def _url(offline: bool) -> str:
+def _dsn() -> Dsn | None:
+    """The DSN of this run (`-x dsn=`, then sqlalchemy.url), None when neither names one."""
     raw = context.get_x_argument(as_dictionary=True).get("dsn") or config.get_main_option(
         "sqlalchemy.url"
     )
-    if raw:
-        return normalize_dsn(raw, "the migration DSN").sqlalchemy_url
-    if offline:
-        return "postgresql+psycopg://"  # offline SQL needs only the dialect
-    return resolve_dsn(None).sqlalchemy_url
+    return normalize_dsn(raw, "the migration DSN") if raw else None
 
 
 def _options() -> dict[str, Any]:
@@ -71,7 +69,8 @@ def _options() -> dict[str, Any]:
 
 
 def run_offline() -> None:
-    context.configure(url=_url(offline=True), literal_binds=True, **_options())
+    # Offline SQL needs only the dialect, never a server.
+    context.configure(url="postgresql+psycopg://", literal_binds=True, **_options())
     context.execute(f"SET lock_timeout = '{lock_timeout()}'")
     with context.begin_transaction():
         context.run_migrations()
@@ -92,7 +91,7 @@ def run_online() -> None:
         with context.begin_transaction():
             context.run_migrations()
         return
-    engine = create_engine(_url(offline=False), poolclass=pool.NullPool)
+    engine = sqlalchemy_engine(_dsn() or resolve_dsn(None))
     with engine.connect() as connection:
         # One migration at a time (pgjobs.migrate takes the same lock on the connection it
         # passes); released when this connection closes.

@@ -213,3 +213,40 @@ def test_resolve_dsn_names_the_source_it_is_given(monkeypatch):
     assert (dsn.url, dsn.source) == ("postgresql://h/app", "App(dsn=...)")
     with pytest.raises(ConfigurationError, match=r"^App\(dsn=\.\.\.\) has scheme"):
         resolve_dsn("mysql://h/app", source="App(dsn=...)")
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "postgresql://u:p%23w@h1:5432,h2:5433/app?target_session_attrs=read-write",
+        "postgres://u@h1,h2/app?target_session_attrs=primary&connect_timeout=3",
+        "postgresql+psycopg://u@[::1]:5432,h2:5433/app",
+        "postgresql://u@/app?host=/var/run/postgresql,/tmp&port=5432,5433",
+        "postgresql:///app?host=h1,h2&port=5432,5433&target_session_attrs=read-write",
+    ],
+)
+def test_multi_host_urls_keep_every_host_as_libpq_reads_them(raw):
+    dsn = normalize_dsn(raw, "--dsn")
+    assert dsn.url.startswith("postgresql://")
+    assert conninfo_to_dict(dsn.url) == conninfo_to_dict(raw.replace("+psycopg", ""))
+
+
+def test_a_multi_host_url_with_a_port_that_is_not_a_number_is_refused():
+    with pytest.raises(ConfigurationError, match=r'^--dsn has port "x"'):
+        normalize_dsn("postgresql://u:pw@h1:5432,h2:x/app", "--dsn")
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "postgresql://u:p%23w@h1:5432,h2:5433/app?target_session_attrs=read-write",
+        "host=h1,h2 port=5432,5433 user=u password='p w' dbname=app target_session_attrs=any",
+        "postgresql://u@/app?host=/var/run/postgresql",
+    ],
+)
+def test_the_migrations_engine_takes_every_dsn_form_libpq_reads(raw):
+    # SQLAlchemy's URL parser reads one host and a numeric port; the engine never parses the
+    # DSN itself, psycopg opens its connections (nothing connects here).
+    engine = db.sqlalchemy_engine(normalize_dsn(raw, "--dsn"))
+    assert engine.dialect.name == "postgresql" and engine.dialect.driver == "psycopg"
+    engine.dispose()
