@@ -18,8 +18,9 @@ from pgjobs.text import MAX_RESULT_BYTES
 BATCH_WINDOW = 0.005
 #: The same while jobs claimed ahead keep its slots busy (outcomes wait at most this long).
 FED_BATCH_WINDOW = 0.02
-#: Seconds between reconnection attempts after the database went away: doubling, capped.
-RECONNECT_DELAYS = (0.5, 1.0, 2.0, 5.0, 10.0)
+#: Seconds between reconnection attempts after the database went away: rising, capped at 5 s so
+#: that a worker is back within 5 s of a failover however long the outage lasted.
+RECONNECT_DELAYS = (0.5, 1.0, 2.0, 5.0)
 #: Seconds without a turn of the claim loop (or with one round trip in flight) after which
 #: `--http`'s /healthz answers 503.
 STUCK_AFTER = 60.0
