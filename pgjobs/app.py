@@ -10,7 +10,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, Unpack, overload
 import psycopg
 
 from pgjobs import admin, producer, queues
-from pgjobs.db.dsn import Dsn, resolve_dsn
+from pgjobs.db.dsn import Dsn, normalize_dsn, resolve_dsn
 from pgjobs.errors import ConfigurationError
 from pgjobs.models import JobHistory
 from pgjobs.periodic import DEFAULT_CATCH_UP, DEFAULT_TIMEZONE, Periodic, ScheduleOptions
@@ -25,6 +25,7 @@ R = TypeVar("R")
 
 #: How messages name a DSN given to ``App``.
 DSN_SOURCE = "App(dsn=...)"
+READ_DSN_SOURCE = "App(read_dsn=...)"
 
 
 class App:
@@ -35,7 +36,9 @@ class App:
     pgjobs then reads $PGJOBS_DATABASE_URL, $DATABASE_URL, or starts the embedded server, on
     first use. The pool opens on first use too, or ahead of it with ``open()``. With
     ``check_task_names`` (the default) and at least one task registered, enqueueing an unknown
-    task name raises ``UnknownTask``.
+    task name raises ``UnknownTask``. ``read_dsn`` names a standby (or any server) that
+    ``pgjobs serve`` reads its statistics, listings and metrics from when it serves this app;
+    every write still goes to ``dsn``.
 
     Example::
 
@@ -48,13 +51,19 @@ class App:
     """
 
     def __init__(
-        self, dsn: str | None = None, *, check_task_names: bool = True, pool_size: int = 10
+        self,
+        dsn: str | None = None,
+        *,
+        check_task_names: bool = True,
+        pool_size: int = 10,
+        read_dsn: str | None = None,
     ) -> None:
         if pool_size < 1:
             raise ConfigurationError(f"pool_size must be >= 1, got {pool_size}")
         # A DSN given here is checked at once; the environment and the embedded server are
         # looked at on first use.
         self._pools = Pools(resolve_dsn(dsn, source=DSN_SOURCE) if dsn else None, pool_size)
+        self._read_dsn = normalize_dsn(read_dsn, READ_DSN_SOURCE) if read_dsn else None
         self._tasks: dict[str, Task] = {}
         self._periodics: dict[str, Periodic] = {}
         self._check_task_names = check_task_names
@@ -68,6 +77,11 @@ class App:
     def dsn(self) -> Dsn:
         """The database this app uses, resolved on first use."""
         return self._pools.dsn
+
+    @property
+    def read_dsn(self) -> Dsn | None:
+        """The server reads may go to (``App(read_dsn=...)``, ``pgjobs serve --read-dsn``)."""
+        return self._read_dsn
 
     def bind(self, dsn: Dsn | str) -> None:
         """Use ``dsn`` from now on (the CLI's ``--dsn``); closes a pool opened on another one.

@@ -260,6 +260,44 @@ class JobHistory:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplicaStatus:
+    """Where the reads of ``pgjobs serve --read-dsn`` go, and how far behind the primary that
+    server is (``queries.REPLICA_STATUS``).
+
+    ``lag_seconds`` is 0 when the standby streams and has replayed everything it received (or
+    the read DSN leads to a primary), else the age of the last transaction it replayed: on a
+    primary that writes nothing for a while, a standby that lost its stream shows the time since
+    the last write, an upper bound. None: the standby has replayed no transaction yet.
+    """
+
+    #: Whether the read DSN leads to a standby (False: a primary, never behind).
+    standby: bool
+    #: The WAL receiver's status ("streaming"), None when none runs (or the role may not see it).
+    receiver: str | None
+    #: WAL received but not replayed yet, in bytes.
+    pending_bytes: int
+    lag_seconds: float | None
+    #: Whether replay was paused (``pg_wal_replay_pause()``).
+    replay_paused: bool
+
+    @property
+    def text(self) -> str:
+        """One line for a page's header: ``standby, 3.2 s behind (replay paused)``."""
+        if not self.standby:
+            return "a primary, not behind"
+        behind = "lag unknown" if self.lag_seconds is None else f"{self.lag_seconds:.1f} s behind"
+        notes = [
+            note
+            for flag, note in (
+                (self.replay_paused, "replay paused"),
+                (self.receiver not in (None, "streaming"), f"WAL receiver {self.receiver}"),
+            )
+            if flag
+        ]
+        return f"a standby, {behind}" + (f" ({', '.join(notes)})" if notes else "")
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerInfo:
     """A live worker process, as it registered itself in ``pgjobs_workers``."""
 

@@ -1417,6 +1417,22 @@ SELECT count(*) FROM stale
 #: Remove a worker's row at its clean exit.
 WORKER_UNREGISTER = "DELETE FROM pgjobs_workers WHERE id = %(id)s"
 
+#: Where a read DSN (``pgjobs serve --read-dsn``) leads and how far behind it is. Rows: (whether
+#: it is a standby; its WAL receiver's status, NULL when none runs or the role may not see it;
+#: bytes received but not replayed yet; seconds since the last transaction it replayed was
+#: committed on the primary; whether replay is paused). On a primary: (false, NULL, 0, 0, false).
+REPLICA_STATUS = """
+SELECT pg_is_in_recovery(),
+       (SELECT status FROM pg_stat_wal_receiver LIMIT 1),
+       CASE WHEN pg_is_in_recovery()
+            THEN coalesce(pg_wal_lsn_diff(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()), 0)
+            ELSE 0 END::float8,
+       CASE WHEN pg_is_in_recovery()
+            THEN extract(epoch FROM now() - pg_last_xact_replay_timestamp())
+            ELSE 0 END::float8,
+       CASE WHEN pg_is_in_recovery() THEN pg_is_wal_replay_paused() ELSE false END
+"""
+
 #: Live workers (seen in the last ``stale_after`` seconds) with their running jobs, by host and
 #: start. Rows: (id, host, pid, queues, concurrency, started_at, last_seen_at, running,
 #: seconds since start, seconds since last seen).

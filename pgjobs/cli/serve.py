@@ -16,6 +16,7 @@ from typing import Annotated
 import typer
 
 from pgjobs.cli.options import DsnOption, database, load_app
+from pgjobs.db.dsn import normalize_dsn
 from pgjobs.errors import ConfigurationError
 
 #: What `pgjobs serve` needs beyond pgjobs itself: the ``web`` extra.
@@ -74,6 +75,14 @@ def serve_command(
         str, typer.Option(help="debug, info, warning or error.", case_sensitive=False)
     ] = "info",
     dsn: DsnOption = None,
+    read_dsn: Annotated[
+        str | None,
+        typer.Option(
+            help="A standby (or any server) the statistics, listings, dashboard pages and "
+            "/metrics read from; writes and actions go to --dsn. The pages say how far behind "
+            "it is.",
+        ),
+    ] = None,
 ) -> None:
     """Serve the HTTP API (/api/v1, token required), /healthz, /readyz and /metrics.
 
@@ -114,6 +123,7 @@ def serve_command(
         max_body_bytes=max_body_bytes,
         pool_size=pool_size,
         body_timeout=body_timeout,
+        read_dsn=normalize_dsn(read_dsn, "--read-dsn") if read_dsn else None,
     )
     # uvicorn shuts down gracefully on SIGTERM, then raises the signal again once its own handler
     # is gone: with this one in place that ends the command normally (exit 0, as `pgjobs work`

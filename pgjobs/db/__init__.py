@@ -28,7 +28,7 @@ from pgjobs.db.connections import (
     sqlalchemy_engine,
     target_connection,
 )
-from pgjobs.db.reads import live_workers
+from pgjobs.db.reads import live_workers, replica_status
 from pgjobs.db.rows import (
     Damaged,
     archive_partition_from_row,
@@ -82,6 +82,7 @@ __all__ = [
     "pooled",
     "queue_state_from_row",
     "queue_stats_from_row",
+    "replica_status",
     "schedule_info_from_row",
     "schema_revision",
     "socket_ready",

@@ -171,7 +171,7 @@ def list_jobs(
     """Jobs wherever they are, newest first by the moment each entered its table (created or
     redriven for queued jobs, finished for archived ones, failed for dead ones). Page with
     ``cursor``: ``next_cursor`` is null on the last page."""
-    with server.connection() as conn:
+    with server.reading() as conn:
         page = browse.jobs(
             conn,
             states=state,
@@ -321,7 +321,7 @@ def list_dead_letters(
 ) -> models.DeadJobList:
     """Dead jobs matching the filters of `pgjobs dead list`, newest first, at most ``limit``."""
     where = _dead_filter(None, queue, task, since, until, error, fingerprint)
-    with server.connection() as conn:
+    with server.reading() as conn:
         found = admin.dead_jobs(conn, where, limit=limit, tracebacks=tracebacks)
     return models.DeadJobList(dead_letters=[models.DeadJob.model_validate(job) for job in found])
 
@@ -342,7 +342,7 @@ def dead_letter_groups(
 ) -> models.DeadGroupList:
     """Dead jobs matching the filters, counted by task and error fingerprint, largest first."""
     where = _dead_filter(None, queue, task, since, until, error, fingerprint)
-    with server.connection() as conn:
+    with server.reading() as conn:
         groups = admin.dead_groups(conn, where)
     return models.DeadGroupList(groups=[models.DeadGroup.model_validate(g) for g in groups])
 
@@ -422,6 +422,11 @@ def _move(
 # -- stats and workers ----------------------------------------------------------------------------
 
 
+#: Headers of /stats read from a read DSN: what it leads to, and its replay lag in seconds.
+REPLICA_HEADER = "X-Pgjobs-Read-From"
+LAG_HEADER = "X-Pgjobs-Replica-Lag-Seconds"
+
+
 @router.get(
     "/stats",
     response_model=None,
@@ -440,15 +445,29 @@ def get_stats(
     ] = False,
 ) -> JSONResponse:
     """Per queue: ready, scheduled, running, dead, finished and failed in the last hour,
-    throughput and retry rate over the last minute, the oldest ready job's age."""
-    with server.connection() as conn:
+    throughput and retry rate over the last minute, the oldest ready job's age. Served with a
+    read DSN (`pgjobs serve --read-dsn`), it is read there: the headers X-Pgjobs-Read-From and
+    X-Pgjobs-Replica-Lag-Seconds, and with verbose the document's ``replica``, say how far
+    behind it is."""
+    with server.reading() as conn:
         snap = read_model.snapshot(conn, verbose=verbose)
-    return JSONResponse(jsonable_encoder(read_model.as_json(snap, verbose=verbose)))
+        replica = server.replica(conn)
+    document = read_model.as_json(snap, verbose=verbose)
+    headers = {}
+    if replica is not None:
+        # Read from a standby: the verbose document says how far behind it is, either form in
+        # headers (the plain form is a list, which has no room for it).
+        if isinstance(document, dict):
+            document["replica"] = dataclasses.asdict(replica)
+        headers[REPLICA_HEADER] = "standby" if replica.standby else "primary"
+        if replica.lag_seconds is not None:
+            headers[LAG_HEADER] = f"{replica.lag_seconds:.3f}"
+    return JSONResponse(jsonable_encoder(document), headers=headers)
 
 
 @router.get("/workers", response_model=models.WorkerList, summary="Live workers")
 def list_workers(server: Server) -> models.WorkerList:
     """Workers that sent a heartbeat recently, with the jobs each one runs."""
-    with server.connection() as conn:
+    with server.reading() as conn:
         workers = [dataclasses.asdict(w) for w in db.live_workers(conn, STALE_AFTER)]
     return models.WorkerList(workers=[models.Worker.model_validate(w) for w in workers])

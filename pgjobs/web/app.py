@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.types import Scope
 
 from pgjobs.app import App
-from pgjobs.db.dsn import Dsn, resolve_dsn
+from pgjobs.db.dsn import Dsn, normalize_dsn, resolve_dsn
 from pgjobs.errors import ConfigurationError
 from pgjobs.web import api, docs, errors
 from pgjobs.web.auth import load_tokens
@@ -41,6 +41,7 @@ def create_app(
     pool_size: int = DEFAULT_POOL_SIZE,
     metrics_public: bool | None = None,
     body_timeout: float = DEFAULT_BODY_TIMEOUT,
+    read_dsn: str | Dsn | None = None,
 ) -> FastAPI:
     """The HTTP API (FastAPI) over pgjobs' tables, to serve with any ASGI server or mount in
     your own application.
@@ -52,6 +53,9 @@ def create_app(
     be built (``ConfigurationError``) unless ``insecure_no_auth``, which it logs as a warning.
     ``metrics_public`` lets /metrics answer without a token (default: $PGJOBS_METRICS_PUBLIC=1).
     ``body_timeout``: seconds a request's body may take to arrive (408 after them).
+    ``read_dsn`` (default: ``app.read_dsn``): a standby the statistics, listings, dashboard
+    pages and /metrics read from; writes and actions go to the primary, and the pages, the
+    verbose statistics and /metrics say how far behind the standby is.
 
     Example::
 
@@ -108,6 +112,7 @@ def create_app(
         app_given=app is not None,
         pool_size=pool_size,
         metrics_public=metrics_public,
+        read_dsn=_read_dsn(read_dsn, app),
     )
     if insecure_no_auth:
         logger.warning(
@@ -145,6 +150,7 @@ def create_app(
     web.include_router(
         dashboard_router(
             state.connection,
+            reading=state.reading if state.read_dsn is not None else None,
             tokens=loaded,
             insecure_no_auth=insecure_no_auth,
             sessions=sessions,
@@ -170,6 +176,14 @@ def _signed_in(scope: Scope, sessions: Sessions, insecure_no_auth: bool) -> bool
         return True
     cookie = request.cookies.get(SESSION_COOKIE)
     return cookie is not None and sessions.get(cookie) is not None
+
+
+def _read_dsn(read_dsn: str | Dsn | None, app: App | None) -> Dsn | None:
+    if isinstance(read_dsn, Dsn):
+        return read_dsn
+    if read_dsn:
+        return normalize_dsn(read_dsn, "read_dsn")
+    return app.read_dsn if app is not None else None
 
 
 def _bare_app(dsn: Dsn) -> App:

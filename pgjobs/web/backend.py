@@ -28,6 +28,7 @@ from starlette.requests import Request
 from pgjobs import db
 from pgjobs.app import App
 from pgjobs.db.dsn import Dsn
+from pgjobs.models import ReplicaStatus
 from pgjobs.web.auth import Access, Tokens
 from pgjobs.web.errors import ApiError
 from pgjobs.web.metrics import QueueMetrics
@@ -52,9 +53,12 @@ class Backend:
         app_given: bool,
         pool_size: int,
         metrics_public: bool,
+        read_dsn: Dsn | None = None,
     ) -> None:
         self.app = app
         self.dsn = dsn
+        #: Where the statistics, listings, pages and metrics are read (a standby), if not ``dsn``.
+        self.read_dsn = read_dsn
         self.tokens = tokens
         #: Whether the server was given the user's App (unknown task names are then refused).
         self.app_given = app_given
@@ -65,6 +69,7 @@ class Backend:
         #: Failed tokens per client address, for the API and the dashboard's login alike.
         self.throttle = SignInThrottle()
         self._pool: psycopg_pool.ConnectionPool[Any] | None = None
+        self._read_pool: psycopg_pool.ConnectionPool[Any] | None = None
         self._lock = threading.Lock()
 
     def pool(self) -> psycopg_pool.ConnectionPool[Any]:
@@ -75,11 +80,20 @@ class Backend:
             return pool
         with self._lock:
             if self._pool is None:
-                pool = db.open_pool(self.dsn, self.pool_size)
-                # A request waits this long for a connection, then answers 503.
-                pool.timeout = POOL_WAIT
-                self._pool = pool
+                self._pool = _opened(self.dsn, self.pool_size)
             return self._pool
+
+    def read_pool(self) -> psycopg_pool.ConnectionPool[Any]:
+        """The pool of the read DSN (the primary's pool without one), opened on first use."""
+        if self.read_dsn is None:
+            return self.pool()
+        pool = self._read_pool
+        if pool is not None:
+            return pool
+        with self._lock:
+            if self._read_pool is None:
+                self._read_pool = _opened(self.read_dsn, self.pool_size)
+            return self._read_pool
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
@@ -87,11 +101,32 @@ class Backend:
         with db.pooled(self.pool(), self.dsn) as conn:
             yield conn
 
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection for reads that may lag (statistics, listings, pages, metrics):
+        to the read DSN when there is one. Its outage is an outage of those reads (503 naming
+        the read DSN); writes and actions still go to the primary."""
+        with db.pooled(self.read_pool(), self.read_dsn or self.dsn) as conn:
+            yield conn
+
+    def replica(self, conn: psycopg.Connection[Any]) -> ReplicaStatus | None:
+        """How far behind the read DSN is, read on ``conn`` (one of ``reading()``); None
+        without a read DSN."""
+        return None if self.read_dsn is None else db.replica_status(conn)
+
     def close(self) -> None:
         with self._lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.close()
+            pools, self._pool, self._read_pool = (self._pool, self._read_pool), None, None
+        for pool in pools:
+            if pool is not None:
+                pool.close()
+
+
+def _opened(dsn: Dsn, size: int) -> psycopg_pool.ConnectionPool[Any]:
+    pool = db.open_pool(dsn, size)
+    # A request waits this long for a connection, then answers 503.
+    pool.timeout = POOL_WAIT
+    return pool
 
 
 def backend(request: Request) -> Backend:

@@ -60,5 +60,7 @@ def prometheus_metrics(request: Request, credentials: Credentials, server: Serve
     after that a database outage shows as ``pgjobs_metrics_up 0``."""
     if not server.metrics_public:
         check_token(request, credentials, write=False)
-    body, content_type = server.metrics.render(server.pool(), server.dsn)
+    body, content_type = server.metrics.render(
+        server.read_pool(), server.read_dsn or server.dsn, replica=server.read_dsn is not None
+    )
     return Response(content=body, media_type=content_type)

@@ -51,7 +51,7 @@ from pgjobs import db, queries
 from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError, PgjobsError
 from pgjobs.maintenance.registry import STALE_AFTER
-from pgjobs.models import ArchivedStatus, JobStatus, OrphanedLeases, WorkerInfo
+from pgjobs.models import ArchivedStatus, JobStatus, OrphanedLeases, ReplicaStatus, WorkerInfo
 
 #: Seconds a reading is served before the next scrape refreshes it.
 DEFAULT_TTL = 5.0
@@ -332,6 +332,7 @@ class QueueMetrics:
         self._known_dead: set[tuple[str, str]] = set()
         self._up = False
         self._errors = 0
+        self._replica: ReplicaStatus | None = None
         self._scrape_seconds = 0.0
         self._refreshed_at: float | None = None
         self._body = b""
@@ -339,25 +340,31 @@ class QueueMetrics:
         self._registry.register(_Collector(self))
 
     def render(
-        self, pool: psycopg_pool.ConnectionPool[Any], dsn: Dsn | None = None
+        self,
+        pool: psycopg_pool.ConnectionPool[Any],
+        dsn: Dsn | None = None,
+        *,
+        replica: bool = False,
     ) -> tuple[bytes, str]:
         """The metrics as Prometheus' text exposition (body, content type), read from the
         database of ``pool`` when the last reading is older than ``ttl`` seconds. ``dsn`` names
-        the database in error messages (default: the pool's URL, password hidden)."""
+        the database in error messages (default: the pool's URL, password hidden). ``replica``:
+        ``pool`` reads a read DSN (a standby), whose lag the metrics then include."""
         with self._lock:
             if self._refreshed_at is None or self._clock() - self._refreshed_at >= self.ttl:
-                self._refresh(pool, dsn or _pool_dsn(pool))
+                self._refresh(pool, dsn or _pool_dsn(pool), replica)
             return self._body, CONTENT_TYPE
 
     # -- under the lock ---------------------------------------------------------------------
 
-    def _refresh(self, pool: psycopg_pool.ConnectionPool[Any], dsn: Dsn) -> None:
+    def _refresh(self, pool: psycopg_pool.ConnectionPool[Any], dsn: Dsn, replica: bool) -> None:
         started = time.perf_counter()
         try:
             with db.pooled(pool, dsn) as conn, conn.transaction():
                 # One snapshot: the jobs of each state and the rows read add up.
                 conn.execute(queries.STATS_SNAPSHOT)
                 reading, advances = self._read(conn)
+                self._replica = db.replica_status(conn) if replica else None
         except PgjobsError as exc:
             if self._up or not self._errors:  # once per outage, not at every refresh
                 log.warning(
@@ -520,6 +527,13 @@ class QueueMetrics:
             "finished since the last refresh than one refresh reads).",
             value=1 if behind else 0,
         )
+        if self._replica is not None and self._replica.lag_seconds is not None:
+            yield GaugeMetricFamily(
+                "pgjobs_replica_lag_seconds",
+                "How far behind the primary the standby these metrics are read from was (served "
+                "with --read-dsn): 0 when it had replayed all it received.",
+                value=self._replica.lag_seconds,
+            )
 
 
 def _pool_dsn(pool: psycopg_pool.ConnectionPool[Any]) -> Dsn:

@@ -328,6 +328,16 @@ class QueueStats(BaseModel):
     rate_seconds: float | None = None
 
 
+class Replica(BaseModel):
+    """The server ``pgjobs serve --read-dsn`` reads from (``pgjobs.models.ReplicaStatus``)."""
+
+    standby: bool
+    receiver: str | None
+    pending_bytes: int
+    lag_seconds: float | None
+    replay_paused: bool
+
+
 class StatsVerbose(BaseModel):
     """`pgjobs stats --json --verbose`."""
 
@@ -338,6 +348,8 @@ class StatsVerbose(BaseModel):
     archive_partitions: list[dict[str, Any]]
     archive_default_rows: int | None
     schedules: list[dict[str, Any]] = []
+    #: Served with a read DSN: where it leads and how far behind it is.
+    replica: Replica | None = None
 
 
 class Health(BaseModel):

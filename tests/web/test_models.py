@@ -23,6 +23,7 @@ PAIRS: list[tuple[type[BaseModel], type[Any], set[str], set[str]]] = [
     (api.DeadJob, domain.DeadJob, set(), set()),
     (api.DeadGroup, domain.DeadGroup, set(), set()),
     (api.Worker, domain.WorkerInfo, set(), set()),
+    (api.Replica, domain.ReplicaStatus, set(), set()),
     # The row's two properties, written out by `pgjobs stats --json`.
     (api.QueueStats, domain.QueueStats, {"throughput_per_second", "retry_rate"}, set()),
 ]

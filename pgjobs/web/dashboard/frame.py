@@ -28,6 +28,7 @@ import psycopg
 from fastapi import Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from pgjobs import db
 from pgjobs.errors import (
     ConfigurationError,
     DatabaseUnavailable,
@@ -167,6 +168,7 @@ class Frame:
         self,
         connection: ConnectionSource,
         *,
+        reading: ConnectionSource | None = None,
         tokens: Tokens,
         insecure_no_auth: bool = False,
         sessions: Sessions | None = None,
@@ -177,6 +179,9 @@ class Frame:
                 "the dashboard needs API tokens to log in with, or insecure_no_auth=True"
             )
         self._connection = connection
+        #: Where the pages read (a standby), when not ``connection``: each page then says how
+        #: far behind it is.
+        self._reading = reading
         self.tokens = tokens
         self.insecure = insecure_no_auth
         #: The signed-in browsers (their cookies hold a session id, never a token).
@@ -255,6 +260,7 @@ class Frame:
             flash=shown_flash,
             static={name: f"{base}/static/{name}?v={v}" for name, (_, v) in self._static.items()},
             refresh_seconds=REFRESH_SECONDS,
+            replica=getattr(request.state, "replica", None),
             **context,
         )
         response = HTMLResponse(page, status_code=status)
@@ -312,7 +318,11 @@ class Frame:
         if isinstance(viewer, Response):
             return viewer
         try:
-            with self.db() as conn:
+            if self._reading is None:
+                with self.db() as conn:
+                    return build(viewer, conn)
+            with self._reading() as conn:
+                request.state.replica = db.replica_status(conn)
                 return build(viewer, conn)
         except PgjobsError as exc:
             status = _status_of(exc)

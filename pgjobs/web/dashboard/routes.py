@@ -32,6 +32,7 @@ class Dashboard:
         self,
         connection: ConnectionSource,
         *,
+        reading: ConnectionSource | None = None,
         tokens: Tokens,
         insecure_no_auth: bool = False,
         sessions: Sessions | None = None,
@@ -39,6 +40,7 @@ class Dashboard:
     ) -> None:
         self.frame = Frame(
             connection,
+            reading=reading,
             tokens=tokens,
             insecure_no_auth=insecure_no_auth,
             sessions=sessions,
@@ -77,6 +79,7 @@ class Dashboard:
 def dashboard_router(
     connection: ConnectionSource,
     *,
+    reading: ConnectionSource | None = None,
     tokens: Tokens,
     insecure_no_auth: bool = False,
     sessions: Sessions | None = None,
@@ -86,7 +89,9 @@ def dashboard_router(
     ``/dead/actions/{id}`` (a bulk action's progress), ``/jobs``, ``/queues/{name}``,
     ``/login``, assets under ``/static``. Its lifespan (merged into the app's by
     ``include_router``) stops the running bulk actions when the server stops. ``sessions`` and
-    ``throttle``: the server's, when it shares them (new ones otherwise).
+    ``throttle``: the server's, when it shares them (new ones otherwise). ``reading``: where
+    the pages read, a standby (``pgjobs serve --read-dsn``), whose lag each page then shows;
+    the actions still use ``connection``.
 
     Example::
 
@@ -94,6 +99,7 @@ def dashboard_router(
     """
     return Dashboard(
         connection,
+        reading=reading,
         tokens=tokens,
         insecure_no_auth=insecure_no_auth,
         sessions=sessions,
