@@ -250,3 +250,13 @@ def test_the_migrations_engine_takes_every_dsn_form_libpq_reads(raw):
     engine = db.sqlalchemy_engine(normalize_dsn(raw, "--dsn"))
     assert engine.dialect.name == "postgresql" and engine.dialect.driver == "psycopg"
     engine.dispose()
+
+
+def test_a_read_dsn_is_checked_like_the_dsn():
+    from pgjobs import App
+
+    app = App("postgresql://h/app", read_dsn="host=h2,h1 dbname=app target_session_attrs=any")
+    assert app.read_dsn is not None and app.read_dsn.source == "App(read_dsn=...)"
+    assert App("postgresql://h/app").read_dsn is None
+    with pytest.raises(ConfigurationError, match=r'^App\(read_dsn=\.\.\.\) has port "x"'):
+        App("postgresql://h/app", read_dsn="host=h port=x")

@@ -21,7 +21,14 @@ from pgjobs import App, migrate
 from pgjobs.db.dsn import normalize_dsn
 from pgjobs.web import create_app
 from tests.support.cluster import Pair, free_port, replicated_pair
-from tests.support.helpers import pgjobs_env, pgjobs_process, scalar, wait_until
+from tests.support.helpers import (
+    assert_one_line_error,
+    pgjobs_env,
+    pgjobs_process,
+    run,
+    scalar,
+    wait_until,
+)
 from tests.web.conftest import AUTH, TOKEN, TestClient, assert_error
 
 
@@ -185,3 +192,18 @@ def test_a_standby_that_is_down_fails_the_reads_clearly_and_actions_go_on(pair, 
             assert cancelled.status_code == 200, cancelled.text
     finally:
         pair.standby.start()
+
+
+def test_a_bad_read_dsn_is_one_line_and_exit_2(capsys):
+    code, out, err = run(
+        capsys,
+        "serve",
+        "--insecure-no-auth",
+        "--dsn",
+        "postgresql://postgres@127.0.0.1:1/x",
+        "--read-dsn",
+        "mysql://root:hunter22@h/x",
+    )
+    assert code == 2
+    assert_one_line_error(code, err, "--read-dsn", "postgresql://")
+    assert "hunter22" not in out + err
