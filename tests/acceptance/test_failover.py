@@ -225,7 +225,7 @@ def runs_file() -> Iterator[Path]:
 
 def report(kind: str, result: Failover) -> None:
     message = (
-        f"failover with a {kind} standby: {len(result.returned)} enqueues returned, "
+        f"failover with {kind} standby: {len(result.returned)} enqueues returned, "
         f"{len(result.lost)} of them lost, {result.producer_failures} enqueues failed during "
         f"the outage; processing resumed {result.resume_seconds:.2f} s after the promotion; "
         f"at-least-once jobs run twice: {len(result.ran_twice('failover.many'))}, "
@@ -239,7 +239,7 @@ def report(kind: str, result: Failover) -> None:
 def test_failover_to_a_synchronous_standby_loses_nothing(runs_file):
     with replicated_pair(synchronous=True) as pair:
         result = fail_over(pair, runs_file)
-    report("synchronous", result)
+    report("a synchronous", result)
     assert result.lost == [], "a commit the primary acknowledged is on the synchronous standby"
     assert set(result.returned) <= set(result.where)
     assert result.ran_twice("failover.once") == []
@@ -249,7 +249,7 @@ def test_failover_to_a_synchronous_standby_loses_nothing(runs_file):
 def test_failover_to_an_asynchronous_standby_keeps_the_invariants(runs_file):
     with replicated_pair(synchronous=False) as pair:
         result = fail_over(pair, runs_file)
-    report("asynchronous", result)
+    report("an asynchronous", result)
     # What the standby had not received is lost: measured, not asserted. What holds: no job in
     # two tables (fail_over asserts it), every job the new primary holds was worked off, the
     # workers went on.

@@ -1,7 +1,7 @@
 """Every form of DSN libpq reads works in every command: multi-host URLs and key=value strings
 whose first host is a closed port (as after a failover, with ``target_session_attrs``), the
 ``postgres://`` and ``postgresql+psycopg://`` schemes, a Unix socket directory as ``?host=`` or
-``host=``, a percent-encoded password."""
+``host=``, a percent-encoded password; `pgjobs serve`'s API too, with the DSN as its read DSN."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgjobs import App
-from tests.support.helpers import assert_one_home, run
+from pgjobs.web import create_app
+from tests.support.helpers import homes, run
+from tests.web.conftest import AUTH, TOKEN, TestClient
 
 APP = "tests.integration.cli_app:app"
 #: A password of the characters URL parsers trip on; the test server trusts local connections
@@ -105,9 +107,20 @@ def test_every_command_works_with_the_dsn_form(capsys, create_database, form):
     ok("work", "--app", APP, "--burst", "--poll-interval", "0.05", "--no-maintenance")
     ok("job", "show", str(ids[1]))
     ok("dead", "list")
+    ok("queue", "pause", "loud")
+    ok("queue", "resume", "loud")
+    ok("queue", "list")
     ok("schedule")
     ok("prune", "--older-than", "30d")
+    web = create_app(dsn=written, read_dsn=written, tokens=[TOKEN], pool_size=1)
+    with TestClient(web, headers=AUTH) as client:
+        served = client.get("/api/v1/stats", params={"verbose": "true"})
+        assert served.status_code == 200, served.text
+        assert served.json()["replica"]["standby"] is False
+        assert client.post(f"/api/v1/jobs/{ids[0]}/replay").status_code == 201
     doctor = {check["name"]: check for check in json.loads(ok("doctor", "--json"))["checks"]}
     assert doctor["pooler"]["status"] == "pass", doctor["pooler"]
     with psycopg.connect(written.replace("+psycopg", "")) as conn:
-        assert set(assert_one_home(conn, ids).values()) == {"archived_jobs"}
+        where = homes(conn)
+        assert [where[i] for i in ids] == ["archived_jobs", "archived_jobs"]
+        assert len(where) == 3, "and the replayed copy"
