@@ -282,7 +282,7 @@ class ReplicaStatus:
 
     @property
     def text(self) -> str:
-        """One line for a page's header: ``standby, 3.2 s behind (replay paused)``."""
+        """One line for a page's header: ``a standby, 3.2 s behind (replay paused)``."""
         if not self.standby:
             return "a primary, not behind"
         behind = "lag unknown" if self.lag_seconds is None else f"{self.lag_seconds:.1f} s behind"
