@@ -56,9 +56,8 @@ def test_the_quickstart_commands_enqueue_and_work_its_jobs(dsn: Dsn, conn):
 
     enqueued = run("quickstart.py")
     assert enqueued.stdout.startswith("enqueued job ")
-    worked = run(
-        "-m", "pgjobs", "work", "--app", "quickstart:app", "--burst", "--log-level", "error"
-    )
+    # The app as the snippet's pyproject.toml names it: no --app.
+    worked = run("-m", "pgjobs", "work", "--burst", "--log-level", "error")
     assert "welcome e-mail to user 42 (default)" in worked.stdout
     rows = conn.execute("SELECT task, status, result FROM archived_jobs ORDER BY id").fetchall()
     assert rows == [
@@ -68,8 +67,11 @@ def test_the_quickstart_commands_enqueue_and_work_its_jobs(dsn: Dsn, conn):
 
 
 def test_the_readme_quickstart_is_the_tested_snippet():
-    """The README shows docs/snippets/quickstart.py as it is (GitHub cannot include files)."""
-    assert (SNIPPETS / "quickstart.py").read_text() in (REPO / "README.md").read_text()
+    """The README shows docs/snippets/quickstart.py and the pyproject.toml beside it as they are
+    (GitHub cannot include files)."""
+    readme = (REPO / "README.md").read_text()
+    assert (SNIPPETS / "quickstart.py").read_text() in readme
+    assert "```toml\n" + (SNIPPETS / "pyproject.toml").read_text() + "```" in readme
 
 
 def test_typed_payloads_are_checked_at_enqueue_and_a_model_parameter_gets_its_instance(snippet):
