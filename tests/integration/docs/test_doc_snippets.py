@@ -94,3 +94,16 @@ def test_an_old_payload_is_upgraded_step_by_step(snippet, dsn: Dsn):
     with pgjobs.App(dsn.url, check_task_names=False) as old_producer:  # enqueues version 1
         job_id = old_producer.enqueue("billing.charge", {"order": 7, "amount": 9.99})
     assert drain(app).results == {job_id: "7: 999 EUR"}
+
+
+def test_every_snippet_include_is_one_pymdownx_reads():
+    """``--8<-- "file"`` inside a Python fence is rewritten by ruff format as Python
+    (``--8 < --"file"``), which pymdownx.snippets does not read: the page then shows that line
+    instead of the file. Such fences sit between ``<!-- fmt: off -->`` and ``<!-- fmt: on -->``."""
+    mangled = [
+        f"{page.relative_to(REPO)}:{number}"
+        for page in (REPO / "docs").rglob("*.md")
+        for number, line in enumerate(page.read_text().splitlines(), 1)
+        if line.startswith("--8 <")
+    ]
+    assert mangled == []
