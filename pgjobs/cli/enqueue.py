@@ -15,7 +15,14 @@ from pgjobs import db, producer
 from pgjobs import stats as read_model
 from pgjobs.app import App
 from pgjobs.cli import parse, render
-from pgjobs.cli.options import NAME_THE_APP, DsnOption, app_option, database, find_app
+from pgjobs.cli.options import (
+    NAME_THE_APP,
+    DsnOption,
+    app_option,
+    database,
+    find_app,
+    use_database,
+)
 from pgjobs.errors import ConfigurationError, InvalidPayload, PgjobsError, UnknownTask
 from pgjobs.producer import MAX_PAYLOAD_DEPTH
 from pgjobs.submission import DEFAULT_QUEUE, check_seconds
@@ -61,10 +68,11 @@ def enqueue_command(
             check_seconds(option, seconds)
     run_at_time = None if run_at is None else parse.iso_time("--run-at", run_at)
     expires_at_time = None if expires_at is None else parse.iso_time("--expires-at", expires_at)
-    found = find_app(app_ref, dsn)
+    found = find_app(app_ref)
     if found is not None:
         with _bad_input_exits_2():
             check_job(found, task, arguments)
+        use_database(found, dsn)
     app = found or App(check_task_names=False)
     if found is None:
         app.bind(database(dsn))

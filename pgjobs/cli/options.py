@@ -92,15 +92,11 @@ def app_reference(explicit: str | None) -> AppReference | None:
     return None
 
 
-def find_app(explicit: str | None, dsn: str | None) -> App | None:
-    """The app ``app_reference`` finds, loaded and bound to its database (``use_database``);
-    None when none is named."""
+def find_app(explicit: str | None) -> App | None:
+    """The app ``app_reference`` finds, loaded (not bound to a database yet: see
+    ``use_database``); None when none is named."""
     reference = app_reference(explicit)
-    if reference is None:
-        return None
-    app = load_app(reference.text, reference.source)
-    use_database(app, dsn)
-    return app
+    return None if reference is None else load_app(reference.text, reference.source)
 
 
 def database(raw: str | None) -> Dsn:

@@ -17,7 +17,7 @@ import typer
 from pgjobs.app import App
 from pgjobs.cli import parse, render
 from pgjobs.cli.enqueue import _parse_payload, check_job
-from pgjobs.cli.options import DsnOption, app_option, database, find_app
+from pgjobs.cli.options import DsnOption, app_option, database, find_app, use_database
 from pgjobs.errors import ConfigurationError, InvalidPayload, UnknownTask
 from pgjobs.submission import JobSpec
 from pgjobs.text import printable
@@ -58,12 +58,13 @@ def producer_command(
     one line per batch, then the total."""
     arguments = _parse_payload(payload)
     period = parse.interval("--every", every).total_seconds()
-    found = find_app(app_ref, dsn)
+    found = find_app(app_ref)
     if found is not None:
         try:
             check_job(found, task, arguments)
         except InvalidPayload as exc:
             raise ConfigurationError(str(exc)) from None
+        use_database(found, dsn)
     app = found or App(check_task_names=False)
     if found is None:
         app.bind(database(dsn))

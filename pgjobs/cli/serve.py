@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from pgjobs.cli.options import DsnOption, app_option, database, find_app
+from pgjobs.cli.options import DsnOption, app_option, database, find_app, use_database
 from pgjobs.errors import ConfigurationError
 
 #: What `pgjobs serve` needs beyond pgjobs itself: the ``web`` extra.
@@ -102,7 +102,9 @@ def serve_command(
     from pgjobs.web import create_app
     from pgjobs.web.serving import serve
 
-    app = find_app(app_ref, dsn)
+    app = find_app(app_ref)
+    if app is not None:
+        use_database(app, dsn)
     web = create_app(
         app,
         dsn=database(dsn) if app is None else None,
