@@ -2,7 +2,7 @@
 # is for `pgjobs serve` (the api service).
 FROM python:3.12-slim
 WORKDIR /app
-COPY pyproject.toml README.md alembic.ini ./
+COPY pyproject.toml README.md LICENSE alembic.ini ./
 COPY pgjobs ./pgjobs
 COPY examples ./examples
 RUN pip install --no-cache-dir ".[web]" && useradd --create-home pgjobs

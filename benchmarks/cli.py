@@ -34,6 +34,7 @@ from benchmarks import (
 )
 from benchmarks.harness import BenchDatabase, BenchmarkError, Context, say
 from benchmarks.report import Row, render
+from pgjobs.cli import DISTRIBUTION
 from pgjobs.db.dsn import Dsn, normalize_dsn, resolve_dsn
 from pgjobs.errors import PgjobsError
 
@@ -134,7 +135,7 @@ def _machine(bench: BenchDatabase, server: Dsn) -> dict[str, Any]:
         "server_on_this_machine": bench.local,
         "python": platform.python_version(),
         "psycopg": psycopg.__version__,
-        "pgjobs": version("pgjobs"),
+        "pgjobs": version(DISTRIBUTION),
     }
 
 

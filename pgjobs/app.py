@@ -83,6 +83,16 @@ class App:
         """The server reads may go to (``App(read_dsn=...)``, ``pgjobs serve --read-dsn``)."""
         return self._read_dsn
 
+    @property
+    def settled_dsn(self) -> Dsn | None:
+        """The database the app holds without looking for one: given to ``App(dsn=...)`` or
+        ``bind``, or found on an earlier use; None while it would still look at the environment
+        on first use (the CLI then binds the one it resolves).
+
+        Example: ``pgjobs.App().settled_dsn is None``
+        """
+        return self._pools.known_dsn
+
     def bind(self, dsn: Dsn | str) -> None:
         """Use ``dsn`` from now on (the CLI's ``--dsn``); closes a pool opened on another one.
         A string is checked as ``App(dsn=...)`` checks it (``ConfigurationError``).

@@ -99,6 +99,24 @@ class PreparedJob(NamedTuple):
     trace_context: str | None = None
 
 
+def handler_arguments(task: Task, payload: Any) -> dict[str, Any]:
+    """The keyword arguments ``task``'s handler is called with for ``payload`` (a decoded JSON
+    object, as a worker reads it back): its keys bound to the handler's parameters (a key it
+    does not take is refused), their types checked, or the model built. Raises
+    ``InvalidPayload`` naming the field at fault when the handler could not be called with it.
+    Enqueue itself checks less (the values' types): ``eager`` and the CLI's enqueue check this.
+
+    Example: ``handler_arguments(app.tasks["emails.welcome"], {"user_id": 42})``
+    """
+    problem = task.payload_problem(payload)
+    if problem is not None:
+        raise InvalidPayload(problem.message, field=problem.field)
+    arguments, why = task.arguments(payload)
+    if why is not None:
+        raise InvalidPayload(why, field="payload")
+    return arguments
+
+
 def prepare(spec: JobSpec, tasks: Mapping[str, Task] | None) -> PreparedJob:
     """Validate ``spec`` and resolve its defaults; raises a ``PgjobsError`` naming the problem.
 

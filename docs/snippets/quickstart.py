@@ -1,6 +1,6 @@
 # quickstart.py: two tasks and an enqueue. Run it with
-#   pgjobs migrate && python quickstart.py && pgjobs work --app quickstart:app --burst
-# (tests/integration/docs/test_doc_snippets.py runs the last two, and the tasks).
+#   pgjobs migrate && python quickstart.py && pgjobs work --burst
+# (pyproject.toml names the app; tests/integration/docs/test_doc_snippets.py runs the last two).
 import pgjobs
 
 app = pgjobs.App()  # the database: $PGJOBS_DATABASE_URL, else $DATABASE_URL, else embedded

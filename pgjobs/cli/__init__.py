@@ -8,6 +8,7 @@ One module per command group (``migrate``, ``enqueue``, ``work``, ``stats``, ``p
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import sys
 import traceback
@@ -47,8 +48,37 @@ DEBUG_ENV = "PGJOBS_DEBUG"
 _debug = [False]
 
 
+#: The name pgjobs is installed by (``pip install pgjobs-queue``); the import package and the
+#: command are ``pgjobs``.
+DISTRIBUTION = "pgjobs-queue"
+
+
+def _print_version(wanted: bool) -> None:
+    """``--version``: the installed version, from the package's metadata (no database)."""
+    if not wanted:
+        return
+    try:
+        version = importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        raise ConfigurationError(
+            f"pgjobs is not installed as {DISTRIBUTION} (run from a source tree?): no version "
+            f"to show; pip install -e . installs it"
+        ) from None
+    typer.echo(f"pgjobs {version}")
+    raise typer.Exit(0)
+
+
 @cli.callback()
 def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print the version and exit.",
+            is_eager=True,
+            callback=_print_version,
+        ),
+    ] = False,
     debug: Annotated[
         bool,
         typer.Option(

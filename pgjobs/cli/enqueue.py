@@ -11,11 +11,18 @@ from typing import Annotated, Any
 
 import typer
 
-from pgjobs import db
+from pgjobs import db, producer
 from pgjobs import stats as read_model
 from pgjobs.app import App
 from pgjobs.cli import parse, render
-from pgjobs.cli.options import DsnOption, database, load_app
+from pgjobs.cli.options import (
+    NAME_THE_APP,
+    DsnOption,
+    app_option,
+    database,
+    find_app,
+    use_database,
+)
 from pgjobs.errors import ConfigurationError, InvalidPayload, PgjobsError, UnknownTask
 from pgjobs.producer import MAX_PAYLOAD_DEPTH
 from pgjobs.submission import DEFAULT_QUEUE, check_seconds
@@ -50,9 +57,7 @@ def enqueue_command(
     ] = None,
     app_ref: Annotated[
         str | None,
-        typer.Option(
-            "--app", help="package.module:app, to check the task name and use its defaults."
-        ),
+        app_option("holding your tasks: the task's name, queue, defaults and payload are checked"),
     ] = None,
     dsn: DsnOption = None,
 ) -> None:
@@ -63,8 +68,13 @@ def enqueue_command(
             check_seconds(option, seconds)
     run_at_time = None if run_at is None else parse.iso_time("--run-at", run_at)
     expires_at_time = None if expires_at is None else parse.iso_time("--expires-at", expires_at)
-    app = load_app(app_ref) if app_ref else App(check_task_names=False)
-    if dsn or app_ref is None:
+    found = find_app(app_ref)
+    if found is not None:
+        with _bad_input_exits_2():
+            check_job(found, task, arguments)
+        use_database(found, dsn)
+    app = found or App(check_task_names=False)
+    if found is None:
         app.bind(database(dsn))
     with app, _bad_input_exits_2():
         job_id = app.enqueue(
@@ -80,7 +90,16 @@ def enqueue_command(
             idempotency_key=idempotency_key,
         )
     typer.echo(job_id)
-    _warn_if_unserved(app, queue or _task_queue(app, task), job_id)
+    _warn_if_unserved(app, queue or _task_queue(app, task), job_id, app_found=found is not None)
+
+
+def check_job(app: App, task: str, payload: dict[str, Any]) -> None:
+    """Refuse, before anything is written, a payload the handler of ``task`` could not be
+    called with: a key it does not take, a value of the wrong type (``InvalidPayload``, as
+    ``eager`` refuses it). A task the app does not register is refused by the enqueue itself."""
+    declared = app.tasks.get(task)
+    if declared is not None:
+        producer.handler_arguments(declared, payload)
 
 
 def _task_queue(app: App, task: str) -> str:
@@ -89,18 +108,25 @@ def _task_queue(app: App, task: str) -> str:
     return declared.queue if declared is not None else DEFAULT_QUEUE
 
 
-def _warn_if_unserved(app: App, queue: str, job_id: int) -> None:
+def _warn_if_unserved(app: App, queue: str, job_id: int, *, app_found: bool) -> None:
     """One line on stderr when no live worker serves ``queue``: the job would wait unseen. Only a
-    warning: the enqueue is done, and a worker may start later."""
+    warning: the enqueue is done, and a worker may start later. Without the app, the job went to
+    the queue named or to ``default`` (the task's own queue is unknown): the line says how to
+    name the app."""
     try:
         with db.connect(app.dsn) as conn:
             served = read_model.has_live_worker(conn, queue)
     except PgjobsError:
         return  # the job is enqueued; failing to look for workers must not make that an error
     if not served:
+        hint = (
+            ""
+            if app_found
+            else f"; without the app the task's own queue is unknown: {NAME_THE_APP}"
+        )
         render.warning(
             f"no live worker serves queue {printable(queue)!r}: job {job_id} waits until one "
-            f"does (pgjobs work --app ... --queue {printable(queue)})"
+            f"does (pgjobs work --queue {printable(queue)}){hint}"
         )
 
 

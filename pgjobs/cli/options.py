@@ -1,5 +1,5 @@
-"""What several commands share: the database option, ``--json``, a job id, and loading the
-user's app."""
+"""What several commands share: the database option, ``--json``, a job id, and finding and
+loading the user's app (``--app``, ``$PGJOBS_APP``, ``[tool.pgjobs]`` in ``pyproject.toml``)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,16 @@ import importlib
 import os
 import sys
 import traceback
-from typing import Annotated
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 
 from pgjobs.app import App
-from pgjobs.db.dsn import Dsn, resolve_dsn
+from pgjobs.cli.project import find_project, nearest_pyproject
+from pgjobs.db.dsn import ENV_DSN, Dsn, normalize_dsn, resolve_dsn
 from pgjobs.errors import ConfigurationError
 from pgjobs.submission import MAX_JOB_ID
 
@@ -22,8 +25,9 @@ DsnOption = Annotated[
     typer.Option(
         "--dsn",
         # Help texts are rich markup: "[embedded]" would be read as a style and vanish.
-        help="PostgreSQL URL. Default: $PGJOBS_DATABASE_URL, then $DATABASE_URL, "
-        f"then the embedded server ({escape('pgjobs[embedded]')}).",
+        help="PostgreSQL URL. Default: $PGJOBS_DATABASE_URL, then the variable "
+        f"{escape('[tool.pgjobs] dsn')} names in pyproject.toml, then $DATABASE_URL, then the "
+        f"embedded server ({escape('pgjobs-queue[embedded]')}).",
         show_default=False,
     ),
 ]
@@ -44,33 +48,108 @@ JobIdArgument = Annotated[
 ]
 
 
+APP_ENV = "PGJOBS_APP"
+#: The three ways to name the app, for the message of a command that needs one.
+NAME_THE_APP = (
+    f'give --app package.module:app, set ${APP_ENV}, or add app = "package.module:app" under '
+    "[tool.pgjobs] in pyproject.toml"
+)
+
+
+def app_option(what: str) -> Any:
+    """The ``--app`` option (typer's ``OptionInfo``); ``what`` says what the command does with
+    the app."""
+    return typer.Option(
+        "--app",
+        help=f"package.module:app {what}. Default: ${APP_ENV}, then "
+        f"{escape('[tool.pgjobs]')} app in the nearest pyproject.toml.",
+        show_default=False,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AppReference:
+    """``package.module:attribute`` naming the app, and where it was given (for messages)."""
+
+    text: str
+    source: str
+
+
+def app_reference(explicit: str | None) -> AppReference | None:
+    """The app a command uses: ``--app``, else ``$PGJOBS_APP``, else ``app`` under
+    ``[tool.pgjobs]`` in the nearest ``pyproject.toml``; None when none names one.
+
+    Example: ``app_reference(None).text == "shop.jobs:app"`` with ``PGJOBS_APP=shop.jobs:app``
+    """
+    if explicit is not None:
+        return AppReference(explicit, "--app")
+    named = os.environ.get(APP_ENV, "").strip()
+    if named:
+        return AppReference(named, f"${APP_ENV}")
+    project = find_project()
+    if project is not None and project.app is not None:
+        return AppReference(project.app, project.where("app"))
+    return None
+
+
+def find_app(explicit: str | None) -> App | None:
+    """The app ``app_reference`` finds, loaded (not bound to a database yet: see
+    ``use_database``); None when none is named."""
+    reference = app_reference(explicit)
+    return None if reference is None else load_app(reference.text, reference.source)
+
+
 def database(raw: str | None) -> Dsn:
-    """The database a command works on: ``--dsn``, else the environment, else the embedded
-    server."""
-    return resolve_dsn(raw)
+    """The database a command works on: ``--dsn``, else ``$PGJOBS_DATABASE_URL``, else the
+    variable that ``dsn = "env:NAME"`` under ``[tool.pgjobs]`` names, else ``$DATABASE_URL``,
+    else the embedded server. The variable a project names comes before ``$DATABASE_URL``: it is
+    the project's own choice, where ``DATABASE_URL`` may be set for something else."""
+    if raw or os.environ.get(ENV_DSN[0]):
+        return resolve_dsn(raw)
+    project = find_project()
+    name = project.dsn_variable if project is not None else None
+    if project is None or name is None:
+        return resolve_dsn(None)
+    value = os.environ.get(name)
+    if not value:
+        raise ConfigurationError(
+            f"{project.where('dsn')} names ${name}, which is not set: set it to the "
+            "database's URL, or give --dsn"
+        )
+    return normalize_dsn(value, f"${name} (named by [tool.pgjobs] dsn)")
 
 
-def load_app(reference: str) -> App:
-    """The ``pgjobs.App`` that ``--app package.module:attribute`` names (attribute: ``app``)."""
+def use_database(app: App, raw: str | None) -> None:
+    """Bind ``app`` to the command's database: ``--dsn`` first, then the app's own
+    (``App(dsn=...)``), then the rest of ``database``'s order."""
+    if raw or app.settled_dsn is None:
+        app.bind(database(raw))
+
+
+def load_app(reference: str, source: str = "--app") -> App:
+    """The ``pgjobs.App`` that ``package.module:attribute`` names (attribute: ``app``), given
+    as ``source``. The module is imported from the working directory or from the directory of
+    the nearest ``pyproject.toml`` (the project's root)."""
+    where = f"{source} {reference!r}"
     module_name, _, attribute = reference.partition(":")
     if not module_name:
-        raise ConfigurationError(f"--app {reference!r}: expected package.module:app")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+        raise ConfigurationError(f"{where}: expected package.module:app")
+    pyproject = nearest_pyproject()
+    for root in (*([pyproject.parent] if pyproject else []), Path(os.getcwd())):
+        if str(root) not in sys.path:
+            sys.path.insert(0, str(root))
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigurationError(
-            f"--app {reference!r}: cannot import {module_name}: {exc}"
-        ) from None
+        raise ConfigurationError(f"{where}: cannot import {module_name}: {exc}") from None
     except Exception as exc:  # the module itself failed: a syntax error, or its code raised
         raise ConfigurationError(
-            f"--app {reference!r}: importing {module_name} failed: {_where_it_failed(exc)}"
+            f"{where}: importing {module_name} failed: {_where_it_failed(exc)}"
         ) from None
     app = getattr(module, attribute or "app", None)
     if not isinstance(app, App):
         raise ConfigurationError(
-            f"--app {reference!r}: {module_name} has no pgjobs.App named {attribute or 'app'!r}"
+            f"{where}: {module_name} has no pgjobs.App named {attribute or 'app'!r}"
         )
     return app
 

@@ -16,8 +16,8 @@ import typer
 
 from pgjobs.app import App
 from pgjobs.cli import parse, render
-from pgjobs.cli.enqueue import _parse_payload
-from pgjobs.cli.options import DsnOption, database, load_app
+from pgjobs.cli.enqueue import _parse_payload, check_job
+from pgjobs.cli.options import DsnOption, app_option, database, find_app, use_database
 from pgjobs.errors import ConfigurationError, InvalidPayload, UnknownTask
 from pgjobs.submission import JobSpec
 from pgjobs.text import printable
@@ -50,9 +50,7 @@ def producer_command(
     ] = False,
     app_ref: Annotated[
         str | None,
-        typer.Option(
-            "--app", help="package.module:app, to check the task name and use its defaults."
-        ),
+        app_option("holding your tasks: the task's name, queue, defaults and payload are checked"),
     ] = None,
     dsn: DsnOption = None,
 ) -> None:
@@ -60,8 +58,15 @@ def producer_command(
     one line per batch, then the total."""
     arguments = _parse_payload(payload)
     period = parse.interval("--every", every).total_seconds()
-    app = load_app(app_ref) if app_ref else App(check_task_names=False)
-    if dsn or app_ref is None:
+    found = find_app(app_ref)
+    if found is not None:
+        try:
+            check_job(found, task, arguments)
+        except InvalidPayload as exc:
+            raise ConfigurationError(str(exc)) from None
+        use_database(found, dsn)
+    app = found or App(check_task_names=False)
+    if found is None:
         app.bind(database(dsn))
     stop = threading.Event()
     total = 0

@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from pgjobs.cli.options import DsnOption, database, load_app
+from pgjobs.cli.options import DsnOption, app_option, database, find_app, use_database
 from pgjobs.db.dsn import normalize_dsn
 from pgjobs.errors import ConfigurationError
 
@@ -28,11 +28,7 @@ def serve_command(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.", min=0, max=65535)] = 8080,
     app_ref: Annotated[
-        str | None,
-        typer.Option(
-            "--app",
-            help="package.module:app holding your tasks: only their names may then be enqueued.",
-        ),
+        str | None, app_option("holding your tasks: only their names may then be enqueued")
     ] = None,
     insecure_no_auth: Annotated[
         bool,
@@ -105,7 +101,7 @@ def serve_command(
     if missing:
         raise ConfigurationError(
             f"pgjobs serve needs the web extra ({', '.join(missing)} missing): "
-            "pip install 'pgjobs[web]'"
+            "pip install 'pgjobs-queue[web]'"
         )
     logging.basicConfig(
         level=getattr(logging, level.upper()),
@@ -115,10 +111,12 @@ def serve_command(
     from pgjobs.web import create_app
     from pgjobs.web.serving import serve
 
-    app = load_app(app_ref) if app_ref else None
+    app = find_app(app_ref)
+    if app is not None:
+        use_database(app, dsn)
     web = create_app(
         app,
-        dsn=database(dsn) if dsn or app is None else None,
+        dsn=database(dsn) if app is None else None,
         insecure_no_auth=insecure_no_auth,
         max_body_bytes=max_body_bytes,
         pool_size=pool_size,

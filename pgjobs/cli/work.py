@@ -12,7 +12,14 @@ from typing import Annotated
 import typer
 
 from pgjobs import supervisor
-from pgjobs.cli.options import DsnOption, database, load_app
+from pgjobs.cli.options import (
+    NAME_THE_APP,
+    DsnOption,
+    app_option,
+    app_reference,
+    load_app,
+    use_database,
+)
 from pgjobs.errors import ConfigurationError, PgjobsError
 from pgjobs.submission import check_seconds
 from pgjobs.targets import ExternalTarget, check_headers, check_url
@@ -25,7 +32,7 @@ _DEFAULTS = WorkerConfig()
 
 
 def work_command(
-    app_ref: Annotated[str, typer.Option("--app", help="package.module:app holding your tasks.")],
+    app_ref: Annotated[str | None, app_option("holding your tasks")] = None,
     concurrency: Annotated[
         int, typer.Option("--concurrency", "-c", help="Jobs run at once.", min=1, max=10_000)
     ] = _DEFAULTS.concurrency,
@@ -156,15 +163,20 @@ def work_command(
     if link is not None:
         config = replace(config, http=_slot_address(config.http, link.slot))
     try:
-        app = load_app(app_ref)
+        reference = app_reference(app_ref)
+        if reference is None:
+            raise ConfigurationError(f"pgjobs work needs your app: {NAME_THE_APP}")
+        app = load_app(reference.text, reference.source)
         if link is not None:
             app.bind(link.dsn)
-        elif dsn:
-            app.bind(database(dsn))
+        else:
+            use_database(app, dsn)
         if link is None and processes > 1:
             # Resolved once, here, as a single worker would (--dsn, else the app's own, else the
             # environment, else the embedded server, started once for all worker processes).
-            command = [sys.executable, "-m", "pgjobs", *work_argv(app_ref, config, log_level)]
+            # The worker processes get the app as found here, by --app.
+            argv = work_argv(reference.text, config, log_level)
+            command = [sys.executable, "-m", "pgjobs", *argv]
             code = supervisor.Supervisor(
                 command, app.dsn, processes, burst=config.burst, forked=forked
             ).run()

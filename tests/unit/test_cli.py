@@ -83,4 +83,4 @@ def test_dsn_help_shows_the_embedded_extra(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "300")
     assert cli.main(["stats", "--help"]) == 0
     out = capsys.readouterr().out
-    assert "(pgjobs[embedded])" in out, out
+    assert "(pgjobs-queue[embedded])" in out, out

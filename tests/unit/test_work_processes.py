@@ -99,7 +99,7 @@ def fakes(monkeypatch, no_dsn_in_env):
     # the command's end leaves the test process running.
     monkeypatch.setattr(supervisor, "fork_workers", lambda processes: (None, []))
     monkeypatch.setattr(supervisor, "leave", _leave_by_exception)
-    monkeypatch.setattr(cli.work, "load_app", lambda ref: app)
+    monkeypatch.setattr(cli.work, "load_app", lambda ref, source="--app": app)
     return app
 
 

@@ -10,6 +10,7 @@ import re
 import socket
 
 import httpx
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -102,12 +103,20 @@ def test_serve_behind_a_proxy_prefix_links_under_it(subprocess_env: dict[str, st
     assert result.stderr.startswith("pgjobs: error: --root-path") and result.stderr.count("\n") == 1
 
 
-def test_serve_with_an_app_accepts_only_its_tasks(subprocess_env: dict[str, str], dsn: Dsn) -> None:
+@pytest.mark.parametrize("named_by", ["--app", "PGJOBS_APP"])
+def test_serve_with_an_app_accepts_only_its_tasks(
+    subprocess_env: dict[str, str], dsn: Dsn, named_by: str
+) -> None:
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
     args = ("serve", "--port", str(port), "--insecure-no-auth", "--pool-size", "1")
-    app = ("--app", "tests.integration.cli_app:app", "--dsn", dsn.url)
-    with pgjobs_process({**subprocess_env, "PGJOBS_DATABASE_URL": ""}, *args, *app) as server:
+    env = {**subprocess_env, "PGJOBS_DATABASE_URL": ""}
+    app: tuple[str, ...] = ("--dsn", dsn.url)
+    if named_by == "--app":
+        app += ("--app", "tests.integration.cli_app:app")
+    else:
+        env["PGJOBS_APP"] = "tests.integration.cli_app:app"
+    with pgjobs_process(env, *args, *app) as server:
         wait_until(lambda: _get(f"{base}/healthz"), timeout=30, what="/healthz", procs=[server])
         unknown = httpx.post(f"{base}/api/v1/jobs", json={"task": "cli.nope"})
         assert unknown.status_code == 422

@@ -138,9 +138,15 @@ def test_enqueue_payload_from_a_file(capsys, dsn, conn, tmp_path):
 
 
 def test_enqueue_with_app_uses_the_tasks_queue_and_refuses_unknown_names(capsys, dsn, conn):
-    code, out, err = run(capsys, "enqueue", "cli.shout", "--app", APP, "--dsn", dsn.url)
+    code, out, err = run(
+        capsys, "enqueue", "cli.shout", "-p", '{"text": "hi"}', "--app", APP, "--dsn", dsn.url
+    )
     assert code == 0, err
     assert row(conn, "queued_jobs", int(out))["queue"] == "loud"  # type: ignore[index]
+
+    code, _, err = run(capsys, "enqueue", "cli.shout", "--app", APP, "--dsn", dsn.url)
+    assert_one_line_error(code, err, "cli.shout", "missing a required argument: 'text'")
+    assert code == 2
 
     code, _, err = run(capsys, "enqueue", "cli.nope", "--app", APP, "--dsn", dsn.url)
     assert_one_line_error(code, err, "cli.nope")
@@ -228,7 +234,7 @@ def _fill_queues(capsys, dsn) -> None:
     for args in (
         ["cli.shout", "-p", '{"text": "a"}'],
         ["cli.shout", "-p", '{"text": "b"}'],
-        ["cli.add", "--queue", "later", "--delay", "3600"],
+        ["cli.add", "-p", '{"a": 1, "b": 2}', "--queue", "later", "--delay", "3600"],
     ):
         code, _, err = run(capsys, "enqueue", *args, "--app", APP, "--dsn", dsn.url)
         assert code == 0, err

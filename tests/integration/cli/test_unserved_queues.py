@@ -49,6 +49,7 @@ def test_enqueue_warns_in_one_line_when_no_live_worker_serves_the_queue(
     [line] = err.splitlines()
     assert line.startswith("pgjobs: warning: ")
     assert f"no live worker serves queue {queue!r}: job {job_id} waits" in line
+    assert "the task's own queue is unknown" in line and "$PGJOBS_APP" in line
 
 
 @pytest.mark.parametrize(

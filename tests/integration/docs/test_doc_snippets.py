@@ -56,9 +56,8 @@ def test_the_quickstart_commands_enqueue_and_work_its_jobs(dsn: Dsn, conn):
 
     enqueued = run("quickstart.py")
     assert enqueued.stdout.startswith("enqueued job ")
-    worked = run(
-        "-m", "pgjobs", "work", "--app", "quickstart:app", "--burst", "--log-level", "error"
-    )
+    # The app as the snippet's pyproject.toml names it: no --app.
+    worked = run("-m", "pgjobs", "work", "--burst", "--log-level", "error")
     assert "welcome e-mail to user 42 (default)" in worked.stdout
     rows = conn.execute("SELECT task, status, result FROM archived_jobs ORDER BY id").fetchall()
     assert rows == [
@@ -68,8 +67,11 @@ def test_the_quickstart_commands_enqueue_and_work_its_jobs(dsn: Dsn, conn):
 
 
 def test_the_readme_quickstart_is_the_tested_snippet():
-    """The README shows docs/snippets/quickstart.py as it is (GitHub cannot include files)."""
-    assert (SNIPPETS / "quickstart.py").read_text() in (REPO / "README.md").read_text()
+    """The README shows docs/snippets/quickstart.py and the pyproject.toml beside it as they are
+    (GitHub cannot include files)."""
+    readme = (REPO / "README.md").read_text()
+    assert (SNIPPETS / "quickstart.py").read_text() in readme
+    assert "```toml\n" + (SNIPPETS / "pyproject.toml").read_text() + "```" in readme
 
 
 def test_typed_payloads_are_checked_at_enqueue_and_a_model_parameter_gets_its_instance(snippet):
@@ -92,3 +94,16 @@ def test_an_old_payload_is_upgraded_step_by_step(snippet, dsn: Dsn):
     with pgjobs.App(dsn.url, check_task_names=False) as old_producer:  # enqueues version 1
         job_id = old_producer.enqueue("billing.charge", {"order": 7, "amount": 9.99})
     assert drain(app).results == {job_id: "7: 999 EUR"}
+
+
+def test_every_snippet_include_is_one_pymdownx_reads():
+    """``--8<-- "file"`` inside a Python fence is rewritten by ruff format as Python
+    (``--8 < --"file"``), which pymdownx.snippets does not read: the page then shows that line
+    instead of the file. Such fences sit between ``<!-- fmt: off -->`` and ``<!-- fmt: on -->``."""
+    mangled = [
+        f"{page.relative_to(REPO)}:{number}"
+        for page in (REPO / "docs").rglob("*.md")
+        for number, line in enumerate(page.read_text().splitlines(), 1)
+        if line.startswith("--8 <")
+    ]
+    assert mangled == []

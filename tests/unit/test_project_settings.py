@@ -1,0 +1,116 @@
+"""The order in which the CLI looks for the app and the database: options, the environment, the
+nearest pyproject.toml's ``[tool.pgjobs]`` (no database: DSNs are only read, never used)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pgjobs import App
+from pgjobs.cli.options import app_reference, database, use_database
+from pgjobs.cli.project import find_project
+from pgjobs.errors import ConfigurationError
+
+FROM_FILE = "postgresql://file@127.0.0.1/file"
+FROM_PGJOBS = "postgresql://pgjobs@127.0.0.1/pgjobs"
+FROM_GENERIC = "postgresql://generic@127.0.0.1/generic"
+FROM_OPTION = "postgresql://option@127.0.0.1/option"
+FROM_APP = "postgresql://app@127.0.0.1/app"
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project naming ``shop.jobs:app`` and ``$SHOP_DB_URL``, the working directory a folder
+    two levels below its root; nothing of pgjobs' in the environment."""
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "shop"\n\n[tool.pgjobs]\napp = "shop.jobs:app"\n'
+        'dsn = "env:SHOP_DB_URL"\n'
+    )
+    below = tmp_path / "src" / "shop"
+    below.mkdir(parents=True)
+    monkeypatch.chdir(below)
+    for name in ("PGJOBS_APP", "PGJOBS_DATABASE_URL", "DATABASE_URL", "SHOP_DB_URL"):
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path
+
+
+def test_the_nearest_pyproject_is_found_from_a_folder_below(project: Path):
+    found = find_project()
+    assert found is not None
+    assert (found.path, found.app, found.dsn_variable) == (
+        project / "pyproject.toml",
+        "shop.jobs:app",
+        "SHOP_DB_URL",
+    )
+
+
+def test_a_pyproject_without_the_table_names_nothing(tmp_path, monkeypatch):
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "other"\n')
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PGJOBS_APP", raising=False)
+    assert find_project() is None
+    assert app_reference(None) is None
+
+
+def test_the_app_option_then_the_variable_then_the_file(project, monkeypatch):
+    found = app_reference(None)
+    assert found is not None and (found.text, found.source) == (
+        "shop.jobs:app",
+        f"[tool.pgjobs] app in {project / 'pyproject.toml'}",
+    )
+    monkeypatch.setenv("PGJOBS_APP", "env.jobs:app")
+    assert app_reference(None) == type(found)("env.jobs:app", "$PGJOBS_APP")
+    assert app_reference("opt.jobs:app") == type(found)("opt.jobs:app", "--app")
+
+
+def test_the_database_order(project, monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", FROM_GENERIC)
+    monkeypatch.setenv("SHOP_DB_URL", FROM_FILE)
+    assert database(None).url == FROM_FILE, "the project's variable before $DATABASE_URL"
+    assert "SHOP_DB_URL" in database(None).source
+    monkeypatch.setenv("PGJOBS_DATABASE_URL", FROM_PGJOBS)
+    assert database(None).url == FROM_PGJOBS
+    assert database(FROM_OPTION).url == FROM_OPTION
+    (project / "pyproject.toml").write_text('[tool.pgjobs]\napp = "shop.jobs:app"\n')
+    monkeypatch.delenv("PGJOBS_DATABASE_URL")
+    assert database(None).url == FROM_GENERIC, "a file naming no variable: $DATABASE_URL"
+
+
+def test_an_unset_project_variable_is_an_error_not_a_fallback(project, monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", FROM_GENERIC)
+    monkeypatch.setenv("SHOP_DB_URL", FROM_FILE)
+    assert database(None).url == FROM_FILE
+    monkeypatch.delenv("SHOP_DB_URL")
+    with pytest.raises(ConfigurationError, match=r"names \$SHOP_DB_URL, which is not set"):
+        database(None)
+
+
+def test_an_apps_own_dsn_comes_after_the_option_only(project, monkeypatch):
+    monkeypatch.setenv("SHOP_DB_URL", FROM_FILE)
+    monkeypatch.setenv("PGJOBS_DATABASE_URL", FROM_PGJOBS)
+    own = App(FROM_APP)
+    use_database(own, None)
+    assert own.dsn.url == FROM_APP
+    use_database(own, FROM_OPTION)
+    assert own.dsn.url == FROM_OPTION
+    monkeypatch.delenv("PGJOBS_DATABASE_URL")
+    unset = App()
+    use_database(unset, None)
+    assert unset.dsn.url == FROM_FILE, "an app without its own DSN takes the file's variable"
+
+
+@pytest.mark.parametrize(
+    "literal",
+    [
+        "postgresql://shop:s3cret@db.internal/shop",
+        "host=db.internal user=shop password=s3cret",
+    ],
+)
+def test_a_literal_dsn_in_the_file_is_refused_and_not_shown(project, literal):
+    pyproject = project / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace("env:SHOP_DB_URL", literal))
+    with pytest.raises(ConfigurationError) as refused:
+        find_project()
+    assert "s3cret" not in str(refused.value)
+    assert 'dsn = "env:VARIABLE"' in str(refused.value)
