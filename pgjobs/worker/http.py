@@ -81,7 +81,8 @@ _REASONS = {
     503: "Service Unavailable",
     505: "HTTP Version Not Supported",
 }
-_PATHS = ("/metrics", "/healthz", "/readyz", "/stats")
+#: The paths the endpoint serves.
+PATHS = ("/metrics", "/healthz", "/readyz", "/stats")
 _METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -163,7 +164,7 @@ class ProbeServer:
             self._open -= 1
 
     async def _answer(self, method: str, path: str) -> tuple[int, str, bytes, dict[str, str]]:
-        if path not in _PATHS:
+        if path not in PATHS:
             raise _BadRequest(404, "not_found", f"no such path: {path[:100]}; try /metrics")
         if method not in ("GET", "HEAD"):
             raise _BadRequest(405, "method_not_allowed", f"{method[:20]} is not allowed here")
