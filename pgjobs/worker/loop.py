@@ -460,8 +460,8 @@ class Worker:
         """What ``/stats`` answers: the worker's slots and the jobs in them (local, exact), and
         its queues' depths in all, read from the database at most once a second (``depths``);
         while that cannot be read, ``queues`` is null and ``queues_error`` says why."""
-        concurrency, running = self.config.concurrency, self.slots.running_jobs()
         depths = None if self._depths is None else await self._depths.read()
+        concurrency, running = self.config.concurrency, self.slots.running_jobs()  # as it answers
         return {
             "worker": self.id,
             "slots": {

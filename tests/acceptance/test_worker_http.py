@@ -249,9 +249,11 @@ def test_stats_show_the_slots_their_jobs_and_the_queues_depths(
     port = _port(worker)
 
     def both_running() -> dict[str, Any] | None:
+        # Two views of one moment: the worker's slots, and the database read at most 1 s before.
         stats = _stats(port)
         depths = stats["queues"] or {}
-        return stats if depths.get("default", {}).get("running") == 2 else None
+        running = depths.get("default", {}).get("running")
+        return stats if running == 2 and stats["slots"]["busy"] == 2 else None
 
     stats = wait_until(both_running, timeout=30, what="two held jobs running", procs=[worker])
     assert stats["slots"] == {"total": 3, "busy": 2, "free": 1, "claimed_ahead": 0}
@@ -298,11 +300,19 @@ def test_without_http_a_worker_listens_on_port(
 
     # --http wins over $PORT; with --processes N, $PORT is the first of N ports, as --http's is.
     worker = spawn("work", "--app", APP, "--queue", "default", "--http", "127.0.0.1:0", env=env)
-    assert _port(worker) != base
+    port = _port(worker)
+    assert port != base
+    wait_until(lambda: _get(port, "/readyz")[0] == 200, timeout=30, what="ready", procs=[worker])
     assert worker.stop() == 0
     supervisor = spawn("work", "--app", APP, "--queue", "default", "--processes", "2", env=env)
     _port(supervisor, 1)
     assert sorted(int(m.group(2)) for m in LISTENING.finditer(supervisor.err())) == [base, base + 1]
+    for port in (base, base + 1):
+
+        def ready(port: int = port) -> bool:
+            return _get(port, "/readyz")[0] == 200
+
+        wait_until(ready, timeout=30, what=f"port {port} ready", procs=[supervisor])
     assert supervisor.stop() == 0
 
 
