@@ -3,14 +3,20 @@
 Of the image jobs, one in ten fails for good (its three attempts all fail: it ends in
 dead_letter), one in ten fails once and succeeds on its second attempt, the rest succeed at
 once; one e-mail job is sent for every third image, and always succeeds.
+
+`python -m examples.demo produce` enqueues a few such jobs every 2 seconds until stopped (SIGTERM
+or Ctrl-C): the producer of docker-compose.yml, which keeps the stats and the dashboard moving.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import random
-import sys
+import signal
+import threading
 import time
+from types import FrameType
 
 import pgjobs
 
@@ -32,11 +38,11 @@ async def send_email(to: str) -> None:
     await asyncio.sleep(random.uniform(0.001, 0.02))
 
 
-def jobs(count: int) -> list[pgjobs.JobSpec]:
-    """``count`` image jobs (image n fails for good when n % 10 == 0, once when n % 10 == 1) and
-    an e-mail job for every third image."""
+def jobs(count: int, first: int = 0) -> list[pgjobs.JobSpec]:
+    """``count`` image jobs, images ``first``.. (image n fails for good when n % 10 == 0, once
+    when n % 10 == 1) and an e-mail job for every third image."""
     specs = []
-    for n in range(count):
+    for n in range(first, first + count):
         fail = "always" if n % 10 == 0 else "once" if n % 10 == 1 else "never"
         specs.append(pgjobs.JobSpec("demo.resize", {"image": n, "fail": fail}))
         if n % 3 == 0:
@@ -54,7 +60,52 @@ def enqueue(count: int) -> None:
     )
 
 
+# --8<-- [start:produce]
+def produce(every: float, count: int, *, stop: threading.Event | None = None) -> int:
+    """Enqueue ``count`` image jobs (and their e-mails) every ``every`` seconds until ``stop`` is
+    set, SIGTERM arrives or Ctrl-C is pressed; returns the number of batches enqueued. A batch
+    the database refuses (it restarts, say) is reported and the next one is tried on time."""
+    stop = stop or threading.Event()
+    if threading.current_thread() is threading.main_thread():
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            stop.set()  # as PID 1 of a container, SIGTERM would otherwise be ignored
+
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, on_signal)
+    batches = 0
+    with app:
+        while not stop.is_set():
+            try:
+                ids = app.enqueue_many(jobs(count, first=batches * count))
+            except pgjobs.PgjobsError as exc:
+                print(f"batch not enqueued: {exc}", flush=True)
+            else:
+                batches += 1
+                print(f"batch {batches}: enqueued jobs {ids[0]}..{ids[-1]}", flush=True)
+            stop.wait(every)
+    return batches
+
+
+# --8<-- [end:produce]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m examples.demo")
+    commands = parser.add_subparsers(dest="command", required=True)
+    once = commands.add_parser("enqueue", help="enqueue COUNT image jobs and their e-mails")
+    once.add_argument("count", type=int)
+    loop = commands.add_parser("produce", help="enqueue a batch every few seconds until stopped")
+    loop.add_argument("--every", type=float, default=2.0, help="seconds between batches")
+    loop.add_argument("--count", type=int, default=5, help="image jobs per batch")
+    args = parser.parse_args()
+    if args.count < 1 or (args.command == "produce" and not 0 < args.every < 86400):
+        parser.error("COUNT must be at least 1, and --every between 0 and 86400 seconds")
+    if args.command == "enqueue":
+        enqueue(args.count)
+    else:
+        produce(args.every, args.count)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] != "enqueue" or not sys.argv[2].isdigit():
-        sys.exit("usage: python -m examples.demo enqueue COUNT")
-    enqueue(int(sys.argv[2]))
+    main()

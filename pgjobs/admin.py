@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Generator
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -26,7 +26,7 @@ from pgjobs.completer.reports import ReportedOutcome, check_delivered
 from pgjobs.errors import ConfigurationError, JobNotFound, JobStateConflict, StaleOutcome
 from pgjobs.models import DeadGroup, DeadJob, JobHistory, JobStatus
 from pgjobs.retry import RetryPolicy
-from pgjobs.submission import in_nfc
+from pgjobs.submission import check_moment, check_seconds, in_nfc
 
 #: Dead jobs moved (or deleted) per statement and transaction by a redrive or purge.
 DEFAULT_BATCH_SIZE = 1000
@@ -263,15 +263,34 @@ def job(target: Target, job_id: int) -> JobHistory:
     return db.job_history_from_row(found)
 
 
-def replay(target: Target, job_id: int) -> int:
+def replay(
+    target: Target,
+    job_id: int,
+    *,
+    expires_at: datetime | None = None,
+    expires_in: float | timedelta | None = None,
+) -> int:
     """Enqueue a finished (archived) or dead job again as a new job with ``replay_of`` set to
     ``job_id``, and return the new id. The original stays where it is. A job still queued is
     refused (``JobStateConflict``): it will run, or can be cancelled first.
 
-    Example: ``new_id = admin.replay(dsn, 42)``
+    The copy expires at ``expires_at`` (or ``expires_in`` seconds from now) when one is given.
+    Without one, the copy of a job that *expired* keeps the original's expiry, which has passed:
+    it is archived at once as expired and never runs, as the expirer would have done; the copy of
+    any other job never expires. A given expiry that has already passed archives the copy at once
+    too.
+
+    Example: ``new_id = admin.replay(dsn, 42, expires_in=3600)``
     """
+    if expires_at is not None and expires_in is not None:
+        raise ConfigurationError("give expires_at or expires_in, not both", field="expires_in")
+    params = {
+        "id": job_id,
+        "expires_at": None if expires_at is None else check_moment("expires_at", expires_at),
+        "expires_in": None if expires_in is None else check_seconds("expires_in", expires_in),
+    }
     with db.target_connection(target) as conn:
-        inserted = conn.execute(queries.JOB_REPLAY, {"id": job_id}).fetchone()
+        inserted = conn.execute(queries.JOB_REPLAY, params).fetchone()
         if inserted is not None:
             return int(inserted[0])
     found = job(target, job_id)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Any, Concatenate, ParamSpec, TypeVar, Unpack, overload
 
@@ -454,12 +454,20 @@ class App:
         """
         return self._on_pool(admin.cancel, job_id, force=force)
 
-    def replay(self, job_id: int) -> int:
+    def replay(
+        self,
+        job_id: int,
+        *,
+        expires_at: datetime | None = None,
+        expires_in: float | timedelta | None = None,
+    ) -> int:
         """Enqueue a finished or dead job again as a new job linked to it; returns the new id.
+        The copy of an expired job is archived at once as expired unless a new expiry is given
+        (see ``pgjobs.admin.replay``).
 
-        Example: ``new_id = app.replay(42)``
+        Example: ``new_id = app.replay(42, expires_in=600)``
         """
-        return self._on_pool(admin.replay, job_id)
+        return self._on_pool(admin.replay, job_id, expires_at=expires_at, expires_in=expires_in)
 
     def report_outcome(
         self,

@@ -9,6 +9,7 @@ connections, apps and subprocess environments on the test database.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -27,6 +28,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # ``-p pgjobs.testing``) gets it here.
     if not config.pluginmanager.is_registered(pgjobs.testing):
         config.pluginmanager.register(pgjobs.testing, "pgjobs")
+    # A worker serves its endpoint on $PORT when set (platforms set it); the tests' workers
+    # listen only where a test says.
+    os.environ.pop("PORT", None)
 
 
 @pytest.fixture(scope="session")

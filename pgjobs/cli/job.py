@@ -10,9 +10,11 @@ from typing import Annotated
 import typer
 
 from pgjobs import admin
-from pgjobs.cli import render
+from pgjobs.cli import parse, render
 from pgjobs.cli.options import DsnOption, JobIdArgument, JsonFlag, database
+from pgjobs.errors import ConfigurationError
 from pgjobs.models import JobHistory, JobStatus
+from pgjobs.submission import check_seconds
 
 job_cli = typer.Typer(help="Look up one job wherever it is.", no_args_is_help=True)
 
@@ -75,9 +77,32 @@ def _started(job: JobHistory) -> str | None:
     return text
 
 
-def replay_command(job_id: JobIdArgument, dsn: DsnOption = None) -> None:
-    """Enqueue a finished or dead job again as a new job (replay_of = ID); prints the new id."""
-    typer.echo(admin.replay(database(dsn), job_id))
+def replay_command(
+    job_id: JobIdArgument,
+    expires_at: Annotated[
+        str | None,
+        typer.Option(help="The copy expires (archived unrun) after this time (ISO 8601)."),
+    ] = None,
+    expires_in: Annotated[
+        float | None, typer.Option(help="The copy expires this many seconds from now.", min=0)
+    ] = None,
+    dsn: DsnOption = None,
+) -> None:
+    """Enqueue a finished or dead job again as a new job (replay_of = ID); prints the new id.
+    The copy of an expired job is archived at once as expired, unless a new expiry is given."""
+    if expires_in is not None:
+        check_seconds("--expires-in", expires_in)
+    if expires_at is not None and expires_in is not None:
+        raise ConfigurationError("give --expires-at or --expires-in, not both")
+    at = None if expires_at is None else parse.iso_time("--expires-at", expires_at)
+    target = database(dsn)
+    new_id = admin.replay(target, job_id, expires_at=at, expires_in=expires_in)
+    typer.echo(new_id)
+    if admin.job(target, new_id).status is JobStatus.EXPIRED:
+        render.warning(
+            f"job {new_id} was archived at once as expired, unrun: its expiry has passed; "
+            "give a later --expires-in or --expires-at for a copy that runs"
+        )
 
 
 def cancel_command(

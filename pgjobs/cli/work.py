@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import gc
 import logging
+import os
 import sys
 from dataclasses import replace
 from typing import Annotated
@@ -27,6 +28,8 @@ from pgjobs.worker import Worker, WorkerConfig
 from pgjobs.worker.config import MAX_READ_AHEAD
 from pgjobs.worker.http import address_text, parse_address
 
+#: The environment variable whose port the worker serves its endpoint on when --http is not given.
+PORT_ENV = "PORT"
 #: The worker's defaults, shown by --help (WorkerConfig holds them).
 _DEFAULTS = WorkerConfig()
 
@@ -94,8 +97,9 @@ def work_command(
         typer.Option(
             "--http",
             metavar="HOST:PORT",
-            help="Serve /metrics, /healthz and /readyz on HOST:PORT (e.g. 127.0.0.1:9090; port 0: "
-            "any free port). With --processes N, worker process i listens on PORT+i.",
+            help="Serve /metrics, /healthz, /readyz and /stats on HOST:PORT (e.g. 127.0.0.1:9090; "
+            "port 0: any free port). Default: 0.0.0.0:$PORT when $PORT is set, else none. With "
+            "--processes N, worker process i listens on PORT+i.",
             show_default=False,
         ),
     ] = None,
@@ -150,7 +154,7 @@ def work_command(
         maintenance=maintenance,
         rescue_interval=rescue_interval,
         expire_interval=expire_interval,
-        http=_http_address(http, processes),
+        http=_http_address(http, processes) if http is not None else _port_address(processes),
         external=_external(external_url, external_timeout, external_headers),
         read_ahead=read_ahead,
     )
@@ -239,17 +243,28 @@ def work_argv(app_ref: str, config: WorkerConfig, log_level: str) -> list[str]:
     return argv
 
 
-def _http_address(text: str | None, processes: int) -> tuple[str, int] | None:
+def _http_address(text: str, processes: int, source: str = "--http") -> tuple[str, int]:
     """--http's (host, port), checked for the ports of --processes N."""
-    if text is None:
-        return None
     host, port = parse_address(text)
     if port and port + processes - 1 > 65535:
         raise ConfigurationError(
-            f"--http {text}: with --processes {processes} the ports {port}..{port + processes - 1} "
-            "are needed; choose a lower port"
+            f"{source} {text}: with --processes {processes} the ports "
+            f"{port}..{port + processes - 1} are needed; choose a lower port"
         )
     return host, port
+
+
+def _port_address(processes: int) -> tuple[str, int] | None:
+    """Without --http: 0.0.0.0:$PORT when $PORT is set (the port a platform gives a process and
+    probes), else no endpoint. An empty $PORT is unset."""
+    value = os.environ.get(PORT_ENV, "").strip()
+    if not value:
+        return None
+    if not value.isascii() or not value.isdigit() or int(value) > 65535:
+        raise ConfigurationError(
+            f"${PORT_ENV} {value[:40]!r}: expected a port number 0..65535 (or give --http HOST:PORT)"
+        )
+    return _http_address(f"0.0.0.0:{int(value)}", processes, f"${PORT_ENV}")
 
 
 def _slot_address(address: tuple[str, int] | None, slot: int) -> tuple[str, int] | None:

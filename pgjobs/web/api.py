@@ -226,11 +226,19 @@ def cancel_job(
     responses={**_WRITES, **responses(404, 409)},
     summary="Enqueue a finished or dead job again",
 )
-def replay_job(job_id: JobIdPath, server: Server) -> models.Job:
+def replay_job(
+    job_id: JobIdPath,
+    server: Server,
+    body: Annotated[models.ReplayRequest | None, Body()] = None,
+) -> models.Job:
     """Enqueue a finished or dead job again as a new job (``replay_of`` = this id), answered
-    with 201. A job still queued: 409."""
+    with 201. The copy of an expired job is archived at once as expired (status ``expired``)
+    unless the body gives a new ``expires_at`` or ``expires_in``. A job still queued: 409."""
+    expires_at = None if body is None else body.expires_at
+    expires_in = None if body is None else body.expires_in
     with server.connection() as conn:
-        return _job(admin.job(conn, admin.replay(conn, job_id)))
+        new_id = admin.replay(conn, job_id, expires_at=expires_at, expires_in=expires_in)
+        return _job(admin.job(conn, new_id))
 
 
 @router.post(

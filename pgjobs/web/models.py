@@ -123,6 +123,16 @@ class CancelRequest(_Request):
     )
 
 
+class ReplayRequest(_Request):
+    """A new expiry for the copy. Without one, the copy of an expired job is archived at once
+    as expired, unrun, and the copy of any other job never expires."""
+
+    expires_at: AwareDatetime | None = Field(
+        None, description="Archive the copy as expired, unrun, if not started by then."
+    )
+    expires_in: Seconds | None = Field(None, description="Seconds from now until the copy expires.")
+
+
 class OutcomeReport(_Request):
     """What an external worker reports about the attempt it was given."""
 

@@ -60,8 +60,8 @@ class WorkerConfig:
     rescue_interval: float = LeaseRescuer.default_interval
     #: Seconds between expirer rounds.
     expire_interval: float = Expirer.default_interval
-    #: (host, port) to serve /metrics, /healthz and /readyz on; None serves nothing and counts
-    #: nothing. Port 0 picks a free port (logged).
+    #: (host, port) to serve /metrics, /healthz, /readyz and /stats on; None serves nothing and
+    #: counts nothing. Port 0 picks a free port (logged).
     http: tuple[str, int] | None = None
     #: Defaults for external tasks: the URL, timeout and headers of the tasks that set none.
     external: ExternalTarget = field(default_factory=ExternalTarget)

@@ -1,6 +1,7 @@
-"""A worker's own HTTP endpoint (`pgjobs work --http HOST:PORT`): ``/metrics`` in Prometheus'
-text format (``pgjobs.worker.metrics``), ``/healthz`` (the claim loop is alive) and ``/readyz``
-(schema checked, database connected).
+"""A worker's own HTTP endpoint (`pgjobs work --http HOST:PORT`, or ``$PORT``): ``/metrics`` in
+Prometheus' text format (``pgjobs.worker.metrics``), ``/healthz`` (the claim loop is alive),
+``/readyz`` (schema checked, database connected) and ``/stats`` (JSON: the worker's slots and
+the jobs in them, its queues' depths).
 
 A small HTTP/1.1 server on the worker's event loop (``asyncio.start_server``), without a web
 framework or a metrics library, so that a plain worker loads neither: one request per
@@ -16,8 +17,9 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from pgjobs.errors import ConfigurationError
@@ -79,7 +81,8 @@ _REASONS = {
     503: "Service Unavailable",
     505: "HTTP Version Not Supported",
 }
-_PATHS = ("/metrics", "/healthz", "/readyz")
+#: The paths the endpoint serves.
+PATHS = ("/metrics", "/healthz", "/readyz", "/stats")
 _METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -90,19 +93,25 @@ class _BadRequest(Exception):
 
 
 class ProbeServer:
-    """Serves ``/metrics``, ``/healthz`` and ``/readyz`` for one worker.
+    """Serves ``/metrics``, ``/healthz``, ``/readyz`` and ``/stats`` for one worker.
 
     Example::
 
-        server = ProbeServer(metrics, worker.probe_state)
+        server = ProbeServer(metrics, worker.probe_state, worker.stats)
         host, port = await server.start("127.0.0.1", 9090)
         ...
         await server.close()
     """
 
-    def __init__(self, metrics: WorkerMetrics, state: Callable[[], ProbeState]) -> None:
+    def __init__(
+        self,
+        metrics: WorkerMetrics,
+        state: Callable[[], ProbeState],
+        stats: Callable[[], Awaitable[dict[str, Any]]],
+    ) -> None:
         self.metrics = metrics
         self._state = state
+        self._stats = stats
         self._server: asyncio.Server | None = None
         self._open = 0
 
@@ -138,7 +147,7 @@ class ProbeServer:
             async with asyncio.timeout(REQUEST_TIMEOUT):
                 try:
                     method, path = await _read_request(reader)
-                    status, content_type, body, extra = self._answer(method, path)
+                    status, content_type, body, extra = await self._answer(method, path)
                 except _BadRequest as bad:
                     method, extra = "GET", {"Allow": "GET, HEAD"} if bad.status == 405 else {}
                     status, content_type = bad.status, "application/json"
@@ -154,11 +163,13 @@ class ProbeServer:
         finally:
             self._open -= 1
 
-    def _answer(self, method: str, path: str) -> tuple[int, str, bytes, dict[str, str]]:
-        if path not in _PATHS:
+    async def _answer(self, method: str, path: str) -> tuple[int, str, bytes, dict[str, str]]:
+        if path not in PATHS:
             raise _BadRequest(404, "not_found", f"no such path: {path[:100]}; try /metrics")
         if method not in ("GET", "HEAD"):
             raise _BadRequest(405, "method_not_allowed", f"{method[:20]} is not allowed here")
+        if path == "/stats":
+            return 200, "application/json", json.dumps(await self._stats()).encode(), {}
         state = self._state()
         if path == "/metrics":
             text = self.metrics.render(busy=state.busy, connected=state.connected)

@@ -9,7 +9,7 @@ pipelined round trip.
 An external task's job (``App.external_task``) occupies a slot only while it is delivered to its
 downstream over HTTP (``external``); once delivered it stays running under its lease until the
 downstream reports. With ``WorkerConfig.http`` the worker serves its own ``/metrics``,
-``/healthz`` and ``/readyz`` (``http``); without it, nothing is counted.
+``/healthz``, ``/readyz`` and ``/stats`` (``http``); without it, nothing is counted.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from pgjobs.tasks import Task
 from pgjobs.worker import services
 from pgjobs.worker.burst import BurstExit
 from pgjobs.worker.config import RECONNECT_DELAYS, WorkerConfig
+from pgjobs.worker.depths import QueueDepths
 from pgjobs.worker.external import deliveries, describe
 from pgjobs.worker.http import ProbeServer, ProbeState, address_text
 from pgjobs.worker.metrics import WorkerMetrics
@@ -108,6 +109,7 @@ class Worker:
         self._signals = 0
         self._connected = True
         self._outage = "database unreachable"  # why not connected (for /readyz)
+        self._depths: QueueDepths | None = None  # for /stats, once the database is known
         self._reconnect_attempt = 0
         #: Round trips the database refused in a row (read-only, a privilege revoked).
         self.refusals = Refusals()
@@ -186,10 +188,10 @@ class Worker:
         probes answer (503, "starting") while the schema is checked."""
         if self.config.http is None or self.metrics is None:
             return None
-        probe = ProbeServer(self.metrics, self.probe_state)
+        probe = ProbeServer(self.metrics, self.probe_state, self.stats)
         self._http_address = await probe.start(*self.config.http)
         log.info(
-            "worker %s: serving /metrics, /healthz and /readyz on http://%s",
+            "worker %s: serving /metrics, /healthz, /readyz and /stats on http://%s",
             self.id,
             address_text(*self._http_address),
         )
@@ -199,6 +201,8 @@ class Worker:
         self, on_checked: Callable[[], None] | None, loop: asyncio.AbstractEventLoop
     ) -> int:
         dsn = self.app.dsn
+        if self.metrics is not None:
+            self._depths = QueueDepths(dsn, self.queues)
         migrate.require_head(dsn)
         if on_checked is not None:
             on_checked()
@@ -451,6 +455,29 @@ class Worker:
         else:
             not_ready = None
         return ProbeState(self.slots.busy, self._connected, not_ready, unhealthy)
+
+    async def stats(self) -> dict[str, Any]:
+        """What ``/stats`` answers: the worker's slots and the jobs in them (local, exact), and
+        its queues' depths in all, read from the database at most once a second (``depths``);
+        while that cannot be read, ``queues`` is null and ``queues_error`` says why."""
+        depths = None if self._depths is None else await self._depths.read()
+        concurrency, running = self.config.concurrency, self.slots.running_jobs()  # as it answers
+        return {
+            "worker": self.id,
+            "slots": {
+                "total": concurrency,
+                "busy": len(running),
+                "free": max(concurrency - len(running), 0),
+                "claimed_ahead": len(self.slots.waiting_jobs()),
+            },
+            "running": [
+                {"id": job.id, "task": job.task, "queue": job.queue, "attempt": job.attempts}
+                for job in running
+            ],
+            "queues": None if depths is None else depths.queues,
+            "queues_error": "starting" if depths is None else depths.error,
+            "queues_age": None if depths is None else round(self._loop.time() - depths.read_at, 3),
+        }
 
 
 def cancel_notice(payload: str) -> tuple[int, int] | None:

@@ -117,6 +117,10 @@ class Slots:
         """Timeouts set for running jobs (their tasks'), not fired yet."""
         return len(self._deadlines)
 
+    def running_jobs(self) -> list[Job]:
+        """The jobs in a slot (running, or stopped and not given back yet), in start order."""
+        return [context.job for context, _ in self._running.values()]
+
     def waiting_jobs(self) -> list[Job]:
         """The jobs claimed ahead that wait for a slot, in claim order."""
         return list(self._waiting)

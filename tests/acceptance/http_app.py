@@ -1,8 +1,11 @@
-"""The app of the `pgjobs work --http` tests: tasks with known outcomes, and an external task
-(queue "downstream") whose URL the worker is given with --external-url; a worker run with
-``--queue default`` needs none."""
+"""The app of the `pgjobs work --http` tests: tasks with known outcomes, one that holds its slot
+until the test creates a file, and an external task (queue "downstream") whose URL the worker is
+given with --external-url; a worker run with ``--queue default`` needs none."""
 
 from __future__ import annotations
+
+import asyncio
+from pathlib import Path
 
 import pgjobs
 
@@ -27,3 +30,10 @@ def flaky() -> str:
 
 
 app.external_task("http.external", lease=120, queue="downstream")
+
+
+@app.task(name="http.hold")
+async def hold(gate: str) -> None:
+    """Occupies its slot until the file ``gate`` exists."""
+    while not Path(gate).exists():
+        await asyncio.sleep(0.05)

@@ -1,7 +1,7 @@
 """`pgjobs work --http HOST:PORT` as a real process: its /metrics (parsed by prometheus_client's
-parser) count the jobs it ran, /readyz turns 503 while its database is gone, bad addresses and an
-address in use are one line and exit 2, and with --processes N worker process i listens on
-PORT+i."""
+parser) count the jobs it ran, /readyz turns 503 while its database is gone, /stats shows its
+slots and its queues' depths, bad addresses and an address in use are one line and exit 2, with
+--processes N worker process i listens on PORT+i, and without --http a worker listens on $PORT."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from tests.support.helpers import (
 pytestmark = pytest.mark.slow
 
 APP = "tests.acceptance.http_app:app"
-LISTENING = re.compile(r"serving /metrics, /healthz and /readyz on http://([^\s]+):(\d+)")
+LISTENING = re.compile(r"serving /metrics, /healthz, /readyz and /stats on http://([^\s]+):(\d+)")
 
 
 def _get(port: int, path: str) -> tuple[int, str]:
@@ -223,3 +223,110 @@ def test_with_processes_each_worker_process_listens_on_port_plus_its_slot(
         workers.add(json.loads(_get(port, "/healthz")[1])["worker"])
     assert len(workers) == 2, "two worker processes, one per port"
     assert supervisor.stop() == 0
+
+
+def _stats(port: int) -> dict[str, Any]:
+    status, body = _get(port, "/stats")
+    assert status == 200, body
+    answer: dict[str, Any] = json.loads(body)
+    return answer
+
+
+def test_stats_show_the_slots_their_jobs_and_the_queues_depths(
+    spawn: Callable[..., Proc], make_app, conn, tmp_path
+):
+    app: App = make_app(check_task_names=False)
+    app.pause_queue("other")  # its ready jobs stay ready
+    gate = tmp_path / "gate"
+    held = [app.enqueue("http.hold", {"gate": str(gate)}) for _ in range(2)]
+    later = app.enqueue("http.ok", {"n": 1}, run_in=3600)
+    for n in range(4):
+        app.enqueue("http.ok", {"n": n}, queue="other")
+    worker = spawn(
+        "work", "--app", APP, "--http", "127.0.0.1:0", "--concurrency", "3",
+        "--queue", "default", "--queue", "other", "--poll-interval", "0.1",
+    )  # fmt: skip
+    port = _port(worker)
+
+    def both_running() -> dict[str, Any] | None:
+        # Two views of one moment: the worker's slots, and the database read at most 1 s before.
+        stats = _stats(port)
+        depths = stats["queues"] or {}
+        running = depths.get("default", {}).get("running")
+        return stats if running == 2 and stats["slots"]["busy"] == 2 else None
+
+    stats = wait_until(both_running, timeout=30, what="two held jobs running", procs=[worker])
+    assert stats["slots"] == {"total": 3, "busy": 2, "free": 1, "claimed_ahead": 0}
+    assert sorted(job["id"] for job in stats["running"]) == held
+    assert {(job["task"], job["queue"], job["attempt"]) for job in stats["running"]} == {
+        ("http.hold", "default", 1)
+    }
+    assert stats["queues"] == {
+        "default": {"ready": 0, "scheduled": 1, "running": 2},
+        "other": {"ready": 4, "scheduled": 0, "running": 0},
+    }
+    assert stats["queues_error"] is None and 0 <= stats["queues_age"] < 30
+    assert stats["worker"] == scalar(
+        conn, "SELECT lease_owner FROM queued_jobs WHERE id = %s", [held[0]]
+    )
+
+    gate.touch()
+    idle = wait_until(
+        lambda: (
+            (s := _stats(port))["slots"]["busy"] == 0
+            and s["queues"]["default"]["running"] == 0
+            and s
+        ),
+        timeout=30,
+        what="the held jobs done",
+        procs=[worker],
+    )
+    assert idle["running"] == [] and idle["queues"]["default"]["scheduled"] == 1
+    assert worker.stop() == 0
+    assert later in {row[0] for row in conn.execute("SELECT id FROM queued_jobs")}
+
+
+def test_without_http_a_worker_listens_on_port(
+    spawn: Callable[..., Proc], subprocess_env: dict[str, str]
+):
+    base = _free_ports(2)
+    env = {**subprocess_env, "PORT": str(base)}
+    worker = spawn("work", "--app", APP, "--queue", "default", env=env)
+    assert _port(worker) == base
+    assert re.search(rf"on http://0\.0\.0\.0:{base}\b", worker.err())
+    wait_until(lambda: _get(base, "/readyz")[0] == 200, timeout=30, what="ready", procs=[worker])
+    assert _stats(base)["slots"]["total"] == 8
+    assert worker.stop() == 0
+
+    # --http wins over $PORT; with --processes N, $PORT is the first of N ports, as --http's is.
+    worker = spawn("work", "--app", APP, "--queue", "default", "--http", "127.0.0.1:0", env=env)
+    port = _port(worker)
+    assert port != base
+    wait_until(lambda: _get(port, "/readyz")[0] == 200, timeout=30, what="ready", procs=[worker])
+    assert worker.stop() == 0
+    supervisor = spawn("work", "--app", APP, "--queue", "default", "--processes", "2", env=env)
+    _port(supervisor, 1)
+    assert sorted(int(m.group(2)) for m in LISTENING.finditer(supervisor.err())) == [base, base + 1]
+    for port in (base, base + 1):
+
+        def ready(port: int = port) -> bool:
+            return _get(port, "/readyz")[0] == 200
+
+        wait_until(ready, timeout=30, what=f"port {port} ready", procs=[supervisor])
+    assert supervisor.stop() == 0
+
+
+def test_a_bad_port_value_exits_2_in_one_line(
+    spawn: Callable[..., Proc], subprocess_env: dict[str, str]
+):
+    for value in ("http", "70000", "-1", "80 80"):
+        env = {**subprocess_env, "PORT": value}
+        proc = spawn("work", "--app", APP, "--queue", "default", env=env)
+        code = proc.wait_exit(60)
+        assert code == 2
+        assert_one_line_error(code, proc.err(), "$PORT", "--http")
+    env = {**subprocess_env, "PORT": "65535"}
+    proc = spawn("work", "--app", APP, "--queue", "default", "--processes", "2", env=env)
+    code = proc.wait_exit(60)
+    assert_one_line_error(code, proc.err(), "$PORT 0.0.0.0:65535", "--processes 2")
+    assert code == 2

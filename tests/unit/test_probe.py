@@ -4,7 +4,9 @@ prometheus_client's own parser), and the HTTP server's answers to good, bad and 
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -127,7 +129,7 @@ async def _exchange(port: int, raw: bytes, *, read: bool = True) -> bytes:
 
 def _serve(state: ProbeState, *requests: bytes) -> list[bytes]:
     async def go() -> list[bytes]:
-        server = ProbeServer(WorkerMetrics("w", 2, ()), lambda: state)
+        server = ProbeServer(WorkerMetrics("w", 2, ()), lambda: state, _stats)
         _, port = await server.start("127.0.0.1", 0)
         try:
             return [await _exchange(port, raw) for raw in requests]
@@ -138,19 +140,26 @@ def _serve(state: ProbeState, *requests: bytes) -> list[bytes]:
 
 
 OK = ProbeState(busy=1, connected=True, not_ready=None, unhealthy=None)
+STATS = {"worker": "w", "slots": {"total": 2, "busy": 1}, "queues": {"default": {"ready": 3}}}
+
+
+async def _stats() -> dict[str, Any]:
+    await asyncio.sleep(0)  # the worker's reads the database: /stats is awaited
+    return STATS
 
 
 def _status(answer: bytes) -> int:
     return int(answer.split(b" ", 2)[1])
 
 
-def test_the_three_paths_answer():
-    metrics, health, ready, head = _serve(
+def test_the_four_paths_answer():
+    metrics, health, ready, head, stats = _serve(
         OK,
         b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
         b"GET /healthz HTTP/1.0\r\n\r\n",
         b"GET /readyz?verbose=1 HTTP/1.1\r\nHost: x\r\n\r\n",
         b"HEAD /metrics HTTP/1.1\r\n\r\n",
+        b"GET /stats HTTP/1.1\r\n\r\n",
     )
     assert _status(metrics) == 200
     assert b"Content-Type: text/plain; version=0.0.4; charset=utf-8" in metrics
@@ -158,6 +167,8 @@ def test_the_three_paths_answer():
     assert (_status(health), _status(ready)) == (200, 200)
     assert health.endswith(b'{"status": "ok", "worker": "w"}')
     assert _status(head) == 200 and head.endswith(b"\r\n\r\n"), "HEAD has no body"
+    assert _status(stats) == 200 and b"Content-Type: application/json" in stats
+    assert json.loads(stats.split(b"\r\n\r\n", 1)[1]) == STATS
 
 
 def test_not_ready_and_stuck_answer_503():
@@ -197,7 +208,7 @@ def test_bad_requests_get_a_4xx_in_the_error_shape(raw, status):
 
 def test_a_silent_client_does_not_stop_others():
     async def go() -> tuple[bytes, bytes]:
-        server = ProbeServer(WorkerMetrics("w", 2, ()), lambda: OK)
+        server = ProbeServer(WorkerMetrics("w", 2, ()), lambda: OK, _stats)
         _, port = await server.start("127.0.0.1", 0)
         try:
             # Half a request, then nothing: the server goes on serving others meanwhile.
@@ -217,11 +228,11 @@ def test_a_silent_client_does_not_stop_others():
 
 def test_an_address_in_use_is_a_configuration_error():
     async def go() -> None:
-        first = ProbeServer(WorkerMetrics("w", 2, ()), lambda: OK)
+        first = ProbeServer(WorkerMetrics("w", 2, ()), lambda: OK, _stats)
         host, port = await first.start("127.0.0.1", 0)
         try:
             with pytest.raises(ConfigurationError, match=f"--http 127.0.0.1:{port}: cannot listen"):
-                await ProbeServer(WorkerMetrics("w", 2, ()), lambda: OK).start(host, port)
+                await ProbeServer(WorkerMetrics("w", 2, ()), lambda: OK, _stats).start(host, port)
         finally:
             await first.close()
 

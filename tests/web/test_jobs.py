@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from pgjobs import queries
 from tests.support.admin_factories import bury, claim_one
 from tests.support.helpers import assert_one_home, count, scalar
 from tests.web.conftest import TestClient, assert_error
@@ -211,6 +212,37 @@ def test_replay_enqueues_a_new_job_linked_to_the_old(
     assert_error(client.post(f"/api/v1/jobs/{new['id']}/replay"), 409, "job_state_conflict")
     assert_error(client.post("/api/v1/jobs/987654/replay"), 404, "job_not_found")
     assert_one_home(conn, [dead_id, new["id"]])
+
+
+def test_replay_of_an_expired_job_is_expired_unless_the_body_gives_a_new_expiry(
+    client: TestClient, conn: psycopg.Connection[Any]
+) -> None:
+    past = (datetime.now(UTC) - timedelta(seconds=1)).isoformat()
+    original = client.post("/api/v1/jobs", json={"task": "t", "expires_at": past}).json()["id"]
+    assert conn.execute(queries.JOB_EXPIRE_MANY, {"limit": 10}).fetchone() == (1,)
+
+    expired = client.post(f"/api/v1/jobs/{original}/replay")
+    assert expired.status_code == 201, expired.text
+    copy = expired.json()
+    assert (copy["status"], copy["table"], copy["replay_of"]) == (
+        "expired",
+        "archived_jobs",
+        original,
+    )
+    later = client.post(f"/api/v1/jobs/{original}/replay", json={"expires_in": 600}).json()
+    assert (later["status"], later["table"]) == ("ready", "queued_jobs")
+    assert later["expires_at"] is not None
+
+    before = count(conn, "queued_jobs")
+    both = client.post(
+        f"/api/v1/jobs/{original}/replay", json={"expires_in": 5, "expires_at": past}
+    )
+    assert_error(both, 422, "invalid_value", "expires_in")
+    for body, field in (({"expires_in": -1}, "expires_in"), ({"expire_in": 5}, "expire_in")):
+        answer = client.post(f"/api/v1/jobs/{original}/replay", json=body)
+        assert_error(answer, 422, "validation_error", field)
+    assert count(conn, "queued_jobs") == before
+    assert_one_home(conn, [original, copy["id"], later["id"]])
 
 
 def _page_through(client: TestClient, limit: int, **params: Any) -> list[int]:

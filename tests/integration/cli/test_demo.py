@@ -5,7 +5,9 @@ e-mail archived; and it ends by saying where the `pgjobs` it ran is, since it is
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import sys
 
 import pytest
 
@@ -13,7 +15,7 @@ from examples import demo
 from pgjobs.db.dsn import Dsn
 from pgjobs.models import ArchivedStatus, DeadReason
 from tests.support.factories import work
-from tests.support.helpers import REPO
+from tests.support.helpers import REPO, scalar, wait_until
 
 
 @pytest.fixture
@@ -69,3 +71,53 @@ def test_the_demo_ends_by_saying_how_to_run_pgjobs():
     assert said.returncode == 0, said.stderr
     assert ".venv/bin/pgjobs" in said.stdout
     assert "source .venv/bin/activate" in said.stdout
+
+
+def test_the_compose_producer_enqueues_a_batch_every_few_seconds_until_sigterm(
+    conn, subprocess_env: dict[str, str]
+):
+    # docker-compose.yml's producer, as its container runs it (every 2 s there; faster here).
+    command = [sys.executable, "-m", "examples.demo", "produce", "--every", "0.2", "--count", "5"]
+    producer = subprocess.Popen(
+        command, cwd=REPO, env=subprocess_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        wait_until(
+            lambda: (
+                scalar(conn, "SELECT count(*) FROM queued_jobs WHERE task = 'demo.resize'") >= 15
+            ),
+            timeout=60,
+            what="three batches",
+        )
+        producer.send_signal(signal.SIGTERM)
+        out, err = producer.communicate(timeout=30)
+    finally:
+        if producer.poll() is None:
+            producer.kill()
+            producer.wait(10)
+    assert (producer.returncode, err) == (0, b"")
+    lines = out.decode().splitlines()
+    assert len(lines) >= 3 and all(line.startswith("batch ") for line in lines)
+    images = conn.execute(
+        "SELECT (payload->>'image')::int, payload->>'fail' FROM queued_jobs "
+        "WHERE task = 'demo.resize' ORDER BY id"
+    ).fetchall()
+    assert [image for image, _ in images] == list(range(len(images))), "new images each batch"
+    fails = [fail for _, fail in images[:10]]
+    assert (fails.count("always"), fails.count("once")) == (1, 1), "a share of them fail"
+    assert scalar(conn, "SELECT count(*) FROM queued_jobs WHERE task = 'demo.send_email'") > 0
+
+
+@pytest.mark.parametrize(
+    "args", [["produce", "--count", "0"], ["produce", "--every", "nan"], ["enqueue"], ["nope"]]
+)
+def test_the_demo_refuses_bad_arguments(args: list[str], subprocess_env: dict[str, str]):
+    said = subprocess.run(
+        [sys.executable, "-m", "examples.demo", *args],
+        cwd=REPO,
+        env=subprocess_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert said.returncode == 2 and said.stderr.splitlines()[-1].startswith("python -m examples")

@@ -4,12 +4,15 @@ same operations on the App (``app.job``, ``app.replay``, ``app.cancel``)."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import psycopg
 import pytest
 
-from pgjobs import App, JobStatus, admin
+from pgjobs import App, JobStatus, admin, queries
 from pgjobs.admin import DeadFilter
-from pgjobs.errors import JobNotFound, JobStateConflict
+from pgjobs.errors import ConfigurationError, JobNotFound, JobStateConflict
 from pgjobs.models import ArchivedStatus, DeadReason
 from tests.support.admin_factories import (
     bury,
@@ -17,7 +20,7 @@ from tests.support.admin_factories import (
     fail_for_good,
     succeed,
 )
-from tests.support.factories import row, work
+from tests.support.factories import counts, db_now, row, work
 from tests.support.helpers import assert_one_home, assert_one_line_error, run
 
 pytestmark = pytest.mark.usefixtures("no_dsn_in_env")
@@ -137,6 +140,76 @@ def test_replay_enqueues_a_new_linked_job_and_leaves_the_original(app, conn, dsn
     where = assert_one_home(conn, [done, dead, copy, second])
     assert (where[done], where[dead]) == ("archived_jobs", "dead_letter")
     assert app.job(done).replays == (copy,)
+
+
+def _expired(app: App, conn: psycopg.Connection[Any], task: str) -> int:
+    """A job of ``task`` archived as expired, unrun, by the expirer's own statement."""
+    job_id = app.enqueue(task, {"n": 1}, expires_at=datetime.now(UTC) - timedelta(seconds=1))
+    assert conn.execute(queries.JOB_EXPIRE_MANY, {"limit": 100}).fetchone() == (1,)
+    assert app.job(job_id).status is JobStatus.EXPIRED
+    return job_id
+
+
+def test_replay_of_an_expired_job_expires_at_once_unless_given_a_new_expiry(
+    make_app, conn, dsn, capsys
+):
+    app: App = make_app()
+    ran: list[int] = []
+
+    @app.task(name="t.late")
+    def late(n: int) -> None:
+        ran.append(n)
+
+    original = _expired(app, conn, "t.late")
+    code, out, err = run(capsys, "replay", str(original), "--dsn", dsn.url)
+    assert code == 0 and err.startswith("pgjobs: warning: ") and "--expires-in" in err
+    copy = int(out)
+    archived = row(conn, "archived_jobs", copy)
+    assert archived is not None, "archived at once, never queued"
+    assert (archived["status"], archived["attempts"], archived["replay_of"]) == (
+        ArchivedStatus.EXPIRED,
+        0,
+        original,
+    )
+    assert archived["expires_at"] == row(conn, "archived_jobs", original)["expires_at"]  # type: ignore[index]
+    assert app.job(original).replays == (copy,)
+    by_api = app.replay(original)  # the Python API: archived at once as expired, too
+    assert app.job(by_api).status is JobStatus.EXPIRED
+    assert work(app) == 0 and ran == []
+
+    # A new expiry in the future: a copy that runs.
+    runs = app.replay(original, expires_in=3600)
+    queued = row(conn, "queued_jobs", runs)
+    assert queued is not None and queued["expires_at"] > db_now(conn)
+    future = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    code, out, err = run(capsys, "replay", str(original), "--expires-at", future, "--dsn", dsn.url)
+    assert (code, err) == (0, "")
+    by_cli = int(out)
+    assert row(conn, "queued_jobs", by_cli)["expires_at"] is not None  # type: ignore[index]
+    assert work(app) == 0 and ran == [1, 1]
+    # A given expiry already passed: archived at once as well.
+    past = app.replay(original, expires_at=datetime.now(UTC) - timedelta(minutes=1))
+    assert app.job(past).status is JobStatus.EXPIRED
+    assert_one_home(conn, [original, copy, by_api, runs, by_cli, past])
+    assert {app.job(i).status for i in (runs, by_cli)} == {JobStatus.SUCCEEDED}
+
+
+def test_replay_refuses_a_bad_expiry_and_changes_nothing(app, conn, dsn, capsys):
+    (dead,) = bury(conn, 1)
+    before = counts(conn)
+    for args, words in (
+        (["--expires-in", "5", "--expires-at", "2030-01-01T00:00:00Z"], ["not both"]),
+        (["--expires-at", "tomorrow"], ["--expires-at"]),
+        (["--expires-in", "-1"], ["--expires-in"]),
+    ):
+        code, _, err = run(capsys, "replay", str(dead), *args, "--dsn", dsn.url)
+        assert_one_line_error(code, err, *words)
+        assert code == 2
+    with pytest.raises(ConfigurationError, match="expires_at must be timezone-aware"):
+        app.replay(dead, expires_at=datetime(2030, 1, 1))
+    with pytest.raises(ConfigurationError, match="not both"):
+        app.replay(dead, expires_at=datetime.now(UTC), expires_in=5)
+    assert counts(conn) == before
 
 
 def test_replay_refuses_queued_and_unknown_jobs(app, conn, dsn, capsys):

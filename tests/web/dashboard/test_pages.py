@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
 from fastapi import FastAPI
 
-from pgjobs import App, admin, queues
+from pgjobs import App, admin, queries, queues
 from pgjobs.db.dsn import Dsn
 from pgjobs.models import DeadReason
 from pgjobs.web.dashboard.data import EXACT_COUNT_CAP
@@ -305,6 +306,19 @@ def test_bulk_purge_removes_exactly_the_confirmed_set(
     )
     assert unconfirmed.headers["location"].startswith("/dead/confirm?")
     assert ids(conn, "dead_letter") == set(kept)
+
+
+def test_replaying_an_expired_job_says_its_copy_expired_at_once(
+    signed_in: TestClient, conn: psycopg.Connection[Any], make_app: Callable[..., App]
+) -> None:
+    app = make_app(check_task_names=False)
+    original = app.enqueue("t", {}, expires_at=datetime.now(UTC) - timedelta(seconds=1))
+    assert conn.execute(queries.JOB_EXPIRE_MANY, {"limit": 10}).fetchone() == (1,)
+    csrf = csrf_of(signed_in.get(f"/jobs/{original}").text)
+    said = signed_in.post(f"/jobs/{original}/replay", data={"csrf": csrf}).text
+    (new_id,) = ids(conn, "archived_jobs") - {original}
+    assert f"replayed as job {new_id}, archived at once as expired" in said
+    assert status_of(conn, new_id) == "expired"
 
 
 def test_group_redrive_and_job_actions(

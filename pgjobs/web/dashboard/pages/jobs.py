@@ -145,6 +145,12 @@ def _job_action(
         return f"/jobs/{job_id}", f"Job {job_id} cancelled (archived as cancelled, never run)."
     if action == "replay":
         new_id = admin.replay(conn, job_id)
+        if admin.job(conn, new_id).status is JobStatus.EXPIRED:
+            return f"/jobs/{new_id}", (
+                f"Job {job_id} replayed as job {new_id}, archived at once as expired: job "
+                f"{job_id} had expired (`pgjobs replay {job_id} --expires-in SECONDS` gives the "
+                "copy an expiry of its own)."
+            )
         return f"/jobs/{new_id}", f"Job {job_id} replayed as job {new_id}."
     if action == "redrive":
         moved = admin.redrive(conn, DeadFilter(ids=(job_id,)))
