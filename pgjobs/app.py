@@ -11,6 +11,7 @@ import psycopg
 
 from pgjobs import admin, producer, queues
 from pgjobs.db.dsn import Dsn, resolve_dsn
+from pgjobs.db.pooler import Pooler, parse_pooler
 from pgjobs.errors import ConfigurationError
 from pgjobs.models import JobHistory
 from pgjobs.periodic import DEFAULT_CATCH_UP, DEFAULT_TIMEZONE, Periodic, ScheduleOptions
@@ -48,13 +49,24 @@ class App:
     """
 
     def __init__(
-        self, dsn: str | None = None, *, check_task_names: bool = True, pool_size: int = 10
+        self,
+        dsn: str | None = None,
+        *,
+        check_task_names: bool = True,
+        pool_size: int = 10,
+        pooler: str | None = None,
+        listen_dsn: str | None = None,
     ) -> None:
         if pool_size < 1:
             raise ConfigurationError(f"pool_size must be >= 1, got {pool_size}")
         # A DSN given here is checked at once; the environment and the embedded server are
-        # looked at on first use.
-        self._pools = Pools(resolve_dsn(dsn, source=DSN_SOURCE) if dsn else None, pool_size)
+        # looked at on first use. ``pooler`` ("transaction" behind PgBouncer's transaction mode,
+        # else $PGJOBS_POOLER) and ``listen_dsn``: see docs/operations/pgbouncer.md.
+        mode = parse_pooler(pooler, "App(pooler=...)") if pooler else None
+        listen = resolve_dsn(listen_dsn, source="App(listen_dsn=...)") if listen_dsn else None
+        self._pools = Pools(
+            resolve_dsn(dsn, source=DSN_SOURCE) if dsn else None, pool_size, mode, listen
+        )
         self._tasks: dict[str, Task] = {}
         self._periodics: dict[str, Periodic] = {}
         self._check_task_names = check_task_names
@@ -69,15 +81,24 @@ class App:
         """The database this app uses, resolved on first use."""
         return self._pools.dsn
 
-    def bind(self, dsn: Dsn | str) -> None:
-        """Use ``dsn`` from now on (the CLI's ``--dsn``); closes a pool opened on another one.
-        A string is checked as ``App(dsn=...)`` checks it (``ConfigurationError``).
+    def bind(
+        self, dsn: Dsn | str, *, pooler: Pooler | None = None, listen_dsn: Dsn | None = None
+    ) -> None:
+        """Use ``dsn`` from now on (the CLI's ``--dsn``, with ``--pooler`` and ``--listen-dsn``);
+        closes a pool opened on another one. A string is checked as ``App(dsn=...)`` checks it
+        (``ConfigurationError``).
 
         Example: ``app.bind("postgresql://postgres@127.0.0.1/app")``
         """
         if isinstance(dsn, str):
             dsn = resolve_dsn(dsn, source=DSN_SOURCE)
-        self._pools.bind(dsn)
+        self._pools.bind(dsn, pooler=pooler, listen=listen_dsn)
+
+    @property
+    def listen_dsn(self) -> Dsn | None:
+        """Where workers LISTEN for new jobs; None through a transaction-mode pooler without a
+        ``listen_dsn``: they poll."""
+        return self._pools.listen_dsn
 
     @overload
     def task(self, fn: Callable[..., Any], /) -> Task: ...

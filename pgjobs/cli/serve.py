@@ -15,7 +15,9 @@ from typing import Annotated
 
 import typer
 
+from pgjobs.cli import pooler as cli_pooler
 from pgjobs.cli.options import DsnOption, database, load_app
+from pgjobs.cli.pooler import PoolerOption
 from pgjobs.errors import ConfigurationError
 
 #: What `pgjobs serve` needs beyond pgjobs itself: the ``web`` extra.
@@ -74,6 +76,7 @@ def serve_command(
         str, typer.Option(help="debug, info, warning or error.", case_sensitive=False)
     ] = "info",
     dsn: DsnOption = None,
+    pooler: PoolerOption = None,
 ) -> None:
     """Serve the HTTP API (/api/v1, token required), /healthz, /readyz and /metrics.
 
@@ -106,7 +109,10 @@ def serve_command(
     from pgjobs.web import create_app
     from pgjobs.web.serving import serve
 
+    mode, _ = cli_pooler.apply(pooler, None)
     app = load_app(app_ref) if app_ref else None
+    if app is not None:
+        cli_pooler.bind(app, None, mode, None)
     web = create_app(
         app,
         dsn=database(dsn) if dsn or app is None else None,

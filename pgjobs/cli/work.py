@@ -12,7 +12,9 @@ from typing import Annotated
 import typer
 
 from pgjobs import supervisor
+from pgjobs.cli import pooler as cli_pooler
 from pgjobs.cli.options import DsnOption, database, load_app
+from pgjobs.cli.pooler import ListenDsnOption, PoolerOption
 from pgjobs.errors import ConfigurationError, PgjobsError
 from pgjobs.submission import check_seconds
 from pgjobs.targets import ExternalTarget, check_headers, check_url
@@ -124,8 +126,11 @@ def work_command(
         int | None, typer.Option("--supervisor-fd", hidden=True, help="Set by --processes.")
     ] = None,
     dsn: DsnOption = None,
+    pooler: PoolerOption = None,
+    listen_dsn: ListenDsnOption = None,
 ) -> None:
     """Run workers: claim jobs, run their handlers, record the outcomes."""
+    mode, listen = cli_pooler.apply(pooler, listen_dsn)
     level = logging.getLevelNamesMapping().get(log_level.upper())
     if level is None:
         raise ConfigurationError(f"--log-level {log_level!r}: use debug, info, warning or error")
@@ -159,8 +164,7 @@ def work_command(
         app = load_app(app_ref)
         if link is not None:
             app.bind(link.dsn)
-        elif dsn:
-            app.bind(database(dsn))
+        cli_pooler.bind(app, database(dsn) if dsn and link is None else None, mode, listen)
         if link is None and processes > 1:
             # Resolved once, here, as a single worker would (--dsn, else the app's own, else the
             # environment, else the embedded server, started once for all worker processes).
