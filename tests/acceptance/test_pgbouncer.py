@@ -11,6 +11,7 @@ Without pgbouncer installed these tests skip, unless $CI is set: then they fail.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 from collections.abc import Callable, Iterator
@@ -282,3 +283,26 @@ def test_migrate_and_prune_refuse_the_transaction_mode(pooled_env: dict[str, str
         assert done.returncode == 2, done
         [line] = done.stderr.strip().splitlines()
         assert "transaction-mode pooler" in line and "direct DSN" in line
+
+
+def _pooler_check(env: dict[str, str]) -> dict[str, Any]:
+    done = run_pgjobs(env, "doctor", "--json")
+    report = json.loads(done.stdout)
+    check: dict[str, Any] = next(c for c in report["checks"] if c["name"] == "pooler")
+    return check
+
+
+def test_doctor_detects_pgbouncer_and_names_the_mode(
+    pooled_env: dict[str, str], subprocess_env: dict[str, str]
+) -> None:
+    unset = {k: v for k, v in pooled_env.items() if k != "PGJOBS_POOLER"}
+    found = _pooler_check(unset)
+    assert found["status"] == "fail", found
+    assert "transaction-mode pooler" in found["message"]
+    assert "PGJOBS_POOLER=transaction" in found["fix"]
+    assert _pooler_check(pooled_env)["status"] == "pass"
+    # Set where no pooler is: a warning, and no harm.
+    direct = _pooler_check({**subprocess_env, "PGJOBS_POOLER": "transaction"})
+    assert direct["status"] == "warn", direct
+    assert "PGJOBS_POOLER=transaction is set" in direct["message"]
+    assert _pooler_check(subprocess_env)["status"] == "pass"
