@@ -72,7 +72,8 @@ def _free_port() -> int:
 
 def ini_text(server_url: str, port: int, workdir: Path, pool_size: int = POOL_SIZE) -> str:
     """The ini of a transaction-mode PgBouncer that forwards every database to the server of
-    ``server_url``, with the settings pgjobs' documentation names."""
+    ``server_url``, with the settings pgjobs' documentation names. No
+    ``ignore_startup_parameters``: pgjobs sends none PgBouncer would refuse."""
     params = conninfo_to_dict(server_url)
     host = params.get("host") or "127.0.0.1"
     server_port = params.get("port") or "5432"
@@ -89,7 +90,6 @@ auth_file = {workdir / "users.txt"}
 pool_mode = transaction
 max_client_conn = 200
 default_pool_size = {pool_size}
-ignore_startup_parameters = extra_float_digits
 server_reset_query =
 logfile = {workdir / "pgbouncer.log"}
 pidfile = {workdir / "pgbouncer.pid"}
