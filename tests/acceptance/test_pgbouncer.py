@@ -20,8 +20,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgjobs import App, JobSpec
+from pgjobs import App, JobSpec, db
 from pgjobs.db.dsn import Dsn
+from pgjobs.db.pooler import Pooler
 from tests.acceptance.conftest import APP, lease_owner_pattern
 from tests.acceptance.periodic_app import TICKS_DDL
 from tests.acceptance.test_limits_workers import most_at_once
@@ -306,3 +307,30 @@ def test_doctor_detects_pgbouncer_and_names_the_mode(
     assert direct["status"] == "warn", direct
     assert "PGJOBS_POOLER=transaction is set" in direct["message"]
     assert _pooler_check(subprocess_env)["status"] == "pass"
+
+
+def test_a_claim_connection_leaves_no_setting_behind(pooled_url: str) -> None:
+    """A worker's claim connection sets only the time zone, which PgBouncer keeps per client:
+    another client that gets the same server session next finds its own settings, and the
+    claim connection keeps UTC on whichever session runs its next transaction."""
+
+    async def scenario() -> tuple[str, str, str]:
+        hot = await db.connect_async(Dsn(pooled_url, "test", Pooler.TRANSACTION), hot=True)
+        try:
+            # The other client's transaction most likely gets the session the claim connection
+            # just left.
+            with (
+                psycopg.connect(pooled_url, prepare_threshold=None) as other,
+                other.transaction(),
+            ):
+                found = other.execute("SELECT current_setting('plan_cache_mode')").fetchone()
+                cursor = await hot.execute("SELECT current_setting('TimeZone')")
+                zone = await cursor.fetchone()
+            assert found is not None and zone is not None
+            return str(found[0]), str(zone[0]), str(hot.info.timezone)
+        finally:
+            await hot.close()
+
+    plan_cache_mode, zone, loaded_in = asyncio.run(scenario())
+    assert plan_cache_mode == "auto"
+    assert zone == "UTC" and loaded_in == "UTC"
