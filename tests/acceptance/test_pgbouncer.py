@@ -131,7 +131,8 @@ def test_work_through_pgbouncer_to_the_end(
     env_without = {k: v for k, v in pooled_env.items() if k != "PGJOBS_POOLER"}
     workers = [
         _work(spawn, pooled_env, "-c", "8"),  # $PGJOBS_POOLER
-        _work(spawn, env_without, "-c", "4", "--pooler", "transaction"),  # --pooler
+        # --pooler, handed to the worker processes of --processes
+        _work(spawn, env_without, "-c", "4", "--processes", "2", "--pooler", "transaction"),
     ]
     wait_archived(conn, len(ids), timeout=120, procs=workers)
     assert scalar(conn, "SELECT count(DISTINCT key) FROM runs WHERE phase = 'done'") == 400
