@@ -90,7 +90,6 @@ auth_file = {workdir / "users.txt"}
 pool_mode = transaction
 max_client_conn = 200
 default_pool_size = {pool_size}
-server_reset_query =
 logfile = {workdir / "pgbouncer.log"}
 pidfile = {workdir / "pgbouncer.pid"}
 """
