@@ -43,16 +43,29 @@ from tests.support.helpers import (
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def bouncer(server_url: str) -> Iterator[pgbouncer.Bouncer]:
-    """A transaction-mode PgBouncer of the module's own in front of the test server."""
+def _require_pgbouncer() -> None:
     if pgbouncer.binary() is None:
         reason = "pgbouncer is not installed (apt-get install pgbouncer)"
         if os.environ.get("CI"):
             pytest.fail(f"{reason}: CI runs the PgBouncer tests")
         pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def bouncer(server_url: str) -> Iterator[pgbouncer.Bouncer]:
+    """A transaction-mode PgBouncer of the module's own in front of the test server."""
+    _require_pgbouncer()
     with pgbouncer.pgbouncer(server_url) as running:
         yield running
+
+
+@pytest.fixture
+def own_url(server_url: str, dsn: Dsn) -> Iterator[str]:
+    """The test database through a PgBouncer of the test's own: for a test that leaves
+    session state on its server sessions (the default mode), or that must find none there."""
+    _require_pgbouncer()
+    with pgbouncer.pgbouncer(server_url) as running:
+        yield running.url(dsn.url)
 
 
 @pytest.fixture
@@ -107,13 +120,13 @@ def test_enqueue_one_many_async_and_in_the_callers_transaction(
 
 
 def test_the_default_mode_breaks_behind_pgbouncer(
-    spawn: Callable[..., Proc], subprocess_env: dict[str, str], pooled_url: str, runs: Any
+    spawn: Callable[..., Proc], subprocess_env: dict[str, str], own_url: str, runs: Any
 ) -> None:
     """What PGJOBS_POOLER=transaction is for: a worker in the default mode prepares its claim on
     one server session, and PgBouncer runs the next transaction on another."""
-    with App(pooled_url, pooler="transaction") as app:
+    with App(own_url, pooler="transaction") as app:
         app.enqueue_many(JobSpec("accept.record", {"key": n}) for n in range(200))
-    worker = _work(spawn, {**subprocess_env, "PGJOBS_DATABASE_URL": pooled_url}, "-c", "8")
+    worker = _work(spawn, {**subprocess_env, "PGJOBS_DATABASE_URL": own_url}, "-c", "8")
     # "prepared statement ... does not exist" (or "already exists", for psycopg's own names
     # left behind on a server session by another client).
     wait_until(
@@ -323,18 +336,18 @@ def test_doctor_detects_pgbouncer_and_names_the_mode(
     assert _pooler_check(subprocess_env)["status"] == "pass"
 
 
-def test_a_claim_connection_leaves_no_setting_behind(pooled_url: str) -> None:
+def test_a_claim_connection_leaves_no_setting_behind(own_url: str) -> None:
     """A worker's claim connection sets only the time zone, which PgBouncer keeps per client:
     another client that gets the same server session next finds its own settings, and the
     claim connection keeps UTC on whichever session runs its next transaction."""
 
     async def scenario() -> tuple[str, str, str]:
-        hot = await db.connect_async(Dsn(pooled_url, "test", Pooler.TRANSACTION), hot=True)
+        hot = await db.connect_async(Dsn(own_url, "test", Pooler.TRANSACTION), hot=True)
         try:
             # The other client's transaction most likely gets the session the claim connection
             # just left.
             with (
-                psycopg.connect(pooled_url, prepare_threshold=None) as other,
+                psycopg.connect(own_url, prepare_threshold=None) as other,
                 other.transaction(),
             ):
                 found = other.execute("SELECT current_setting('plan_cache_mode')").fetchone()
