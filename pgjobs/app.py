@@ -36,7 +36,9 @@ class App:
     pgjobs then reads $PGJOBS_DATABASE_URL, $DATABASE_URL, or starts the embedded server, on
     first use. The pool opens on first use too, or ahead of it with ``open()``. With
     ``check_task_names`` (the default) and at least one task registered, enqueueing an unknown
-    task name raises ``UnknownTask``.
+    task name raises ``UnknownTask``. ``pooler="transaction"`` (else ``$PGJOBS_POOLER``) is for
+    a DSN through a transaction-mode pooler such as PgBouncer, with ``listen_dsn`` a direct DSN
+    that workers LISTEN on (else they poll): see the manual's "Behind PgBouncer".
 
     Example::
 
@@ -60,8 +62,7 @@ class App:
         if pool_size < 1:
             raise ConfigurationError(f"pool_size must be >= 1, got {pool_size}")
         # A DSN given here is checked at once; the environment and the embedded server are
-        # looked at on first use. ``pooler`` ("transaction" behind PgBouncer's transaction mode,
-        # else $PGJOBS_POOLER) and ``listen_dsn``: see docs/operations/pgbouncer.md.
+        # looked at on first use.
         mode = parse_pooler(pooler, "App(pooler=...)") if pooler else None
         listen = resolve_dsn(listen_dsn, source="App(listen_dsn=...)") if listen_dsn else None
         self._pools = Pools(
