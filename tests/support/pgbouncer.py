@@ -102,11 +102,15 @@ def pgbouncer(server_url: str, *, pool_size: int = POOL_SIZE) -> Iterator[Bounce
     exe = binary()
     if exe is None:
         raise RuntimeError("pgbouncer is not installed (apt-get install pgbouncer)")
-    user = str(conninfo_to_dict(server_url).get("user") or "postgres")
+    params = conninfo_to_dict(server_url)
+    user = str(params.get("user") or "postgres")
+    # Clients are trusted; PgBouncer logs in to the server with the password of its auth_file
+    # (a server that asks for one: CI's).
+    password = str(params.get("password") or "").replace('"', '""')
     with tempfile.TemporaryDirectory(prefix="pgjobs-pgbouncer-") as tmp:
         workdir = Path(tmp)
         port = _free_port()
-        (workdir / "users.txt").write_text(f'"{user}" ""\n')
+        (workdir / "users.txt").write_text(f'"{user}" "{password}"\n')
         ini = workdir / "pgbouncer.ini"
         ini.write_text(ini_text(server_url, port, workdir, pool_size))
         run_as = None
