@@ -28,6 +28,7 @@ from benchmarks import (
     limits,
     memory,
     pgcpu,
+    pooler,
     processing,
     prune,
     supervise,
@@ -51,6 +52,7 @@ GROUPS: dict[str, tuple[str, Callable[[Context], list[Row]]]] = {
     "dashboard": ("i", dashboard.run),  # issue 13: the dashboard's pages on a big database
     "limits": ("j", limits.run),  # issue 14: a task at its limit beside the queue's other jobs
     "supervise": ("k", supervise.run),  # issue 16: --processes start-up, burst exit
+    "pooler": ("l", pooler.run),  # issue 25: through PgBouncer in transaction mode
 }
 #: Environment variable naming the server to benchmark on (before pgjobs' own variables).
 ENV_DSN = "PGJOBS_BENCH_DSN"
@@ -73,7 +75,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         action="append",
         metavar="NAME",
         help=f"run only this group (repeatable, or comma-separated): {', '.join(GROUPS)} "
-        "(or their letters a-j)",
+        "(or their letters a-l)",
     )
     parser.add_argument(
         "--repeats",

@@ -11,6 +11,7 @@ import psycopg
 
 from pgjobs import admin, producer, queues
 from pgjobs.db.dsn import Dsn, normalize_dsn, resolve_dsn
+from pgjobs.db.pooler import Pooler, parse_pooler
 from pgjobs.errors import ConfigurationError
 from pgjobs.models import JobHistory
 from pgjobs.periodic import DEFAULT_CATCH_UP, DEFAULT_TIMEZONE, Periodic, ScheduleOptions
@@ -38,7 +39,9 @@ class App:
     ``check_task_names`` (the default) and at least one task registered, enqueueing an unknown
     task name raises ``UnknownTask``. ``read_dsn`` names a standby (or any server) that
     ``pgjobs serve`` reads its statistics, listings and metrics from when it serves this app;
-    every write still goes to ``dsn``.
+    every write still goes to ``dsn``. ``pooler="transaction"`` (else ``$PGJOBS_POOLER``) is for
+    a DSN through a transaction-mode pooler such as PgBouncer, with ``listen_dsn`` a direct DSN
+    that workers LISTEN on (else they poll): see the manual's "Behind PgBouncer".
 
     Example::
 
@@ -57,12 +60,18 @@ class App:
         check_task_names: bool = True,
         pool_size: int = 10,
         read_dsn: str | None = None,
+        pooler: str | None = None,
+        listen_dsn: str | None = None,
     ) -> None:
         if pool_size < 1:
             raise ConfigurationError(f"pool_size must be >= 1, got {pool_size}")
         # A DSN given here is checked at once; the environment and the embedded server are
         # looked at on first use.
-        self._pools = Pools(resolve_dsn(dsn, source=DSN_SOURCE) if dsn else None, pool_size)
+        mode = parse_pooler(pooler, "App(pooler=...)") if pooler else None
+        listen = resolve_dsn(listen_dsn, source="App(listen_dsn=...)") if listen_dsn else None
+        self._pools = Pools(
+            resolve_dsn(dsn, source=DSN_SOURCE) if dsn else None, pool_size, mode, listen
+        )
         self._read_dsn = normalize_dsn(read_dsn, READ_DSN_SOURCE) if read_dsn else None
         self._tasks: dict[str, Task] = {}
         self._periodics: dict[str, Periodic] = {}
@@ -93,15 +102,24 @@ class App:
         """
         return self._pools.known_dsn
 
-    def bind(self, dsn: Dsn | str) -> None:
-        """Use ``dsn`` from now on (the CLI's ``--dsn``); closes a pool opened on another one.
-        A string is checked as ``App(dsn=...)`` checks it (``ConfigurationError``).
+    def bind(
+        self, dsn: Dsn | str, *, pooler: Pooler | None = None, listen_dsn: Dsn | None = None
+    ) -> None:
+        """Use ``dsn`` from now on (the CLI's ``--dsn``, with ``--pooler`` and ``--listen-dsn``);
+        closes a pool opened on another one. A string is checked as ``App(dsn=...)`` checks it
+        (``ConfigurationError``).
 
         Example: ``app.bind("postgresql://postgres@127.0.0.1/app")``
         """
         if isinstance(dsn, str):
             dsn = resolve_dsn(dsn, source=DSN_SOURCE)
-        self._pools.bind(dsn)
+        self._pools.bind(dsn, pooler=pooler, listen=listen_dsn)
+
+    @property
+    def listen_dsn(self) -> Dsn | None:
+        """Where workers LISTEN for new jobs; None through a transaction-mode pooler without a
+        ``listen_dsn``: they poll."""
+        return self._pools.listen_dsn
 
     @overload
     def task(self, fn: Callable[..., Any], /) -> Task: ...

@@ -96,6 +96,7 @@ def _run(dsn: Dsn, action: str, revision: str, lock_timeout: str | None) -> Chan
 
     config = _config()
     _lock_timeout(config, lock_timeout)
+    db.require_session(dsn, f"pgjobs migrate ({action})")
     engine = db.sqlalchemy_engine(dsn)
     try:
         # A connection outside any transaction: env.py runs each migration in a transaction of

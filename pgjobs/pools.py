@@ -4,9 +4,11 @@ each opened on first use."""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import psycopg
@@ -14,9 +16,14 @@ import psycopg_pool
 
 from pgjobs import db
 from pgjobs.db.dsn import Dsn, resolve_dsn
+from pgjobs.db.pooler import Pooler
 from pgjobs.errors import DatabaseUnavailable
 
 T = TypeVar("T")
+
+#: The environment variable naming a direct DSN to LISTEN on when the app's DSN goes through a
+#: transaction-mode pooler (``--listen-dsn``, ``App(listen_dsn=...)``).
+LISTEN_DSN_ENV = "PGJOBS_LISTEN_DSN"
 
 
 class Pools:
@@ -25,12 +32,19 @@ class Pools:
     ``pool`` and ``known_dsn`` are read without the lock once set: the enqueue path reads them on
     every call, and only ``sync()`` / ``bind()`` / ``close()`` change them.
 
+    ``pooler``, when given, is the pooler mode of every DSN the pools use, whatever
+    ``$PGJOBS_POOLER`` says; ``listen``, a DSN to LISTEN on instead of the database's own.
+
     Example: ``Pools(None, 10).sync()`` resolves the database and opens the pool.
     """
 
-    def __init__(self, dsn: Dsn | None, size: int) -> None:
+    def __init__(
+        self, dsn: Dsn | None, size: int, pooler: Pooler | None = None, listen: Dsn | None = None
+    ) -> None:
+        self.pooler = pooler
         #: The database, once resolved (None: not looked up yet).
-        self.known_dsn = dsn
+        self.known_dsn = None if dsn is None else self._moded(dsn)
+        self._listen = listen
         self.size = size
         #: The sync pool, once opened.
         self.pool: psycopg_pool.ConnectionPool[Any] | None = None
@@ -45,14 +59,32 @@ class Pools:
         embedded server)."""
         with self._lock:
             if self.known_dsn is None:
-                self.known_dsn = resolve_dsn(None)
+                self.known_dsn = self._moded(resolve_dsn(None))
             return self.known_dsn
 
-    def bind(self, dsn: Dsn) -> None:
-        """Use ``dsn`` from now on; closes a sync pool opened on another one."""
+    def _moded(self, dsn: Dsn) -> Dsn:
+        return dsn if self.pooler is None else replace(dsn, pooler=self.pooler)
+
+    def bind(self, dsn: Dsn, *, pooler: Pooler | None = None, listen: Dsn | None = None) -> None:
+        """Use ``dsn`` from now on (in ``pooler`` mode, and LISTENing on ``listen``, when given);
+        closes a sync pool opened on another one."""
         self.close()
         with self._lock:
-            self.known_dsn = dsn
+            self.pooler = pooler or self.pooler
+            self._listen = listen or self._listen
+            self.known_dsn = self._moded(dsn)
+
+    @property
+    def listen_dsn(self) -> Dsn | None:
+        """Where workers LISTEN for new jobs: the DSN given for it (``$PGJOBS_LISTEN_DSN``
+        unless given in code or on the command line), else the database's own unless that goes
+        through a transaction-mode pooler (None: workers poll)."""
+        if self._listen is None and os.environ.get(LISTEN_DSN_ENV, "").strip():
+            self._listen = resolve_dsn(os.environ[LISTEN_DSN_ENV], source=f"${LISTEN_DSN_ENV}")
+        if self._listen is not None:
+            return replace(self._listen, pooler=Pooler.SESSION)
+        dsn = self.dsn
+        return None if dsn.transaction_pooled else dsn
 
     def sync(self) -> psycopg_pool.ConnectionPool[Any]:
         """The sync pool, opened on first use (``DatabaseUnavailable`` when it cannot be)."""

@@ -201,6 +201,12 @@ SELECT set_config('plan_cache_mode', 'force_generic_plan', false),
        set_config('TimeZone', 'UTC', false)
 """
 
+#: ``SESSION_HOT`` through a transaction-mode pooler: the time zone only, a setting PgBouncer
+#: tracks per client and applies to every server session the client's transactions run on.
+SESSION_HOT_POOLED = """
+SELECT set_config('TimeZone', 'UTC', false)
+"""
+
 # Successes: archive each job whose lease (attempt and owner) the worker still holds.
 _SUCCEED_MANY = f"""
 succeeded AS (

@@ -100,6 +100,7 @@ def prune(
         raise ConfigurationError(f"lock timeout must be > 0 seconds, got {lock_timeout}")
     if export is not None and not export.is_dir() and not export.parent.is_dir():
         raise ConfigurationError(f"--export {export}: folder {export.parent} does not exist")
+    db.require_session(dsn, "pgjobs prune")
     with db.connect(dsn) as conn:
         _, partitioned, now = db.fetch_all(conn, queries.ARCHIVE_STATE)[0]
         if not partitioned:

@@ -15,7 +15,9 @@ from typing import Annotated
 
 import typer
 
+from pgjobs.cli import pooler as cli_pooler
 from pgjobs.cli.options import DsnOption, app_option, database, find_app, use_database
+from pgjobs.cli.pooler import PoolerOption
 from pgjobs.db.dsn import normalize_dsn
 from pgjobs.errors import ConfigurationError
 
@@ -79,6 +81,7 @@ def serve_command(
             "it is.",
         ),
     ] = None,
+    pooler: PoolerOption = None,
 ) -> None:
     """Serve the HTTP API (/api/v1, token required), /healthz, /readyz and /metrics.
 
@@ -111,9 +114,11 @@ def serve_command(
     from pgjobs.web import create_app
     from pgjobs.web.serving import serve
 
+    mode, _ = cli_pooler.apply(pooler, None)
     app = find_app(app_ref)
     if app is not None:
         use_database(app, dsn)
+        cli_pooler.bind(app, None, mode, None)
     web = create_app(
         app,
         dsn=database(dsn) if app is None else None,

@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from pgjobs import supervisor
+from pgjobs.cli import pooler as cli_pooler
 from pgjobs.cli.options import (
     NAME_THE_APP,
     DsnOption,
@@ -21,6 +22,7 @@ from pgjobs.cli.options import (
     load_app,
     use_database,
 )
+from pgjobs.cli.pooler import ListenDsnOption, PoolerOption
 from pgjobs.errors import ConfigurationError, PgjobsError
 from pgjobs.submission import check_seconds
 from pgjobs.targets import ExternalTarget, check_headers, check_url
@@ -135,8 +137,11 @@ def work_command(
         int | None, typer.Option("--supervisor-fd", hidden=True, help="Set by --processes.")
     ] = None,
     dsn: DsnOption = None,
+    pooler: PoolerOption = None,
+    listen_dsn: ListenDsnOption = None,
 ) -> None:
     """Run workers: claim jobs, run their handlers, record the outcomes."""
+    mode, listen = cli_pooler.apply(pooler, listen_dsn)
     level = logging.getLevelNamesMapping().get(log_level.upper())
     if level is None:
         raise ConfigurationError(f"--log-level {log_level!r}: use debug, info, warning or error")
@@ -175,6 +180,7 @@ def work_command(
             app.bind(link.dsn)
         else:
             use_database(app, dsn)
+        cli_pooler.bind(app, None, mode, listen)
         if link is None and processes > 1:
             # Resolved once, here, as a single worker would (--dsn, else the app's own, else the
             # environment, else the embedded server, started once for all worker processes).

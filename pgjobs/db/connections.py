@@ -20,7 +20,7 @@ from pgjobs import queries
 from pgjobs.db.dsn import Dsn
 from pgjobs.db.rows import fetch_rows, fetch_rows_async
 from pgjobs.db.translate import translate_errors
-from pgjobs.errors import DatabaseUnavailable
+from pgjobs.errors import ConfigurationError, DatabaseUnavailable
 
 if TYPE_CHECKING:
     import sqlalchemy
@@ -30,10 +30,29 @@ CONNECT_TIMEOUT = 5
 
 
 def _connect_kwargs(dsn: Dsn) -> dict[str, Any]:
+    """psycopg's arguments for a connection to ``dsn``. Through a transaction-mode pooler no
+    statement is prepared on the server (``prepare_threshold=None``, which also overrides
+    ``execute(..., prepare=True)``): the next transaction may run on another server session,
+    which never saw it. ``application_name`` is a startup parameter, which PgBouncer keeps per
+    client."""
     kwargs: dict[str, Any] = {"autocommit": True, "application_name": "pgjobs"}
+    if dsn.transaction_pooled:
+        kwargs["prepare_threshold"] = None
     if "connect_timeout" not in dsn.url:
         kwargs["connect_timeout"] = CONNECT_TIMEOUT
     return kwargs
+
+
+def require_session(dsn: Dsn, command: str) -> None:
+    """Refuse (``ConfigurationError``) to run ``command``, which holds a session-level advisory
+    lock across transactions, through a transaction-mode pooler: the lock would stay behind on
+    a server session the pooler hands to other clients, and guard nothing."""
+    if dsn.transaction_pooled:
+        raise ConfigurationError(
+            f"{command} holds a lock across transactions, which a transaction-mode pooler does "
+            "not keep: run it on a direct DSN, without $PGJOBS_POOLER (PGJOBS_POOLER=session "
+            "pgjobs ... --dsn postgresql://... naming PostgreSQL itself)"
+        )
 
 
 def connect(dsn: Dsn) -> psycopg.Connection[Any]:
@@ -51,11 +70,17 @@ async def connect_async(dsn: Dsn, *, hot: bool = False) -> psycopg.AsyncConnecti
     running it, ~1 ms against ~0.3 ms for a batch of 32, for the same plan), and timestamps in
     UTC, so the datetimes of the jobs a worker claims are in UTC whatever the server's TimeZone.
     Their json and jsonb values (every claimed job's payload) are decoded by ``_json_loads``.
+
+    Through a transaction-mode pooler only the time zone is set (``queries.SESSION_HOT_POOLED``):
+    PgBouncer keeps ``TimeZone`` per client and sets it again on whichever server session runs
+    the client's next transaction, while ``plan_cache_mode`` would stay behind on one session
+    (and there is no prepared statement for it to act on).
     """
     with translate_errors(dsn, connecting=True):
         conn = await psycopg.AsyncConnection.connect(dsn.url, **_connect_kwargs(dsn))
         if hot:
-            await conn.execute(queries.SESSION_HOT)
+            pooled = dsn.transaction_pooled
+            await conn.execute(queries.SESSION_HOT_POOLED if pooled else queries.SESSION_HOT)
             psycopg.types.json.set_json_loads(_json_loads, conn)
         return conn
 
@@ -333,7 +358,15 @@ async def fetch_all_async(
 
 async def notifications(dsn: Dsn) -> AsyncIterator[str]:
     """Payloads NOTIFYed on ``queries.NOTIFY_CHANNEL`` (queue names), on a connection of their
-    own, until the connection fails (``DatabaseUnavailable``) or the iteration is cancelled."""
+    own, until the connection fails (``DatabaseUnavailable``) or the iteration is cancelled.
+    ``dsn`` must reach one server session for the life of the connection: never a DSN through a
+    transaction-mode pooler (``ConfigurationError``), where LISTEN would stay behind on a server
+    session other clients then use and the notifications go to them."""
+    if dsn.transaction_pooled:
+        raise ConfigurationError(
+            f"LISTEN through a transaction-mode pooler ({dsn.redacted}) does not work: "
+            "give a direct DSN to listen on (--listen-dsn, App(listen_dsn=...)) or poll"
+        )
     conn = await connect_async(dsn)
     try:
         with translate_errors(dsn):

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import quote, unquote
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from pgjobs.db import embedded
+from pgjobs.db.pooler import Pooler, pooler_from_env
 from pgjobs.errors import ConfigurationError
 
 ENV_DSN = ("PGJOBS_DATABASE_URL", "DATABASE_URL")
@@ -21,10 +22,17 @@ _DRIVER_SUFFIXES = ("+psycopg", "+psycopg2", "+psycopg3", "+asyncpg")
 
 @dataclass(frozen=True, slots=True)
 class Dsn:
-    """A libpq connection URL and where it came from (for messages)."""
+    """A libpq connection URL and where it came from (for messages), and what sits between it
+    and PostgreSQL (``$PGJOBS_POOLER`` unless given: see ``pgjobs.db.pooler``)."""
 
     url: str
     source: str
+    pooler: Pooler = field(default_factory=pooler_from_env, compare=False)
+
+    @property
+    def transaction_pooled(self) -> bool:
+        """Whether connections of this DSN go through a transaction-mode pooler."""
+        return self.pooler is Pooler.TRANSACTION
 
     @property
     def redacted(self) -> str:

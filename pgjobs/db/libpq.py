@@ -6,7 +6,8 @@ psycopg's async cursor spends ~80 µs of client CPU per execution more than this
 (at 32 jobs per trip, ~2.5 µs per job, ``python -m benchmarks.trips``: the cursor's machinery, a
 reader added and removed and a timer armed at every wait); its sync cursor ~50 µs more for the
 one-row insert (about 100 against 45 µs a call on this kind of machine). Here a statement is
-prepared once per connection with untyped parameters, and every execution sends them as text
+prepared once per connection with untyped parameters (or, through a transaction-mode pooler, sent
+unnamed with every execution), and every execution sends them as text
 (the statement casts each one) with ``PGconn.send_query_prepared``, then waits for the socket
 (on the running event loop, or in ``poll`` for the sync insert). The claim's rows come in
 binary, loaded with the connection's own loaders (so its json loader too): the server then
@@ -25,9 +26,10 @@ as ``pgjobs.errors``, translated as everywhere else in ``pgjobs.db``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import weakref
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import Any
 
 import psycopg
@@ -108,16 +110,21 @@ async def succeed_and_claim(
     statement = _LIMITED if limited else _PLAIN
     values = [_text(params[name]) for name in statement.order]
     session = _session(conn)
-    with translate_errors():
+    with translate_errors(), _forget_on_missing(session, statement):
         async with conn.lock:
             pgconn = conn.pgconn
-            if statement.name not in session.prepared:
-                _check(
-                    conn,
-                    await _exchange(conn, pgconn.send_prepare, statement.name, statement.text),
-                )
-                session.prepared.add(statement.name)
-            result = _check(conn, await _exchange(conn, _send, pgconn, statement.name, values))
+            if not _preparing(conn):
+                result = await _exchange(conn, _send_unnamed, pgconn, statement.text, values)
+                result = _check(conn, result)
+            else:
+                if statement.name not in session.prepared:
+                    _check(
+                        conn,
+                        await _exchange(conn, pgconn.send_prepare, statement.name, statement.text),
+                    )
+                    session.prepared.add(statement.name)
+                result = await _exchange(conn, _send, pgconn, statement.name, values)
+                result = _check(conn, result)
         transformer = session.transformer
         transformer.set_pgresult(result)
         # A value Python cannot hold (a row pgjobs did not write) spoils only its own row.
@@ -134,22 +141,44 @@ def insert_ready(
     statement = _INSERT_READY
     values = [_text(params[name]) for name in statement.order]
     session = _session(conn)
-    with translate_errors(dsn):
+    with translate_errors(dsn), _forget_on_missing(session, statement):
         with conn.lock:
             pgconn = conn.pgconn
-            if statement.name not in session.prepared:
-                _check(
-                    conn,
-                    _exchange_sync(pgconn.send_prepare, pgconn, statement.name, statement.text),
-                )
-                session.prepared.add(statement.name)
-            result = _check(
-                conn, _exchange_sync(pgconn.send_query_prepared, pgconn, statement.name, values)
-            )
+            if not _preparing(conn):
+                result = _exchange_sync(pgconn.send_query_params, pgconn, statement.text, values)
+            else:
+                if statement.name not in session.prepared:
+                    _check(
+                        conn,
+                        _exchange_sync(pgconn.send_prepare, pgconn, statement.name, statement.text),
+                    )
+                    session.prepared.add(statement.name)
+                result = _exchange_sync(pgconn.send_query_prepared, pgconn, statement.name, values)
+            result = _check(conn, result)
         job_id = result.get_value(0, 0) if result.ntuples == 1 else None
         if job_id is None:
             raise psycopg.InterfaceError("the insert returned no job id")
         return int(job_id)
+
+
+def _preparing(conn: Connection) -> bool:
+    """Whether statements may be prepared on ``conn``'s server session: not on a connection
+    opened with ``prepare_threshold=None`` (through a transaction-mode pooler, where the next
+    transaction may run on a server session that never saw the statement). Those run each
+    statement unnamed, parsed again at every execution."""
+    return conn.prepare_threshold is not None
+
+
+@contextlib.contextmanager
+def _forget_on_missing(session: _Session, statement: _Statement) -> Iterator[None]:
+    """Forget that ``statement`` is prepared on this connection when the server says it is not
+    (SQLSTATE 26000: a pooler or ``DISCARD ALL`` dropped it), so that the next execution
+    prepares it again instead of failing the same way for ever."""
+    try:
+        yield
+    except psycopg.errors.InvalidSqlStatementName:
+        session.prepared.discard(statement.name)
+        raise
 
 
 def _exchange_sync(send: Callable[..., None], pgconn: pq.abc.PGconn, *args: Any) -> pq.abc.PGresult:
@@ -178,6 +207,12 @@ def _wait(fd: int, *, write: bool) -> None:
 def _send(pgconn: pq.abc.PGconn, name: bytes, values: list[bytes | None]) -> None:
     """Execute the prepared statement ``name``: parameters as text, rows in binary."""
     pgconn.send_query_prepared(name, values, result_format=pq.Format.BINARY)
+
+
+def _send_unnamed(pgconn: pq.abc.PGconn, text: bytes, values: list[bytes | None]) -> None:
+    """Parse and execute ``text`` as the unnamed statement: parameters as text, rows in
+    binary."""
+    pgconn.send_query_params(text, values, result_format=pq.Format.BINARY)
 
 
 def _text(value: Param) -> bytes | None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import secrets
 import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 import psycopg
@@ -12,6 +14,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from pgjobs import db, queries
 from pgjobs.db.dsn import Dsn
+from pgjobs.db.pooler import POOLER_ENV
 from pgjobs.doctor.report import Check, Plan, Status, Thresholds
 from pgjobs.doctor.server import Server
 from pgjobs.errors import SchemaMissing
@@ -22,37 +25,35 @@ PGBOUNCER_PORT = 6432
 
 
 def pooler(conn: psycopg.Connection[Any], dsn: Dsn, server: Server, limits: Thresholds) -> Check:
-    """Whether LISTEN works through ``dsn`` and statements share one server session: neither
-    holds behind a transaction-mode pooler (PgBouncer's ``pool_mode = transaction``)."""
+    """Whether statements share one server session and LISTEN works through ``dsn``: neither
+    holds behind a transaction-mode pooler (PgBouncer's ``pool_mode = transaction``), which
+    needs ``PGJOBS_POOLER=transaction``; and whether that mode is set where it is needed."""
     port = _dsn_port(dsn, conn)
-    same_session = _same_session(conn)
-    elapsed = _listen_round_trip(dsn, limits.listen_timeout)
+    same_session = _same_session(conn) and not _shared_sessions(dsn)
+    # No LISTEN through a pooler in transaction mode: it would stay behind on a server session.
+    listen = same_session and not dsn.transaction_pooled
+    elapsed = _listen_round_trip(dsn, limits.listen_timeout) if listen else None
     details = {
         "dsn_port": port,
         "server_port": server.port,
         "listen_round_trip_seconds": elapsed,
         "same_session": same_session,
+        "pooler_mode": dsn.pooler.value,
     }
-    fix = (
-        "point pgjobs (workers, `pgjobs migrate`, `pgjobs prune`) at PostgreSQL directly or "
-        "through a session-mode pool; keep the transaction-mode pooler for the application's "
-        "enqueues only (PgBouncer 1.21 or later, with max_prepared_statements above 0)"
-    )
-    if elapsed is None or not same_session:
-        what = (
-            "consecutive statements ran on different server sessions"
-            if not same_session
-            else f"a NOTIFY did not come back to its LISTENing connection within "
-            f"{limits.listen_timeout:g}s"
-        )
+    if not same_session or (listen and elapsed is None):
+        return _behind_transaction_pooler(dsn, same_session, limits, details)
+    if dsn.transaction_pooled:
         return Check(
             "pooler",
-            Status.FAIL,
-            f"{what}: the DSN goes through a transaction-mode pooler, where LISTEN, session "
-            "advisory locks and prepared statements do not work",
-            fix=fix,
+            Status.WARN,
+            f"{POOLER_ENV}=transaction is set but each connection keeps one server session (a "
+            "direct connection or a session-mode pool): workers poll instead of LISTEN and "
+            "prepare no statement for nothing",
+            fix=f"unset {POOLER_ENV} (or --pooler session) unless the DSN goes through a "
+            "transaction-mode pooler",
             details=details,
         )
+    assert elapsed is not None
     proxied = port is not None and server.port is not None and port != server.port
     if port == PGBOUNCER_PORT or proxied:
         hint = (
@@ -65,13 +66,45 @@ def pooler(conn: psycopg.Connection[Any], dsn: Dsn, server: Server, limits: Thre
             Status.WARN,
             f"{hint}: a pooler or proxy sits in between; LISTEN worked now ({elapsed * 1000:.0f} "
             "ms round trip), which a session-mode pool allows, but a transaction-mode one would not",
-            fix=f"make sure the pool is in session mode, or {fix}",
+            fix=f"make sure the pool is in session mode, or set {POOLER_ENV}=transaction",
             details=details,
         )
     return Check(
         "pooler",
         Status.PASS,
         f"direct connection: LISTEN/NOTIFY round trip in {elapsed * 1000:.0f} ms on one session",
+        details=details,
+    )
+
+
+def _behind_transaction_pooler(
+    dsn: Dsn, same_session: bool, limits: Thresholds, details: dict[str, Any]
+) -> Check:
+    """The check when a transaction-mode pooler sits in between: a pass when the mode is set."""
+    what = (
+        "consecutive statements ran on different server sessions"
+        if not same_session
+        else f"a NOTIFY did not come back to its LISTENing connection within "
+        f"{limits.listen_timeout:g}s"
+    )
+    if dsn.transaction_pooled:
+        return Check(
+            "pooler",
+            Status.PASS,
+            f"{what}: a transaction-mode pooler, and {POOLER_ENV}=transaction is set (no "
+            "prepared statements, session settings or session locks; workers poll, or LISTEN on "
+            "--listen-dsn)",
+            details=details,
+        )
+    return Check(
+        "pooler",
+        Status.FAIL,
+        f"{what}: the DSN goes through a transaction-mode pooler, where LISTEN, session "
+        "advisory locks and prepared statements do not work",
+        fix=f"set {POOLER_ENV}=transaction (or --pooler transaction, App(pooler='transaction')) "
+        "for workers, `pgjobs serve` and enqueues, with --listen-dsn naming PostgreSQL directly "
+        "to LISTEN; run `pgjobs migrate` and `pgjobs prune` on a direct DSN; or point pgjobs at "
+        "PostgreSQL directly or through a session-mode pool",
         details=details,
     )
 
@@ -89,6 +122,34 @@ def _same_session(conn: psycopg.Connection[Any]) -> bool:
     """Whether two statements in two transactions reached the same server session."""
     pids = {db.fetch_all(conn, queries.DOCTOR_BACKEND_PID)[0][0] for _ in range(3)}
     return len(pids) == 1
+
+
+#: Seconds a statement may wait for a server session while another client holds one in a
+#: transaction: a direct connection never waits; a pooler with a single server session does.
+_SHARED_WAIT = 3.0
+
+
+def _shared_sessions(dsn: Dsn) -> bool:
+    """Whether another client's transaction moves a connection to another server session, as a
+    transaction-mode pooler does when two clients share its pool (and a lone client may well get
+    the same session back every time, which ``_same_session`` alone cannot tell)."""
+    with (
+        db.connect(dsn) as first,
+        db.connect(dsn) as second,
+        ThreadPoolExecutor(1) as runner,
+    ):
+        before = _backend_pid(first)
+        with db.translate_errors(dsn), second.transaction():
+            _backend_pid(second)
+            after = runner.submit(_backend_pid, first)
+            try:
+                return bool(after.result(timeout=_SHARED_WAIT) != before)
+            except FutureTimeout:
+                return True  # it waits for the other client's transaction to end: shared
+
+
+def _backend_pid(conn: psycopg.Connection[Any]) -> int:
+    return int(db.fetch_all(conn, queries.DOCTOR_BACKEND_PID)[0][0])
 
 
 def _listen_round_trip(dsn: Dsn, timeout: float) -> float | None:

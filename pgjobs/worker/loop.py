@@ -212,7 +212,17 @@ class Worker:
         self.slots.open(loop)
         conn = await db.connect_async(dsn, hot=True)
         self.checked = True
-        background = [asyncio.create_task(self._listen(dsn), name="pgjobs-listen")]
+        listen = self.app.listen_dsn
+        background: list[asyncio.Task[None]] = []
+        if listen is not None:
+            background.append(asyncio.create_task(self._listen(listen), name="pgjobs-listen"))
+        else:
+            log.info(
+                "worker %s: the DSN goes through a transaction-mode pooler and no --listen-dsn "
+                "was given: polling every %gs for new jobs",
+                self.id,
+                self.config.poll_interval,
+            )
         registry = services.registry(self.id, self.queues, self.config.concurrency, self.metrics)
         others = services.maintenance(self.app, self.config, self.queues, self.tasks.values())
         background.append(asyncio.create_task(run_services([registry, *others], dsn, self._stop)))
@@ -412,7 +422,8 @@ class Worker:
 
     async def _listen(self, dsn: Dsn) -> None:
         """Wake the claim loop when a job is enqueued on one of this worker's queues; stop the
-        handler of a job cancelled while running here (``pgjobs cancel --force``)."""
+        handler of a job cancelled while running here (``pgjobs cancel --force``). ``dsn`` is
+        the app's ``listen_dsn``: never one through a transaction-mode pooler."""
         queues = set(self.queues)
         attempt = 0
         while not self._stop.is_set():

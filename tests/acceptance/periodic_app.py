@@ -32,7 +32,12 @@ _local = threading.local()
 def _conn() -> psycopg.Connection[Any]:
     conn: psycopg.Connection[Any] | None = getattr(_local, "conn", None)
     if conn is None or conn.closed:
-        conn = psycopg.connect(app.dsn.url, autocommit=True, application_name="pgjobs-ticks")
+        # Through a transaction-mode pooler (PGJOBS_POOLER=transaction) a handler's own
+        # connection prepares nothing either.
+        unprepared = {"prepare_threshold": None} if app.dsn.transaction_pooled else {}
+        conn = psycopg.connect(
+            app.dsn.url, autocommit=True, application_name="pgjobs-ticks", **unprepared
+        )
         _local.conn = conn
     return conn
 

@@ -46,7 +46,12 @@ def _conn() -> psycopg.Connection[Any]:
     """The calling handler thread's own connection to the app's database."""
     conn: psycopg.Connection[Any] | None = getattr(_local, "conn", None)
     if conn is None or conn.closed:
-        conn = psycopg.connect(app.dsn.url, autocommit=True, application_name="pgjobs-runs")
+        # Through a transaction-mode pooler (PGJOBS_POOLER=transaction) a handler's own
+        # connection prepares nothing either.
+        unprepared = {"prepare_threshold": None} if app.dsn.transaction_pooled else {}
+        conn = psycopg.connect(
+            app.dsn.url, autocommit=True, application_name="pgjobs-runs", **unprepared
+        )
         _local.conn = conn
     return conn
 

@@ -171,6 +171,8 @@ def test_every_work_option_reaches_the_worker_processes(capsys, fakes):
         "processes",  # each worker process is one process
         "supervisor_fd",  # set by the supervisor, per process
         "dsn",  # resolved once and handed over in the environment
+        "pooler",  # set as $PGJOBS_POOLER, which the worker processes inherit
+        "listen_dsn",  # set as $PGJOBS_LISTEN_DSN (a DSN never goes on a command line)
     }
     code, _, err = run(capsys, "work", "--app", APP, "--processes", "2", *OPTIONS)
     assert code == 0, err
