@@ -1,11 +1,11 @@
-"""The App: a task registry plus enqueueing on pgjobs' own pool or the caller's connection."""
+"""The App: its declarations (``pgjobs.registry``) plus enqueueing and job actions on pgjobs'
+own pool or the caller's connection."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
-from types import MappingProxyType
-from typing import Any, Concatenate, ParamSpec, TypeVar, Unpack, overload
+from typing import Any, Concatenate, ParamSpec, TypeVar, Unpack
 
 import psycopg
 
@@ -14,12 +14,11 @@ from pgjobs.db.dsn import Dsn, normalize_dsn, resolve_dsn
 from pgjobs.db.pooler import Pooler, parse_pooler
 from pgjobs.errors import ConfigurationError
 from pgjobs.models import JobHistory
-from pgjobs.periodic import DEFAULT_CATCH_UP, DEFAULT_TIMEZONE, Periodic, ScheduleOptions
 from pgjobs.pools import Pools
 from pgjobs.rates import Rate
-from pgjobs.submission import JobOptions, JobSpec, check_name
-from pgjobs.targets import ExternalTarget, check_headers
-from pgjobs.tasks import HandlerOptions, Task, TaskOptions, make_task, refuse_unknown
+from pgjobs.registry import Registry
+from pgjobs.submission import JobOptions, JobSpec
+from pgjobs.tasks import Task
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -29,7 +28,7 @@ DSN_SOURCE = "App(dsn=...)"
 READ_DSN_SOURCE = "App(read_dsn=...)"
 
 
-class App:
+class App(Registry):
     """Registers tasks and enqueues jobs.
 
     ``dsn`` is a ``postgresql://`` URL or a libpq ``key=value`` string (``"host=127.0.0.1
@@ -65,6 +64,7 @@ class App:
     ) -> None:
         if pool_size < 1:
             raise ConfigurationError(f"pool_size must be >= 1, got {pool_size}")
+        super().__init__(check_task_names=check_task_names)
         # A DSN given here is checked at once; the environment and the embedded server are
         # looked at on first use.
         mode = parse_pooler(pooler, "App(pooler=...)") if pooler else None
@@ -73,14 +73,6 @@ class App:
             resolve_dsn(dsn, source=DSN_SOURCE) if dsn else None, pool_size, mode, listen
         )
         self._read_dsn = normalize_dsn(read_dsn, READ_DSN_SOURCE) if read_dsn else None
-        self._tasks: dict[str, Task] = {}
-        self._periodics: dict[str, Periodic] = {}
-        self._check_task_names = check_task_names
-
-    @property
-    def tasks(self) -> Mapping[str, Task]:
-        """The registered tasks by name (read-only)."""
-        return MappingProxyType(self._tasks)
 
     @property
     def dsn(self) -> Dsn:
@@ -121,208 +113,6 @@ class App:
         ``listen_dsn``: they poll."""
         return self._pools.listen_dsn
 
-    @overload
-    def task(self, fn: Callable[..., Any], /) -> Task: ...
-
-    @overload
-    def task(
-        self, fn: None = None, /, **options: Unpack[HandlerOptions]
-    ) -> Callable[[Callable[..., Any]], Task]: ...
-
-    def task(
-        self, fn: Callable[..., Any] | None = None, /, **options: Unpack[HandlerOptions]
-    ) -> Task | Callable[[Callable[..., Any]], Task]:
-        """Register a handler; it receives the job's JSON payload keys as keyword arguments.
-
-        ``name`` defaults to ``module.function``; set it explicitly so that renaming or moving the
-        function does not orphan queued jobs. ``retry_base``/``retry_cap`` (seconds) shape the
-        backoff between attempts; ``lease`` (seconds) is how long one run may take before the job
-        counts as lost and is run again: set it above the handler's longest expected run, or
-        call ``pgjobs.current_job().extend_lease(seconds)`` from a long handler. An
-        ``at_most_once`` task is never run twice: when its lease expires (the worker died or
-        hung), the job goes to ``dead_letter`` instead of running again.
-
-        ``timeout`` (seconds, shorter than ``lease``) bounds one run: past it the worker stops
-        the handler (an async one is cancelled; a sync one, which Python cannot stop, is
-        abandoned in its thread and sees ``pgjobs.current_job().cancelled`` become True) and the
-        attempt fails with reason timeout: retried with backoff while attempts remain, else sent
-        to ``dead_letter`` with reason ``timeout`` (an at-most-once task's at once).
-
-        Annotated parameters (``int``, ``float``, ``str``, ``bool``, ``None``, unions,
-        ``list[X]``, ``dict[str, X]``, ``Literal``) are checked at enqueue (``InvalidPayload``
-        naming ``payload.<name>``) and again when a worker starts the job (``dead_letter``,
-        ``invalid_payload``); a handler taking one pydantic model or dataclass receives it built
-        from the payload. ``version`` is the version of the payloads the handler takes, stored
-        with each job; ``upgrade`` maps each older version to a function returning the payload
-        of the next version, which a worker applies, in order, to the jobs enqueued before.
-
-        ``concurrency`` caps the jobs of this task running at once across every worker and
-        host; ``rate`` ("100/s", "10/m", "5/10s") caps how many start per period (a token
-        bucket holding one period's jobs). Both are enforced by the claim itself: jobs held
-        back stay ready, and other tasks of the queue are claimed past them. Declare them the
-        same in every worker that runs the task (a worker enforces what its code declares).
-
-        The options and their defaults are those of ``pgjobs.tasks.HandlerOptions``.
-
-        Example: ``@app.task(name="billing.charge", queue="billing", max_attempts=10)``
-
-        Example: ``@app.task(name="crm.sync", concurrency=5, rate="100/m")``
-
-        Example: ``@app.task(name="reports.build", timeout=30, lease=120)``
-
-        Example::
-
-            def to_cents(payload: dict[str, Any]) -> dict[str, Any]:
-                return {"cents": round(payload["amount"] * 100)}
-
-            @app.task(name="billing.charge", version=2, upgrade={1: to_cents})
-            def charge(cents: int) -> None: ...
-        """
-        refuse_unknown(options, HandlerOptions, "App.task")
-
-        def register(fn: Callable[..., Any]) -> Task:
-            return self._register(make_task(fn, **options))
-
-        return register(fn) if fn is not None else register
-
-    def external_task(
-        self,
-        name: str,
-        *,
-        url: str | None = None,
-        timeout: float | None = None,
-        headers: Mapping[str, str] | None = None,
-        **options: Unpack[TaskOptions],
-    ) -> Task:
-        """Register a task whose jobs are not run by a Python handler: a worker delivers each
-        job to a downstream HTTP service (a JSON ``POST`` to ``url``), which reports the outcome
-        later with ``POST /api/v1/jobs/{id}/outcome`` (``pgjobs serve``) or
-        ``App.report_outcome``.
-
-        A 2xx answer to the delivery leaves the job running: ``lease`` (seconds) is the
-        downstream's deadline to report, delivery included; without a report by then the lease
-        rules apply (delivered again on a later attempt, or ``dead_letter`` for an
-        ``at_most_once`` task or on the last attempt). Any other answer, a timeout or an
-        unreachable host is a failed attempt, retried with backoff. ``timeout`` (seconds) bounds
-        one delivery and must be shorter than ``lease``; ``headers`` are sent with every
-        delivery (their values are never logged). ``url``, ``timeout`` and headers left out come
-        from the worker (`pgjobs work --external-url ... --external-timeout ...
-        --external-header ...`, or ``$PGJOBS_EXTERNAL_TOKEN`` for a bearer token).
-        ``concurrency`` caps the jobs the downstream holds at once (delivered and not yet
-        reported), ``rate`` the deliveries per period, as for ``task``; the other options
-        and their defaults are those of ``pgjobs.tasks.TaskOptions``.
-
-        Example::
-
-            charge = app.external_task(
-                "billing.charge",
-                url="https://billing.internal/jobs",
-                headers={"Authorization": "Bearer " + os.environ["BILLING_TOKEN"]},
-                lease=600,
-            )
-            app.enqueue(charge, {"order": 42})
-        """
-        refuse_unknown(options, TaskOptions, "App.external_task")
-        name = check_name("task", name)
-
-        def not_callable(**payload: Any) -> Any:
-            raise ConfigurationError(
-                f"task {name!r} is external: a worker delivers its jobs over HTTP; "
-                f"enqueue it (app.enqueue({name!r}, payload)) instead of calling it"
-            )
-
-        not_callable.__qualname__ = not_callable.__name__ = name
-        target = ExternalTarget(url, timeout, check_headers("headers", headers))
-        task = make_task(not_callable, external=target, name=name, **options)
-        return self._register(task)
-
-    @property
-    def periodics(self) -> Mapping[str, Periodic]:
-        """The periodic schedules declared with ``periodic``, by name (read-only)."""
-        return MappingProxyType(self._periodics)
-
-    @overload
-    def periodic(
-        self, cron: str | None = None, /, *, task: str | Task, **options: Unpack[ScheduleOptions]
-    ) -> Periodic: ...
-
-    @overload
-    def periodic(
-        self, cron: str | None = None, /, *, task: None = None, **options: Unpack[ScheduleOptions]
-    ) -> Callable[[Task | Callable[..., Any]], Task]: ...
-
-    def periodic(
-        self,
-        cron: str | None = None,
-        /,
-        *,
-        task: str | Task | None = None,
-        **options: Unpack[ScheduleOptions],
-    ) -> Periodic | Callable[[Task | Callable[..., Any]], Task]:
-        """Enqueue a task on a schedule: a cron expression (5 fields, or 6 with seconds first)
-        read in ``timezone``, or ``every`` (a ``timedelta`` of whole seconds, counted from the
-        Unix epoch). Stacked on ``@app.task`` it schedules that task and returns it; with
-        ``task=`` it schedules a task by name and returns the ``Periodic``.
-
-        Workers that run maintenance enqueue each occurrence once, however many run, with
-        ``run_at`` the scheduled instant. ``catch_up`` says what to do with occurrences missed
-        while no worker ran: ``"last"`` (default) runs the latest one, ``"skip"`` none, ``N`` the
-        latest N. ``name`` (default: the task's name) identifies the schedule in the database:
-        keep it when changing the expression. See ``pgjobs.periodic`` for DST. The options and
-        their defaults are those of ``pgjobs.periodic.ScheduleOptions``.
-
-        Example::
-
-            @app.periodic("0 7 * * mon-fri", name="reports.daily", timezone="Europe/Berlin")
-            @app.task(queue="reports")
-            def daily_report() -> None: ...
-
-            app.periodic(every=timedelta(minutes=5), task="cache.refresh", payload={"all": True})
-        """
-        refuse_unknown(options, ScheduleOptions, "App.periodic")
-
-        def declare(target: str | Task) -> Periodic:
-            task_name = target.name if isinstance(target, Task) else target
-            payload, name = options.get("payload"), options.get("name")
-            # The task's defaults (queue, attempts) and the payload checked as enqueue checks them.
-            job: JobOptions = {
-                "queue": options.get("queue"),
-                "priority": options.get("priority", 0),
-                "max_attempts": options.get("max_attempts"),
-            }
-            prepared = self._prepare_one(task_name, payload, job, "periodic")
-            schedule = Periodic(
-                name if name is not None else task_name,
-                task_name,
-                payload or {},
-                cron=cron,
-                every=options.get("every"),
-                timezone=options.get("timezone", DEFAULT_TIMEZONE),
-                catch_up=options.get("catch_up", DEFAULT_CATCH_UP),
-                queue=prepared.queue,
-                priority=prepared.priority,
-                max_attempts=prepared.max_attempts,
-            )
-            if schedule.name in self._periodics:
-                raise ConfigurationError(
-                    f"a schedule named {schedule.name!r} is already declared; give each "
-                    "schedule of a task its own name=",
-                    field="name",
-                )
-            self._periodics[schedule.name] = schedule
-            return schedule
-
-        if task is not None:
-            return declare(task)
-
-        def decorate(target: Task | Callable[..., Any]) -> Task:
-            if not isinstance(target, Task):
-                target = self.task(target)
-            declare(target)
-            return target
-
-        return decorate
-
     def pause_queue(self, name: str, *, reason: str | None = None) -> queues.Change:
         """Pause queue ``name``: no worker claims its jobs from its next claim on (they stay
         ready); running jobs finish. See ``pgjobs.queues.pause``.
@@ -351,14 +141,6 @@ class App:
         Example: ``app.limit_queue("emails", concurrency=10, rate="100/s")``
         """
         return self._on_pool(queues.limit, name, concurrency=concurrency, rate=rate)
-
-    def _register(self, task: Task) -> Task:
-        if task.name in self._tasks:
-            raise ConfigurationError(
-                f"a task named {task.name!r} is already registered", field="task"
-            )
-        self._tasks[task.name] = task
-        return task
 
     def enqueue(
         self,
@@ -401,24 +183,12 @@ class App:
         row = self._prepare_one(task, payload, options, "enqueue_async")
         return (await self._insert_async([row], connection))[0]
 
-    def _prepare_one(
-        self, task: str | Task, payload: dict[str, Any] | None, options: JobOptions, caller: str
-    ) -> producer.PreparedJob:
-        """The job ``enqueue`` and ``enqueue_async`` (the ``caller``) write: their arguments as
-        a ``JobSpec``, prepared."""
-        try:
-            spec = JobSpec(task.name if isinstance(task, Task) else task, payload, **options)
-        except TypeError:  # an unknown option: named as Python names an unknown argument
-            refuse_unknown(options, JobOptions, f"App.{caller}")
-            raise
-        return producer.prepare(spec, self._tasks if self._check_task_names else None)
-
     def enqueue_many(self, jobs: Iterable[JobSpec], *, connection: Any = None) -> list[int]:
         """Enqueue many jobs in one statement; returns their ids in order. All or nothing.
 
         Example: ``app.enqueue_many(JobSpec("resize", {"image": n}) for n in range(1000))``
         """
-        rows = producer.prepare_many(jobs, self._tasks if self._check_task_names else None)
+        rows = producer.prepare_many(jobs, self._known_tasks)
         return self._insert(rows, connection)
 
     async def enqueue_many_async(
@@ -428,7 +198,7 @@ class App:
 
         Example: ``await app.enqueue_many_async(JobSpec("resize", {"image": n}) for n in ids)``
         """
-        rows = producer.prepare_many(jobs, self._tasks if self._check_task_names else None)
+        rows = producer.prepare_many(jobs, self._known_tasks)
         return await self._insert_async(rows, connection)
 
     async def _insert_async(self, rows: list[producer.PreparedJob], connection: Any) -> list[int]:
