@@ -7,5 +7,6 @@ COPY pgjobs ./pgjobs
 COPY examples ./examples
 RUN pip install --no-cache-dir ".[web]" && useradd --create-home pgjobs
 USER pgjobs
-EXPOSE 8080
+# 8080: `pgjobs serve`; 9090: a worker's /healthz, /readyz, /stats and /metrics (`--http` or $PORT).
+EXPOSE 8080 9090
 ENTRYPOINT ["pgjobs"]

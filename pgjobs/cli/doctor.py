@@ -9,8 +9,10 @@ from typing import Annotated
 import typer
 
 from pgjobs import doctor
+from pgjobs.cli import pooler as cli_pooler
 from pgjobs.cli import render
 from pgjobs.cli.options import DsnOption, JsonFlag, database
+from pgjobs.cli.pooler import PoolerOption
 
 
 def doctor_command(
@@ -35,9 +37,12 @@ def doctor_command(
             show_default=False,
         ),
     ] = None,
+    pooler: PoolerOption = None,
 ) -> None:
     """Check the database for what pgjobs needs: schema, autovacuum, vacuum held back, NOTIFY
     queue, poolers, connection budget, archive partitions, stale workers and orphaned leases."""
+    # Checked as the workers and `pgjobs serve` would run: --pooler, else $PGJOBS_POOLER.
+    cli_pooler.apply(pooler, None)
     plan = doctor.Plan(workers=workers, connections_per_worker=connections_per_worker)
     resolved = database(dsn)
     report = doctor.diagnose(resolved, plan=plan)

@@ -313,8 +313,8 @@ def test_migrate_and_prune_refuse_the_transaction_mode(pooled_env: dict[str, str
         assert "transaction-mode pooler" in line and "direct DSN" in line
 
 
-def _pooler_check(env: dict[str, str]) -> dict[str, Any]:
-    done = run_pgjobs(env, "doctor", "--json")
+def _pooler_check(env: dict[str, str], *args: str) -> dict[str, Any]:
+    done = run_pgjobs(env, "doctor", "--json", *args)
     report = json.loads(done.stdout)
     check: dict[str, Any] = next(c for c in report["checks"] if c["name"] == "pooler")
     return check
@@ -329,6 +329,8 @@ def test_doctor_detects_pgbouncer_and_names_the_mode(
     assert "transaction-mode pooler" in found["message"]
     assert "PGJOBS_POOLER=transaction" in found["fix"]
     assert _pooler_check(pooled_env)["status"] == "pass"
+    # The option as the workers take it, without the variable.
+    assert _pooler_check(unset, "--pooler", "transaction")["status"] == "pass"
     # Set where no pooler is: a warning, and no harm.
     direct = _pooler_check({**subprocess_env, "PGJOBS_POOLER": "transaction"})
     assert direct["status"] == "warn", direct
