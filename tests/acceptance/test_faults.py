@@ -146,8 +146,15 @@ def test_terminating_every_connection_while_jobs_flow(runs, dsn, worker):
     jobs = 10_000
     first = enqueue(dsn.url, "fault.work", [{"key": n} for n in range(jobs // 2)])
     workers = [worker("--concurrency", "8") for _ in range(2)]
+    # Both workers past their start before a connection is cut: a worker whose start-up check is
+    # refused exits (for its supervisor to restart it); this test is about running workers.
     wait_until(
-        lambda: count(runs, "archived_jobs") >= 500, timeout=60, what="jobs flowing", procs=workers
+        lambda: (
+            count(runs, "archived_jobs") >= 500 and all(registered(runs, w.pid) for w in workers)
+        ),
+        timeout=60,
+        what="jobs flowing through both workers",
+        procs=workers,
     )
     terminated = 0
     refused_enqueues = 0
@@ -211,10 +218,16 @@ def test_server_restart_mid_run(private_server, worker):
         jobs = 3000
         ids = enqueue(dsn.url, "fault.work", [{"key": n, "sleep": 0.002} for n in range(jobs)])
         workers = [worker("--concurrency", "8", env=pgjobs_env(dsn.url)) for _ in range(2)]
+        # Both workers past their start: one still starting when the server goes down exits with
+        # "cannot reach the database" (its start-up check, for its supervisor to restart it);
+        # this test is about workers that were running.
         wait_until(
-            lambda: count(conn, "archived_jobs") >= 300,
+            lambda: (
+                count(conn, "archived_jobs") >= 300
+                and all(registered(conn, w.pid) for w in workers)
+            ),
             timeout=60,
-            what="jobs flowing",
+            what="jobs flowing through both workers",
             procs=workers,
         )
     # pg_ctl is generated at import time, so it is looked up rather than imported by name.
