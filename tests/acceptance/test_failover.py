@@ -120,6 +120,11 @@ def read_runs(path: Path) -> Counter[tuple[str, int]]:
     return runs
 
 
+def _registered(conn: psycopg.Connection[Any]) -> int:
+    """How many workers have registered themselves (each does once past its start)."""
+    return int(scalar(conn, "SELECT count(*) FROM pgjobs_workers"))
+
+
 def first_finish_after(conn: psycopg.Connection[Any], moment: float) -> float | None:
     """Seconds from ``moment`` (epoch) to the first job a worker finished after it, if any."""
     row = conn.execute(
@@ -148,10 +153,16 @@ def fail_over(pair: Pair, runs_file: Path) -> Failover:
         ]
         producer = stack.enter_context(producing(dsn))
         with pair.primary.connect() as conn:
+            # Both workers past their start: one still starting when the primary stops exits
+            # with "cannot reach the database" (its start-up check); the test is about running
+            # workers riding out the failover.
             wait_until(
-                lambda: count(conn, "archived_jobs") >= FINISHED_BEFORE_CRASH,
+                lambda: (
+                    count(conn, "archived_jobs") >= FINISHED_BEFORE_CRASH
+                    and _registered(conn) == len(workers)
+                ),
                 timeout=60,
-                what=f"{FINISHED_BEFORE_CRASH} jobs finished",
+                what=f"{FINISHED_BEFORE_CRASH} jobs finished and both workers registered",
                 procs=workers,
             )
         pair.primary.stop(immediate=True)
