@@ -28,24 +28,8 @@ class Dashboard:
     """The dashboard of one server: its frame (where it reads, who may look, its templates) and
     its pages."""
 
-    def __init__(
-        self,
-        connection: ConnectionSource,
-        *,
-        reading: ConnectionSource | None = None,
-        tokens: Tokens,
-        insecure_no_auth: bool = False,
-        sessions: Sessions | None = None,
-        throttle: SignInThrottle | None = None,
-    ) -> None:
-        self.frame = Frame(
-            connection,
-            reading=reading,
-            tokens=tokens,
-            insecure_no_auth=insecure_no_auth,
-            sessions=sessions,
-            throttle=throttle,
-        )
+    def __init__(self, frame: Frame) -> None:
+        self.frame = frame
         self.dead = DeadPages(self.frame)
         self.pages = (
             OverviewPages(self.frame),
@@ -97,11 +81,12 @@ def dashboard_router(
 
         api.include_router(dashboard_router(lambda: db.pooled(pool, dsn), tokens=tokens))
     """
-    return Dashboard(
+    frame = Frame(
         connection,
         reading=reading,
         tokens=tokens,
         insecure_no_auth=insecure_no_auth,
         sessions=sessions,
         throttle=throttle,
-    ).router()
+    )
+    return Dashboard(frame).router()
