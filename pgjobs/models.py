@@ -114,6 +114,10 @@ class Job(NamedTuple):
     payload_version: int | None = None
     #: The enqueuing span's W3C trace context (``traceparent``, ``tracestate``), or None.
     trace_context: dict[str, str] | None = None
+    #: The group it belongs to (``enqueue(..., group=...)``), or None.
+    group_key: str | None = None
+    #: The unique key it was enqueued with (``enqueue(..., unique_key=...)``), or None.
+    unique_key: str | None = None
 
     @property
     def is_last_attempt(self) -> bool:

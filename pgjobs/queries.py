@@ -25,7 +25,7 @@ LISTEN_JOBS = f'LISTEN "{NOTIFY_CHANNEL}"'
 JOB_COLUMNS = (
     "id, queue, task, payload, priority, run_at, attempts, max_attempts, lease_owner, "
     "lease_expires_at, last_error, created_at, expires_at, idempotency_key, payload_version, "
-    "trace_context"
+    "trace_context, group_key, unique_key"
 )
 
 # Columns the three tables share, copied as-is when a row moves between them (the redrive record,
@@ -34,7 +34,7 @@ JOB_COLUMNS = (
 _MOVED_COLUMNS = (
     "id, queue, task, payload, priority, run_at, attempts, max_attempts, "
     "created_at, expires_at, idempotency_key, redrive_count, redriven_at, replay_of, started_at, "
-    "payload_version, trace_context"
+    "payload_version, trace_context, group_key, unique_key"
 )
 
 # _MOVED_COLUMNS as a row enters dead_letter: a task name too long for the (task, failed_at)

@@ -71,6 +71,14 @@ def _operations_columns(table: str) -> tuple[SchemaItem, ...]:
         # The enqueuing span's W3C trace context (traceparent, tracestate) when the producer
         # traces with OpenTelemetry; the worker's span for the job is its child. Migration 0007.
         Column("trace_context", JSONB),
+        # The group the job belongs to (a tenant, a customer: ``enqueue(..., group=...)``): a task
+        # or queue may limit how many of one group's jobs run at once, and claims take turns
+        # between groups. NULL: no group. Migration 0011.
+        Column("group_key", Text),
+        # The unique key it was enqueued with (``enqueue(..., unique_key=...)``): while the job
+        # has not started, a second enqueue of the task with the key keeps, replaces or debounces
+        # it instead of adding a job. Migration 0011.
+        Column("unique_key", Text),
     )
 
 
@@ -110,14 +118,56 @@ queued_jobs = Table(
     Column("external_attempt", Integer),
     CheckConstraint("max_attempts >= 1", name="max_attempts_positive"),
     CheckConstraint("attempts >= 0", name="attempts_not_negative"),
-    # The claim: ready rows of a queue in priority, then run_at, order.
+    # Where values enter, pgjobs refuses the same (submission.check_key); these hold for SQL
+    # written by hand too. Migration 0011 (NOT VALID, then VALIDATE).
+    CheckConstraint("group_key <> '' AND octet_length(group_key) <= 512", name="group_key_size"),
+    CheckConstraint("unique_key <> '' AND octet_length(unique_key) <= 512", name="unique_key_size"),
+    # The claim: ready rows of a queue in priority, then run_at, order; jobs of a group are
+    # claimed from their group's range instead (below).
     Index(
         "ix_queued_jobs_claim",
         "queue",
         text("priority DESC"),
         "run_at",
         "id",
-        postgresql_where=text("lease_expires_at IS NULL AND limit_key IS NULL"),
+        postgresql_where=text(
+            "lease_expires_at IS NULL AND limit_key IS NULL AND group_key IS NULL"
+        ),
+    ),
+    # The claim of a group's jobs: its ready rows, per queue, in claim order. Migration 0011.
+    Index(
+        "ix_queued_jobs_group_ready",
+        "queue",
+        "group_key",
+        text("priority DESC"),
+        "run_at",
+        "id",
+        postgresql_where=text("lease_expires_at IS NULL AND group_key IS NOT NULL"),
+    ),
+    # A group's running jobs, by task, counted against its group concurrency by each claim.
+    Index(
+        "ix_queued_jobs_group_leased",
+        "queue",
+        "group_key",
+        "task",
+        postgresql_where=text("lease_expires_at IS NOT NULL AND group_key IS NOT NULL"),
+    ),
+    # An ordered task's jobs of one group in enqueue order: the claim takes a group's oldest.
+    Index(
+        "ix_queued_jobs_group_order",
+        "queue",
+        "group_key",
+        "task",
+        "id",
+        postgresql_where=text("group_key IS NOT NULL"),
+    ),
+    # A unique key covers the task's jobs that have not started: at most one of them per key.
+    Index(
+        "uq_queued_jobs_unique_key",
+        "task",
+        "unique_key",
+        unique=True,
+        postgresql_where=text("unique_key IS NOT NULL AND started_at IS NULL"),
     ),
     # The claim of a limited task: its ready rows held back, per queue, in the same order.
     Index(
@@ -239,6 +289,13 @@ dead_letter = Table(
         "idempotency_key",
         postgresql_where=text("idempotency_key IS NOT NULL"),
     ),
+    # An ordered task declared ``ordered="hold"``: a dead job holds its group. Migration 0011.
+    Index(
+        "ix_dead_letter_group_key_task",
+        "group_key",
+        "task",
+        postgresql_where=text("group_key IS NOT NULL"),
+    ),
 )
 
 # Worker processes, registered at start, refreshed by a heartbeat, removed at a clean exit (or by
@@ -277,7 +334,11 @@ pgjobs_queues = Table(
     Column("concurrency", Integer),
     Column("rate_jobs", Integer),
     Column("rate_seconds", Float),
+    # `pgjobs queue limit --group-concurrency`: the most jobs of one group of the queue leased
+    # at once (NULL: no limit). Migration 0011.
+    Column("group_concurrency", Integer),
     CheckConstraint("concurrency >= 1", name="concurrency_positive"),
+    CheckConstraint("group_concurrency >= 1", name="group_concurrency_positive"),
     CheckConstraint(
         "(rate_jobs IS NULL) = (rate_seconds IS NULL) AND rate_jobs >= 1 AND rate_seconds > 0",
         name="rate_complete",
@@ -304,6 +365,43 @@ pgjobs_limit_states = Table(
     # When a claim last started jobs under the limit.
     Column("last_claim_at", DateTime(timezone=True)),
     CheckConstraint("kind IN ('task', 'queue')", name="kind"),
+)
+
+# The groups that have jobs in a queue, one row per (queue, group), written by every enqueue of a
+# job with a group (so that a claim that counted the group's running jobs in an older snapshot
+# sees a newer version) and by every claim that starts jobs of the group. A claim takes turns
+# between groups by last_claim_at (oldest first), locks the rows of the groups it may take jobs
+# from (FOR UPDATE SKIP LOCKED) and trusts a group's count of running jobs only when the row it
+# locked is the version its snapshot sees, as for pgjobs_limit_states. Rows of groups that have
+# had no job for a while are removed by the maintenance services. Migration 0011.
+pgjobs_group_states = Table(
+    "pgjobs_group_states",
+    metadata,
+    Column("queue", Text, primary_key=True),
+    Column("group_key", Text, primary_key=True),
+    # When a claim last started jobs of the group (-infinity: never): the claim's turn order.
+    Column(
+        "last_claim_at",
+        DateTime(timezone=True),
+        nullable=False,
+        server_default=text("'-infinity'"),
+    ),
+    # When an enqueue last added a job to the group.
+    Column("touched_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Index("ix_pgjobs_group_states_queue_last_claim_at", "queue", "last_claim_at"),
+)
+
+# Unique keys of tasks declared with a throttle: the job that last took the key, whose start
+# opens the next window. Migration 0011.
+pgjobs_throttles = Table(
+    "pgjobs_throttles",
+    metadata,
+    Column("task", Text, primary_key=True),
+    Column("unique_key", Text, primary_key=True),
+    Column("job_id", BigInteger, nullable=False),
+    # When the latest job of the key may start at the earliest.
+    Column("window_start_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
 )
 
 # Periodic schedules (`@app.periodic`), one row per schedule name, written by the scheduler of

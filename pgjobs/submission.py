@@ -140,10 +140,10 @@ def _describe(char: str) -> str:
     return f"{kind} U+{ord(char):04X}" + (f" ({name})" if name else "")
 
 
-def check_key(key: object) -> str:
-    """Refuse an idempotency key that is not a non-empty string of valid UTF-8, at most
-    ``MAX_KEY_BYTES`` bytes long, of visible characters (``check_visible``) without a space at
-    either end, in Unicode's composed form (NFC).
+def check_key(key: object, field: str = "idempotency_key") -> str:
+    """Refuse a key (``field``: an idempotency key, a group, a unique key) that is not a
+    non-empty string of valid UTF-8, at most ``MAX_KEY_BYTES`` bytes long, of visible characters
+    (``check_visible``) without a space at either end, in Unicode's composed form (NFC).
 
     A key is the caller's value: it is stored and compared exactly as given, never rewritten
     (the caller may hold it and look the job up by it). So a key that is not in NFC is refused
@@ -151,41 +151,56 @@ def check_key(key: object) -> str:
 
     Example: ``check_key("order-42")`` returns ``"order-42"``.
     """
-    field = "idempotency_key"
     if not isinstance(key, str) or not key:
-        raise ConfigurationError("idempotency_key must be a non-empty string", field=field)
+        raise ConfigurationError(f"{field} must be a non-empty string", field=field)
     try:
         size = len(key.encode())
     except UnicodeEncodeError:
         raise ConfigurationError(
-            "idempotency_key holds a lone surrogate, which is not valid UTF-8; use text",
-            field="idempotency_key",
+            f"{field} holds a lone surrogate, which is not valid UTF-8; use text",
+            field=field,
         ) from None
     if size > MAX_KEY_BYTES:
         raise ConfigurationError(
-            f"idempotency_key is {size:,} bytes long; the limit is {MAX_KEY_BYTES} "
-            "(hash a longer key)",
-            field="idempotency_key",
+            f"{field} is {size:,} bytes long; the limit is {MAX_KEY_BYTES} (hash a longer key)",
+            field=field,
         )
     if "\x00" in key:
         raise ConfigurationError(
-            "idempotency_key holds a NUL character, which PostgreSQL refuses", field=field
+            f"{field} holds a NUL character, which PostgreSQL refuses", field=field
         )
     if not key.isascii() or not key.isprintable():
-        check_visible("idempotency_key", key, field=field)
+        check_visible(field, key, field=field)
     if key[0] == " " or key[-1] == " ":
         raise ConfigurationError(
-            f"idempotency_key {key!r} begins or ends with a space, which cannot be seen; remove it",
+            f"{field} {key!r} begins or ends with a space, which cannot be seen; remove it",
             field=field,
         )
     if not key.isascii() and not unicodedata.is_normalized("NFC", key):
         raise ConfigurationError(
-            f"idempotency_key {ascii(key)[:80]} is not in Unicode's composed form (NFC): a key "
+            f"{field} {ascii(key)[:80]} is not in Unicode's composed form (NFC): a key "
             "that looks the same in NFC would be another key; normalise it "
             "(unicodedata.normalize('NFC', key)) or hash it",
             field=field,
         )
     return key
+
+
+#: What a second enqueue with a unique key does to the job not started yet that holds the key.
+ON_CONFLICT = ("keep", "replace", "debounce")
+
+
+def check_on_conflict(on_conflict: object) -> str:
+    """Refuse an ``on_conflict`` that is not one of ``ON_CONFLICT``.
+
+    Example: ``check_on_conflict("replace")`` returns ``"replace"``.
+    """
+    if on_conflict not in ON_CONFLICT:
+        raise ConfigurationError(
+            f"on_conflict must be one of {', '.join(ON_CONFLICT)}, not {on_conflict!r}",
+            field="on_conflict",
+        )
+    return str(on_conflict)
 
 
 def check_max_attempts(max_attempts: int) -> None:
@@ -322,6 +337,15 @@ class JobSpec(NamedTuple):
     expires_at: datetime | None = None
     expires_in: float | timedelta | None = None
     idempotency_key: str | None = None
+    #: The group it belongs to (a tenant, a customer): see the task's ``group_concurrency``.
+    group: str | None = None
+    #: While a job of the task with this key has not started, a second enqueue with it does
+    #: what ``on_conflict`` says instead of adding a job.
+    unique_key: str | None = None
+    #: ``"keep"`` (the default), ``"replace"`` or ``"debounce"``; only with ``unique_key``.
+    on_conflict: str | None = None
+    #: Seconds a debounced job waits after the latest enqueue (default: the task's ``debounce``).
+    debounce: float | None = None
 
 
 class JobOptions(TypedDict, total=False):
@@ -336,3 +360,7 @@ class JobOptions(TypedDict, total=False):
     expires_at: datetime | None
     expires_in: float | timedelta | None
     idempotency_key: str | None
+    group: str | None
+    unique_key: str | None
+    on_conflict: str | None
+    debounce: float | None

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, Unpack
 
-from pgjobs.errors import NonRetryableError
+from pgjobs.errors import ConfigurationError, NonRetryableError
 from pgjobs.payloads import (
     PayloadModel,
     PayloadProblem,
@@ -52,6 +52,14 @@ class TaskOptions(TypedDict, total=False):
     concurrency: int | None
     #: The most starts per period, ``"100/s"`` (None: no limit).
     rate: str | Rate | None
+    #: The most jobs of the task with the same group running at once (None: no limit).
+    group_concurrency: int | None
+    #: One job of a group at a time, in enqueue order; ``"hold"``: a dead job holds the group.
+    ordered: bool | str
+    #: Seconds a unique job debounced by a later enqueue waits after it (None: 0).
+    debounce: float | None
+    #: At most one job per unique key starts per so many seconds (None: no throttle).
+    throttle: float | None
 
 
 class HandlerOptions(TaskOptions, total=False):
@@ -102,6 +110,15 @@ class Task:
     concurrency: int | None = None
     #: At most so many starts of this task's jobs per period across every worker; None: no limit.
     rate: Rate | None = None
+    #: The most jobs of this task with the same group leased at once (None: no limit).
+    group_concurrency: int | None = None
+    #: False, True (one job per group at a time, in enqueue order; a dead job releases its
+    #: group) or "hold" (a dead job holds its group until it is redriven or purged).
+    ordered: bool | str = False
+    #: Seconds a unique job waits after the enqueue that debounced it (``on_conflict="debounce"``).
+    debounce: float | None = None
+    #: Seconds: at most one job per unique key starts per window.
+    throttle: float | None = None
     is_async: bool = False
     signature: inspect.Signature | None = None
     #: Set for an external task: its jobs are delivered over HTTP, not run by ``fn``.
@@ -128,6 +145,11 @@ class Task:
     def limited(self) -> bool:
         """The task has a concurrency limit or a rate: its jobs are claimed under them."""
         return self.concurrency is not None or self.rate is not None
+
+    @property
+    def grouped(self) -> bool:
+        """The task limits or orders the jobs of each group."""
+        return self.group_concurrency is not None or self.ordered is not False
 
     def check_payload(self, payload: Any) -> str | None:
         """Why ``payload`` cannot be this handler's keyword arguments (or its model), with the
@@ -249,6 +271,15 @@ def make_task(
     if concurrency is not None:
         check_limit("concurrency", concurrency)
     rate = options.get("rate")
+    group_concurrency, ordered = check_grouping(
+        task_name, options.get("group_concurrency"), options.get("ordered", False)
+    )
+    debounce = options.get("debounce")
+    if debounce is not None:
+        debounce = check_seconds("debounce", debounce)
+    throttle = options.get("throttle")
+    if throttle is not None:
+        throttle = check_seconds("throttle", throttle, positive=True)
     signature: inspect.Signature | None = None
     types_: PayloadTypes | None = None
     model: PayloadModel | None = None
@@ -274,6 +305,10 @@ def make_task(
         timeout=timeout,
         concurrency=concurrency,
         rate=None if rate is None else Rate.parse(rate),
+        group_concurrency=group_concurrency,
+        ordered=ordered,
+        debounce=debounce,
+        throttle=throttle,
         is_async=external is None and inspect.iscoroutinefunction(fn),
         signature=signature,
         external=external,
@@ -282,6 +317,29 @@ def make_task(
         types=types_,
         model=model,
     )
+
+
+def check_grouping(
+    task: str, group_concurrency: object, ordered: object
+) -> tuple[int | None, bool | str]:
+    """Refuse a ``group_concurrency`` below 1, an ``ordered`` that is not True, False or
+    ``"hold"``, and an ordered task that would run more than one job of a group at once.
+
+    Example: ``check_grouping("t", 2, False)`` returns ``(2, False)``.
+    """
+    if group_concurrency is not None:
+        group_concurrency = check_limit("group_concurrency", group_concurrency)
+    if ordered not in (True, False, "hold") or not isinstance(ordered, bool | str):
+        raise ConfigurationError(
+            f"ordered must be True, False or 'hold', not {ordered!r}", field="ordered"
+        )
+    if ordered is not False and group_concurrency is not None and group_concurrency > 1:
+        raise ConfigurationError(
+            f"task {task!r} is ordered, which runs one job of a group at a time: "
+            f"group_concurrency={group_concurrency} contradicts it (leave it out, or set 1)",
+            field="group_concurrency",
+        )
+    return group_concurrency, ordered
 
 
 def refuse_unknown(options: Mapping[str, object], kind: type, where: str) -> None:
