@@ -22,6 +22,7 @@ from benchmarks import (
     api,
     dashboard,
     enqueue,
+    groups,
     growth,
     harness,
     latency,
@@ -53,6 +54,7 @@ GROUPS: dict[str, tuple[str, Callable[[Context], list[Row]]]] = {
     "limits": ("j", limits.run),  # issue 14: a task at its limit beside the queue's other jobs
     "supervise": ("k", supervise.run),  # issue 16: --processes start-up, burst exit
     "pooler": ("l", pooler.run),  # issue 25: through PgBouncer in transaction mode
+    "groups": ("m", groups.run),  # issue 26: a limit per group, turns between groups
 }
 #: Environment variable naming the server to benchmark on (before pgjobs' own variables).
 ENV_DSN = "PGJOBS_BENCH_DSN"
@@ -75,7 +77,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         action="append",
         metavar="NAME",
         help=f"run only this group (repeatable, or comma-separated): {', '.join(GROUPS)} "
-        "(or their letters a-l)",
+        "(or their letters a-m)",
     )
     parser.add_argument(
         "--repeats",

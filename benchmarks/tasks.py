@@ -69,3 +69,18 @@ LIMITED_CONCURRENCY = 2
 async def limited(seconds: float = 1.0) -> None:
     """Holds one of its LIMITED_CONCURRENCY slots for ``seconds``."""
     await asyncio.sleep(seconds)
+
+
+#: The benchmark app of group m (``python -m benchmarks --only groups``): ``bench.noop`` (no
+#: limit per group) and ``bench.grouped``, which runs at most GROUP_CONCURRENCY jobs of a group at
+#: once across every worker.
+grouped_app = pgjobs.App()
+grouped_app.task(name="bench.noop", queue=QUEUE)(noop.fn)
+
+#: Jobs of one group of ``bench.grouped`` running at once, across every worker.
+GROUP_CONCURRENCY = 1
+
+
+@grouped_app.task(name="bench.grouped", queue=QUEUE, group_concurrency=GROUP_CONCURRENCY)
+async def grouped(**_: Any) -> None:
+    """Does nothing, at most GROUP_CONCURRENCY at a time per group."""

@@ -1,0 +1,279 @@
+"""Group m: jobs of many groups under a limit per group, and how soon a new group's first job
+starts beside a group that holds a huge backlog.
+
+Throughput: 1,000 groups of 20 no-op jobs of ``bench.grouped`` (``group_concurrency=1``: one job
+of a group running at a time, across every worker), enqueued group after group, processed by four
+`pgjobs work` processes; beside it, in the same run, the same 20,000 jobs of the same task
+enqueued without a group. The runs alternate, so that drift on a shared machine falls on both.
+Throughput is read from ``finished_at`` as in group b.
+
+Fairness: one group holds 50,000 ready no-op jobs of ``bench.noop`` (no limit per group: alone,
+it could fill every slot). Once the four workers are taking them, N other groups get one job
+each, one ``app.enqueue`` each. The figure is the wait of those jobs, ``started_at - run_at`` in
+``archived_jobs`` (both from the database's clock), p50 and p99. Beside it, the same without
+groups: the N jobs then wait behind what is left of the backlog.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from benchmarks import QUEUE, harness
+from benchmarks.harness import BenchmarkError, Context, Proc, say
+from benchmarks.report import Figure, Row, ratio_target
+from benchmarks.tasks import GROUP_CONCURRENCY, grouped_app
+from pgjobs import JobSpec
+
+#: `pgjobs work` processes, and the --concurrency of each.
+PROCESSES = 4
+CONCURRENCY = 32
+#: The share of the throughput without groups that grouped jobs keep (the issue's target).
+GOAL = 0.80
+APP = "benchmarks.tasks:grouped_app"
+#: The group that holds the fairness run's backlog.
+BIG_GROUP = "big"
+#: Jobs per enqueue_many call of a fill.
+CHUNK = 5_000
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    """How big group m's runs are (``Sizes.of(ctx)``: smaller with --quick)."""
+
+    groups: int
+    per_group: int
+    backlog: int
+    newcomers: int
+
+    @classmethod
+    def of(cls, ctx: Context) -> Sizes:
+        return cls(
+            groups=ctx.size(1_000, 500),
+            per_group=ctx.size(20, 10),
+            backlog=ctx.size(50_000, 20_000),
+            newcomers=ctx.size(200, 50),
+        )
+
+
+def workload(groups: int, per_group: int, *, grouped: bool) -> Iterator[JobSpec]:
+    """The throughput run's jobs of ``bench.grouped``: ``per_group`` jobs of each of ``groups``
+    groups, group after group (a tenant's burst at a time); without ``grouped``, the same jobs
+    with no group."""
+    for n in range(groups):
+        group = f"customer-{n}" if grouped else None
+        for _ in range(per_group):
+            yield JobSpec("bench.grouped", {}, queue=QUEUE, group=group)
+
+
+def backlog(jobs: int, *, grouped: bool) -> Iterator[JobSpec]:
+    """The fairness run's backlog: ``jobs`` no-op jobs of one group (of none, without
+    ``grouped``)."""
+    group = BIG_GROUP if grouped else None
+    for _ in range(jobs):
+        yield JobSpec("bench.noop", {}, queue=QUEUE, group=group)
+
+
+def _fill(ctx: Context, specs: Iterator[JobSpec]) -> int:
+    """Enqueue ``specs`` through the app (which writes each group's row), in chunks; returns a
+    marker: every job enqueued from now on has a larger id."""
+    db = ctx.db
+    marker = int(db.scalar("SELECT nextval(pg_get_serial_sequence('queued_jobs', 'id'))"))
+    chunk: list[JobSpec] = []
+    for spec in specs:
+        chunk.append(spec)
+        if len(chunk) == CHUNK:
+            grouped_app.enqueue_many(chunk)
+            chunk = []
+    if chunk:
+        grouped_app.enqueue_many(chunk)
+    db.vacuum("queued_jobs")
+    return marker
+
+
+def _start_workers(ctx: Context) -> list[Proc]:
+    command = harness.pgjobs_worker(ctx.db.url, CONCURRENCY, burst=False, app=APP)
+    return [ctx.procs.start(command) for _ in range(PROCESSES)]
+
+
+def _stop_workers(workers: list[Proc]) -> None:
+    """SIGTERM (a graceful stop), then wait for each; a worker that failed fails the run."""
+    for worker in workers:
+        worker.terminate()
+    for worker in workers:
+        worker.wait(60)
+
+
+def _check_groups(ctx: Context, marker: int, expected: int) -> None:
+    """The jobs were stored with their groups (a release whose enqueue drops the group would
+    measure plain jobs twice)."""
+    found = int(
+        ctx.db.scalar(
+            "SELECT count(DISTINCT group_key) FROM archived_jobs WHERE id > %s", (marker,)
+        )
+    )
+    if found != expected:
+        raise BenchmarkError(f"the jobs were archived with {found} groups, not {expected}")
+
+
+def throughput_once(ctx: Context, sizes: Sizes, *, grouped: bool) -> float:
+    """Jobs/s of the four workers over the processing window, with or without groups."""
+    db = ctx.db
+    db.reset()
+    jobs = sizes.groups * sizes.per_group
+    marker = _fill(ctx, workload(sizes.groups, sizes.per_group, grouped=grouped))
+    workers = _start_workers(ctx)
+    deadline = time.monotonic() + 120 + jobs / 300
+    try:
+        harness.wait_until(
+            lambda: db.queue_drained() or any(w.poll() is not None for w in workers),
+            deadline - time.monotonic(),
+            "the workers to drain the queue",
+            every=0.1,
+        )
+    finally:
+        _stop_workers(workers)
+    window = db.archived_window(marker)
+    if window.count != jobs:
+        raise BenchmarkError(f"{window.count} of {jobs} jobs archived: {workers[0].describe()}")
+    if grouped:
+        _check_groups(ctx, marker, sizes.groups)
+    return window.rate
+
+
+def _percentile(values: list[float], q: int) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+
+
+@dataclass(frozen=True, slots=True)
+class Waits:
+    """One fairness run: the newcomers' waits (ms), and the backlog's jobs still ready when the
+    last newcomer was enqueued (the backlog must outlast the enqueues for the run to mean
+    anything)."""
+
+    waits: list[float]
+    backlog_left: int
+
+
+def fairness_once(ctx: Context, sizes: Sizes, *, grouped: bool) -> Waits:
+    """The waits of N newcomers' jobs enqueued while the workers work through the backlog."""
+    db = ctx.db
+    db.reset()
+    marker = _fill(ctx, backlog(sizes.backlog, grouped=grouped))
+    workers = _start_workers(ctx)
+    ids: list[int] = []
+    try:
+        harness.wait_until(
+            lambda: bool(db.scalar("SELECT count(*) >= 500 FROM archived_jobs")),
+            60,
+            "the workers to start on the backlog",
+        )
+        for n in range(sizes.newcomers):
+            group = f"newcomer-{n}" if grouped else None
+            ids.append(grouped_app.enqueue("bench.noop", {}, queue=QUEUE, group=group))
+        left = int(
+            db.scalar(
+                "SELECT count(*) FROM queued_jobs WHERE id > %s AND id < %s "
+                "AND lease_expires_at IS NULL",
+                (marker, ids[0]),
+            )
+        )
+        harness.wait_until(
+            lambda: (
+                db.scalar("SELECT count(*) FROM archived_jobs WHERE id = ANY(%s)", (ids,))
+                == len(ids)
+            ),
+            120,
+            "every newcomer's job to finish",
+            every=0.1,
+        )
+    finally:
+        _stop_workers(workers)  # what is left of the backlog is not timed
+    rows = db.conn.execute(
+        "SELECT extract(epoch FROM started_at - run_at)::float8 * 1000, group_key "
+        "FROM archived_jobs WHERE id = ANY(%s)",
+        (ids,),
+    ).fetchall()
+    if grouped and any(group is None for _, group in rows):
+        raise BenchmarkError("the newcomers' jobs were archived without their groups")
+    return Waits([float(wait) for wait, _ in rows], left)
+
+
+def run(ctx: Context) -> list[Row]:
+    sizes = Sizes.of(ctx)
+    grouped_app.bind(ctx.db.dsn)
+    try:
+        return [_throughput_row(ctx, sizes), *_fairness_rows(ctx, sizes)]
+    finally:
+        grouped_app.close()
+
+
+def _throughput_row(ctx: Context, sizes: Sizes) -> Row:
+    plain: list[float] = []
+    grouped: list[float] = []
+    for _ in range(ctx.repeats):
+        grouped.append(throughput_once(ctx, sizes, grouped=True))
+        say(f"  {sizes.groups:,} groups x {sizes.per_group}: {grouped[-1]:,.0f} jobs/s")
+        plain.append(throughput_once(ctx, sizes, grouped=False))
+        say(f"  the same jobs without groups: {plain[-1]:,.0f} jobs/s")
+    figure = Figure("jobs/s", grouped)
+    reference = Figure("jobs/s", plain)
+    jobs = sizes.groups * sizes.per_group
+    return Row(
+        "groups",
+        f"{sizes.groups:,} groups x {sizes.per_group} no-op jobs, "
+        f"group_concurrency={GROUP_CONCURRENCY}; {PROCESSES} processes --concurrency "
+        f"{CONCURRENCY} each",
+        figure,
+        reference,
+        f"the same {jobs:,} jobs of the same task without a group",
+        ratio_target(
+            f"≥ {GOAL:.0%} of the same jobs without groups",
+            figure.median / reference.median,
+            GOAL,
+        ),
+        "enqueued group after group; a claim takes one job of a group at a time, taking turns "
+        "between groups",
+        {"jobs": jobs, "groups": sizes.groups},
+        reference="beside",
+    )
+
+
+def _fairness_rows(ctx: Context, sizes: Sizes) -> list[Row]:
+    runs: dict[bool, list[Waits]] = {True: [], False: []}
+    for _ in range(ctx.runs(3)):
+        for grouped in (True, False):
+            result = fairness_once(ctx, sizes, grouped=grouped)
+            runs[grouped].append(result)
+            say(
+                f"  newcomers {'in their own groups' if grouped else 'without groups'}: "
+                f"p50 {statistics.median(result.waits):.1f} ms, "
+                f"p99 {_percentile(result.waits, 99):.1f} ms "
+                f"({result.backlog_left:,} of the backlog still ready)"
+            )
+    rows = []
+    for q in (50, 99):
+        figure = Figure("ms", [_percentile(r.waits, q) for r in runs[True]])
+        reference = Figure("ms", [_percentile(r.waits, q) for r in runs[False]])
+        left = min(r.backlog_left for r in runs[True] + runs[False])
+        rows.append(
+            Row(
+                "groups",
+                f"fairness: wait of a new group's first job, p{q}, while one group holds "
+                f"{sizes.backlog:,} ready jobs; {PROCESSES} processes",
+                figure,
+                reference,
+                "the same jobs without groups, behind the same backlog",
+                None,
+                f"{sizes.newcomers} new groups, one job each, enqueued one at a time once the "
+                f"workers were taking the backlog; at least {left:,} of it still ready after the "
+                "last enqueue"
+                if q == 50
+                else "",
+                {"newcomers": sizes.newcomers, "backlog": sizes.backlog, "backlog_left": left},
+                reference="beside",
+            )
+        )
+    return rows
