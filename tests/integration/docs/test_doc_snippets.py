@@ -96,6 +96,40 @@ def test_an_old_payload_is_upgraded_step_by_step(snippet, dsn: Dsn):
     assert drain(app).results == {job_id: "7: 999 EUR"}
 
 
+def test_the_fairness_tasks_take_groups_and_unique_keys_as_the_guide_shows(snippet, conn):
+    """docs/guides/fairness.md: a job keeps its group; a second enqueue of a unique key keeps,
+    replaces or debounces the waiting job (same id, one job); bad input writes nothing."""
+    app = snippet("fairness.py")["app"]
+    grouped = app.enqueue("reports.build", {"report": 7}, group="customer-42")
+    first = app.enqueue("search.reindex", {"item": 7}, unique_key="item-7")
+    assert app.enqueue("search.reindex", {"item": 8}, unique_key="item-7") == first
+    replaced = app.enqueue(
+        "search.reindex", {"item": 9}, unique_key="item-7", on_conflict="replace"
+    )
+    assert replaced == first
+    rows = conn.execute("SELECT id, group_key, unique_key, payload FROM queued_jobs ORDER BY id")
+    assert rows.fetchall() == [
+        (grouped, "customer-42", None, {"report": 7}),
+        (first, None, "item-7", {"item": 9}),
+    ]
+    # The task's debounce (5 s) moves the waiting job's run time past the latest enqueue.
+    assert (
+        app.enqueue("search.reindex", {"item": 10}, unique_key="item-7", on_conflict="debounce")
+        == first
+    )
+    waits = conn.execute(
+        "SELECT extract(epoch FROM run_at - now()), payload FROM queued_jobs WHERE id = %s",
+        (first,),
+    ).fetchone()
+    assert waits is not None and 4 < waits[0] <= 5 and waits[1] == {"item": 10}
+    for bad in ("", "x" * 513, "a\x00b"):
+        with pytest.raises(pgjobs.ConfigurationError):
+            app.enqueue("reports.build", {"report": 8}, group=bad)
+    assert conn.execute("SELECT count(*) FROM queued_jobs").fetchone() == (2,)
+    with pytest.raises(pgjobs.ConfigurationError, match="ordered"):
+        app.task(name="ledger.other", ordered=True, group_concurrency=2)(lambda entry: None)
+
+
 def test_every_snippet_include_is_one_pymdownx_reads():
     """``--8<-- "file"`` inside a Python fence is rewritten by ruff format as Python
     (``--8 < --"file"``), which pymdownx.snippets does not read: the page then shows that line
