@@ -249,6 +249,82 @@ _READY_IN_QUEUE = """FROM queued_jobs
 
 _CLAIM_ORDER = "ORDER BY priority DESC, run_at, id"
 
+# The claim order between groups: a group's first job before the second of any (``turn``; an
+# ungrouped job is a group of one), within priority.
+_TURN_ORDER = "ORDER BY priority DESC, turn, run_at, id"
+
+# JOB_CLAIM_LIMITED's steps for jobs of a group (see there, 2b), ending with ``group_jobs`` (the
+# groups' candidates, with their turn) and ``group_caps`` (the groups looked at).
+_CLAIM_GROUPS = f"""
+group_window AS MATERIALIZED (
+    SELECT g.queue, g.group_key, g.xmin AS version
+    FROM pgjobs_group_states g
+    JOIN queue_caps w ON w.queue = g.queue AND w.cap > 0
+    WHERE EXISTS (
+        SELECT 1 FROM queued_jobs j
+        WHERE j.queue = g.queue AND j.group_key = g.group_key
+          AND j.lease_expires_at IS NULL AND j.run_at <= now()
+    )
+    ORDER BY g.last_claim_at, g.queue, g.group_key
+    LIMIT %(limit)s
+    FOR UPDATE OF g SKIP LOCKED
+),
+group_running AS MATERIALIZED (
+    SELECT j.queue, j.group_key, j.task, count(*) AS jobs
+    FROM group_window r
+    JOIN queued_jobs j ON j.queue = r.queue AND j.group_key = r.group_key
+    WHERE j.lease_expires_at IS NOT NULL AND j.id <> ALL({{settled}})
+    GROUP BY j.queue, j.group_key, j.task
+),
+group_caps AS MATERIALIZED (
+    SELECT r.queue, r.group_key,
+           r.version = (SELECT s.xmin FROM pgjobs_group_states s
+                        WHERE s.queue = r.queue AND s.group_key = r.group_key) AS fresh,
+           p.group_concurrency - coalesce(
+               (SELECT sum(x.jobs) FROM group_running x
+                WHERE x.queue = r.queue AND x.group_key = r.group_key), 0) AS room,
+           -- Each group's share of the claim: the groups looked at take turns.
+           ceil(%(limit)s::float8 / count(*) OVER ())::int AS share
+    FROM group_window r
+    LEFT JOIN pgjobs_queues p ON p.name = r.queue
+),
+group_picked AS (
+    SELECT c.*, k.fresh, k.room,
+           row_number() OVER (PARTITION BY c.queue, c.group_key {_CLAIM_ORDER}) AS turn,
+           row_number() OVER (PARTITION BY c.queue, c.group_key, c.task {_CLAIM_ORDER})
+               AS task_turn
+    FROM group_caps k
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.queue, j.task, j.priority, j.run_at, j.group_key
+        FROM queued_jobs j
+        WHERE j.queue = k.queue AND j.group_key = k.group_key
+          AND j.lease_expires_at IS NULL
+          AND j.run_at <= now()
+          AND (j.expires_at IS NULL OR j.expires_at > now())
+          AND (j.task <> ALL(%(ordered_tasks)s::text[]) OR NOT EXISTS (
+                  SELECT 1 FROM queued_jobs o
+                  WHERE o.queue = j.queue AND o.group_key = j.group_key AND o.task = j.task
+                    AND o.id < j.id))
+          AND (j.task <> ALL(%(hold_tasks)s::text[]) OR NOT EXISTS (
+                  SELECT 1 FROM dead_letter d
+                  WHERE d.group_key = j.group_key AND d.task = j.task))
+        ORDER BY j.priority DESC, j.run_at, j.id
+        LIMIT CASE WHEN NOT k.fresh AND k.room IS NOT NULL THEN 0
+                   ELSE greatest(least(k.share, coalesce(k.room, k.share)), 0) END
+        FOR UPDATE OF j SKIP LOCKED
+    ) c
+),
+group_jobs AS (
+    SELECT p.id, p.queue, p.task, p.priority, p.run_at, p.turn
+    FROM group_picked p
+    LEFT JOIN unnest(%(group_tasks)s::text[], %(group_limits)s::int[]) AS t(task, cap)
+        ON t.task = p.task
+    WHERE t.task IS NULL
+       OR p.fresh AND p.task_turn <= t.cap - coalesce(
+              (SELECT x.jobs FROM group_running x
+               WHERE x.queue = p.queue AND x.group_key = p.group_key AND x.task = p.task), 0)
+)"""
+
 # A queue with a setting a claim must obey: paused, or limited (JOB_CLAIM leaves such a queue to
 # JOB_CLAIM_LIMITED, which reads its settings).
 _QUEUE_RESTRICTED = (
@@ -270,7 +346,7 @@ WHERE id = ANY(ARRAY(
         CROSS JOIN LATERAL (
             SELECT id, priority, run_at, task, attempts, max_attempts
             {_READY_IN_QUEUE}
-              AND limit_key IS NULL
+              AND limit_key IS NULL AND group_key IS NULL
               AND NOT EXISTS (
                   SELECT 1 FROM pgjobs_queues p WHERE p.name = w.queue AND {_QUEUE_RESTRICTED}
               )
@@ -392,13 +468,14 @@ queue_caps AS (
 task_caps AS (
     SELECT l.name AS task, l.capacity FROM limits l WHERE l.kind = 'task'
 ),
+{_CLAIM_GROUPS},
 candidates AS (
     SELECT c.*, false AS was_held
     FROM queue_caps w
     CROSS JOIN LATERAL (
-        SELECT id, queue, task, priority, run_at
+        SELECT id, queue, task, priority, run_at, 1::bigint AS turn
         {_READY_IN_QUEUE}
-          AND limit_key IS NULL
+          AND limit_key IS NULL AND group_key IS NULL
         {_CLAIM_ORDER}
         LIMIT w.cap
         FOR UPDATE SKIP LOCKED
@@ -408,23 +485,26 @@ candidates AS (
     FROM queue_caps w
     JOIN task_caps t ON w.cap > 0 AND t.capacity > 0
     CROSS JOIN LATERAL (
-        SELECT id, queue, task, priority, run_at
+        SELECT id, queue, task, priority, run_at, 1::bigint AS turn
         {_READY_IN_QUEUE}
-          AND limit_key = t.task
+          AND limit_key = t.task AND group_key IS NULL
         {_CLAIM_ORDER}
         LIMIT least(w.cap, t.capacity)
         FOR UPDATE SKIP LOCKED
     ) c
+    UNION ALL
+    SELECT c.id, c.queue, c.task, c.priority, c.run_at, c.turn, true
+    FROM group_jobs c
 ),
 ranked AS (
     SELECT c.*, t.capacity AS task_cap,
-           row_number() OVER (PARTITION BY c.task {_CLAIM_ORDER}) AS nth
+           row_number() OVER (PARTITION BY c.task {_TURN_ORDER}) AS nth
     FROM candidates c
     LEFT JOIN task_caps t ON t.task = c.task
 ),
 allowed AS (
-    SELECT r.id, r.queue, r.priority, r.run_at,
-           row_number() OVER (PARTITION BY r.queue {_CLAIM_ORDER}) AS nth
+    SELECT r.id, r.queue, r.priority, r.run_at, r.turn,
+           row_number() OVER (PARTITION BY r.queue {_TURN_ORDER}) AS nth
     FROM ranked r
     WHERE r.task_cap IS NULL OR r.nth <= r.task_cap
 ),
@@ -437,7 +517,7 @@ claimed AS (
         FROM allowed a
         JOIN queue_caps w ON w.queue = a.queue
         WHERE a.nth <= w.cap
-        ORDER BY a.priority DESC, a.run_at, a.id
+        ORDER BY a.priority DESC, a.turn, a.run_at, a.id
         LIMIT %(limit)s
     ))
     RETURNING {JOB_COLUMNS}
@@ -461,6 +541,16 @@ spent AS (
     ) u ON u.kind = k.kind AND u.name = k.name
     WHERE l.kind = k.kind AND l.name = k.name
     RETURNING l.name
+),
+turned AS (
+    UPDATE pgjobs_group_states g
+    SET last_claim_at = now()
+    FROM group_caps k
+    WHERE g.queue = k.queue AND g.group_key = k.group_key
+      AND (EXISTS (SELECT 1 FROM claimed c WHERE c.queue = k.queue AND c.group_key = k.group_key)
+           OR k.fresh AND NOT EXISTS (
+               SELECT 1 FROM group_picked p WHERE p.queue = k.queue AND p.group_key = k.group_key))
+    RETURNING g.group_key
 )"""
 
 # The claimed jobs in JOB_COLUMNS, then the claim's status row: id NULL, its JSON in the payload
@@ -468,11 +558,16 @@ spent AS (
 _STATUS_ROW = "SELECT NULL, NULL, NULL, {status}, " + ", ".join(
     ["NULL"] * (JOB_COLUMNS.count(",") - 3)
 )
-# Whether some of the worker's queues are limited (a plain claim's only status).
-_QUEUE_LIMITS = """EXISTS (
+# Whether some of the worker's queues have jobs of a group (JOB_CLAIM leaves them to
+# JOB_CLAIM_LIMITED, which takes turns between groups).
+_QUEUE_GROUPS = """EXISTS (
+    SELECT 1 FROM pgjobs_group_states WHERE queue = ANY(%(queues)s::text[])
+)"""
+# Whether some of the worker's queues are limited or have groups (a plain claim's only status).
+_QUEUE_LIMITS = f"""(EXISTS (
     SELECT 1 FROM pgjobs_queues
     WHERE name = ANY(%(queues)s::text[]) AND (concurrency IS NOT NULL OR rate_jobs IS NOT NULL)
-)"""
+) OR {_QUEUE_GROUPS})"""
 
 
 def _claim_statement(*, limited: bool, succeed: bool) -> str:
@@ -481,11 +576,13 @@ def _claim_statement(*, limited: bool, succeed: bool) -> str:
         settled = "%(ok_ids)s::bigint[]" if succeed else "'{}'::bigint[]"
         ctes.append(_CLAIM_LIMITED.format(settled=settled).strip())
         status, when = (
-            """jsonb_build_object(
+            f"""jsonb_build_object(
     'held', (SELECT count(*) FROM held),
-    'locked_out', (SELECT coalesce(bool_or(locked_out), false) FROM limits),
+    'locked_out', (SELECT coalesce(bool_or(locked_out), false) FROM limits)
+                  OR (SELECT coalesce(bool_or(NOT fresh), false) FROM group_caps),
     'retry_in', (SELECT min(retry_in) FROM limits),
-    'queue_limits', (SELECT coalesce(bool_or(limited), false) FROM limits WHERE kind = 'queue'))""",
+    'queue_limits', (SELECT coalesce(bool_or(limited), false) FROM limits WHERE kind = 'queue')
+                    OR {_QUEUE_GROUPS})""",
             None,
         )
     else:
@@ -692,6 +789,40 @@ WHERE id = ANY(ARRAY(
 RETURNING id
 """
 
+#: Tidy the group rows of ``queues`` (maintenance.groups): remove up to ``limit`` rows of groups
+#: that hold no job and have seen no enqueue nor claim for ``idle`` seconds (the condition is
+#: checked again on the row as last written: an enqueue that wrote it meanwhile keeps it), and
+#: write the missing row of each group with ready jobs. Rows: one, (removed, written).
+GROUP_STATES_TIDY = """
+WITH idle AS (
+    DELETE FROM pgjobs_group_states g
+    WHERE (g.queue, g.group_key) IN (
+        SELECT s.queue, s.group_key FROM pgjobs_group_states s
+        WHERE s.queue = ANY(%(queues)s::text[])
+          AND s.touched_at < now() - %(idle)s * interval '1 second'
+          AND s.last_claim_at < now() - %(idle)s * interval '1 second'
+          AND NOT EXISTS (SELECT 1 FROM queued_jobs j
+                          WHERE j.queue = s.queue AND j.group_key = s.group_key)
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    )
+      AND g.touched_at < now() - %(idle)s * interval '1 second'
+      AND g.last_claim_at < now() - %(idle)s * interval '1 second'
+    RETURNING 1
+),
+missing AS (
+    INSERT INTO pgjobs_group_states (queue, group_key)
+    SELECT DISTINCT j.queue, j.group_key FROM queued_jobs j
+    WHERE j.queue = ANY(%(queues)s::text[]) AND j.group_key IS NOT NULL
+      AND j.lease_expires_at IS NULL
+      AND NOT EXISTS (SELECT 1 FROM pgjobs_group_states s
+                      WHERE s.queue = j.queue AND s.group_key = j.group_key)
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM idle), (SELECT count(*) FROM missing)
+"""
+
 #: Archive up to ``limit`` unleased jobs whose expires_at has passed, as expired, unrun.
 JOB_EXPIRE_MANY = f"""
 WITH gone AS (
@@ -787,14 +918,26 @@ SCHEMA_REVISION = "SELECT version_num FROM pgjobs_alembic_version"
 # jobs' queues from the lease index (running jobs are few: at most the workers' slots).
 _QUEUES_WITH_JOBS = """
 RECURSIVE waiting(queue) AS (
-    (SELECT queue FROM queued_jobs WHERE lease_expires_at IS NULL AND limit_key IS NULL
+    (SELECT queue FROM queued_jobs
+     WHERE lease_expires_at IS NULL AND limit_key IS NULL AND group_key IS NULL
      ORDER BY queue LIMIT 1)
     UNION ALL
     SELECT (SELECT j.queue FROM queued_jobs j
-            WHERE j.lease_expires_at IS NULL AND j.limit_key IS NULL AND j.queue > w.queue
+            WHERE j.lease_expires_at IS NULL AND j.limit_key IS NULL AND j.group_key IS NULL
+              AND j.queue > w.queue
             ORDER BY j.queue LIMIT 1)
     FROM waiting w
     WHERE w.queue IS NOT NULL
+),
+grouped(queue) AS (
+    (SELECT queue FROM queued_jobs WHERE lease_expires_at IS NULL AND group_key IS NOT NULL
+     ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM queued_jobs j
+            WHERE j.lease_expires_at IS NULL AND j.group_key IS NOT NULL AND j.queue > g.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM grouped g
+    WHERE g.queue IS NOT NULL
 ),
 held(queue) AS (
     (SELECT queue FROM queued_jobs WHERE lease_expires_at IS NULL AND limit_key IS NOT NULL
@@ -811,6 +954,8 @@ with_jobs AS (
     UNION
     SELECT queue FROM held WHERE queue IS NOT NULL
     UNION
+    SELECT queue FROM grouped WHERE queue IS NOT NULL
+    UNION
     SELECT queue FROM queued_jobs WHERE lease_expires_at IS NOT NULL
 )
 """
@@ -818,7 +963,10 @@ with_jobs AS (
 # Whether queue %(name)s holds a job (ready, scheduled or running), through the same indexes.
 _QUEUE_HAS_JOBS = """
 (EXISTS (SELECT 1 FROM queued_jobs
-         WHERE queue = %(name)s AND lease_expires_at IS NULL AND limit_key IS NULL)
+         WHERE queue = %(name)s AND lease_expires_at IS NULL AND limit_key IS NULL
+           AND group_key IS NULL)
+ OR EXISTS (SELECT 1 FROM queued_jobs
+            WHERE queue = %(name)s AND lease_expires_at IS NULL AND group_key IS NOT NULL)
  OR EXISTS (SELECT 1 FROM queued_jobs
             WHERE queue = %(name)s AND lease_expires_at IS NULL AND limit_key IS NOT NULL)
  OR EXISTS (SELECT 1 FROM queued_jobs WHERE queue = %(name)s AND lease_expires_at IS NOT NULL))
@@ -1005,7 +1153,7 @@ archived AS (
 ),
 waiting AS (
     SELECT q.run_at, q.lease_expires_at, coalesce(p.paused_at IS NOT NULL, false) AS paused,
-           q.limit_key IS NOT NULL
+           q.limit_key IS NOT NULL OR q.group_key IS NOT NULL
                OR coalesce(p.concurrency IS NOT NULL OR p.rate_jobs IS NOT NULL, false)
                AS limited
     FROM queued_jobs q

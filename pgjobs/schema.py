@@ -379,12 +379,13 @@ pgjobs_group_states = Table(
     metadata,
     Column("queue", Text, primary_key=True),
     Column("group_key", Text, primary_key=True),
-    # When a claim last started jobs of the group (-infinity: never): the claim's turn order.
+    # When a claim last started jobs of the group (the epoch, 1970-01-01: never): the claim's
+    # turn order.
     Column(
         "last_claim_at",
         DateTime(timezone=True),
         nullable=False,
-        server_default=text("'-infinity'"),
+        server_default=text("'epoch'"),
     ),
     # When an enqueue last added a job to the group.
     Column("touched_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
-from pgjobs.completer.arrays import float_array, text_array
+from pgjobs.completer.arrays import float_array, int_array, text_array
 from pgjobs.context import JobContext
 from pgjobs.submission import DEFAULT_LEASE
 from pgjobs.tasks import Task
@@ -42,6 +42,13 @@ class ClaimParams:
     limit_concurrency: list[int | None] = field(default_factory=list)
     limit_rate_jobs: list[int | None] = field(default_factory=list)
     limit_rate_seconds: list[float | None] = field(default_factory=list)
+    #: Tasks that limit the running jobs of each group, and those limits (parallel arrays).
+    group_tasks: list[str] = field(default_factory=list)
+    group_limits: list[int] = field(default_factory=list)
+    #: Ordered tasks (one job of a group at a time, in enqueue order), and those of them whose
+    #: dead jobs hold their group (``ordered="hold"``).
+    ordered_tasks: list[str] = field(default_factory=list)
+    hold_tasks: list[str] = field(default_factory=list)
     # The parameters but ``limit``, rendered by the first ``bind``.
     _fixed: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -62,6 +69,10 @@ class ClaimParams:
             limit_concurrency=[t.concurrency for t in limited],
             limit_rate_jobs=[t.rate.jobs if t.rate else None for t in limited],
             limit_rate_seconds=[t.rate.seconds if t.rate else None for t in limited],
+            group_tasks=[t.name for t in tasks if t.group_concurrency is not None],
+            group_limits=[t.group_concurrency for t in tasks if t.group_concurrency is not None],
+            ordered_tasks=[t.name for t in tasks if t.ordered is not False],
+            hold_tasks=[t.name for t in tasks if t.ordered == "hold"],
         )
 
     def bind(
@@ -93,6 +104,10 @@ class ClaimParams:
             "limit_concurrency": float_array(self.limit_concurrency),
             "limit_rate_jobs": float_array(self.limit_rate_jobs),
             "limit_rate_seconds": float_array(self.limit_rate_seconds),
+            "group_tasks": text_array(self.group_tasks),
+            "group_limits": int_array(self.group_limits),
+            "ordered_tasks": text_array(self.ordered_tasks),
+            "hold_tasks": text_array(self.hold_tasks),
         }
 
 

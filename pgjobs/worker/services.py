@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from pgjobs.maintenance import Service
 from pgjobs.maintenance.expirer import Expirer
+from pgjobs.maintenance.groups import GroupRows
 from pgjobs.maintenance.leases import LeaseRescuer
 from pgjobs.maintenance.limits import LapsedLimits
 from pgjobs.maintenance.partitions import ArchivePartitions
@@ -67,6 +68,7 @@ def maintenance(
         LeaseRescuer(config.rescuer_config()),
         Expirer(config.expirer_config()),
         ArchivePartitions(),
+        GroupRows(queues),
     ]
     unlimited = [t.name for t in tasks if not t.limited]
     if unlimited:

@@ -138,7 +138,7 @@ def upgrade() -> None:
         sa.Column(
             "last_claim_at",
             sa.DateTime(timezone=True),
-            server_default=sa.text("'-infinity'"),
+            server_default=sa.text("'epoch'"),
             nullable=False,
         ),
         sa.Column(

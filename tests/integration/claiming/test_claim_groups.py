@@ -1,0 +1,193 @@
+"""Groups, as the claim takes them (``JOB_CLAIM_LIMITED``'s group steps and the rows of
+``pgjobs_group_states``): a group's concurrency (a task's and a queue's), turns between groups,
+ordered groups (released or held by a dead job), and the plain claim handing groups over.
+
+Each test plays the workers by hand with the runtime's own statements; the worker processes are
+in tests/acceptance/test_groups_workers.py."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from pgjobs import queries
+from pgjobs.completer import ClaimParams
+from pgjobs.completer.outcomes import Outcomes
+from pgjobs.db.dsn import Dsn
+from pgjobs.maintenance.groups import GroupRows
+from pgjobs.models import DeadReason, Job
+from tests.support.factories import claim, claim_limited, declared_task, run_service, settle
+from tests.support.helpers import scalar
+
+PAIRS = declared_task("g.pairs", group_concurrency=2)
+FREE = declared_task("g.free")
+ORDERED = declared_task("g.ordered", ordered=True)
+HOLDING = declared_task("g.holding", ordered="hold")
+
+
+@pytest.fixture(autouse=True)
+def no_queue_settings(dsn: Dsn) -> Iterator[None]:
+    yield
+    with psycopg.connect(dsn.url, autocommit=True) as conn:
+        conn.execute("TRUNCATE pgjobs_queues, pgjobs_limit_states, pgjobs_group_states")
+
+
+def enqueue(
+    conn: psycopg.Connection[Any],
+    task: str,
+    group: str | None,
+    n: int,
+    *,
+    priority: int = 0,
+    queue: str = "default",
+) -> list[int]:
+    """``n`` jobs of ``task`` in ``group``, written as an enqueue writes them (the job, and its
+    group's row)."""
+    ids = [
+        int(r[0])
+        for r in conn.execute(
+            "INSERT INTO queued_jobs (queue, task, group_key, priority)"
+            " SELECT %s, %s, %s, %s FROM generate_series(1, %s) RETURNING id",
+            [queue, task, group, priority, n],
+        )
+    ]
+    if group is not None:
+        conn.execute(
+            "INSERT INTO pgjobs_group_states (queue, group_key) VALUES (%s, %s)"
+            " ON CONFLICT (queue, group_key) DO UPDATE SET touched_at = clock_timestamp()",
+            [queue, group],
+        )
+    return ids
+
+
+def groups_of(jobs: list[Job]) -> Counter[str | None]:
+    return Counter(job.group_key for job in jobs)
+
+
+def finish(conn: psycopg.Connection[Any], jobs: list[Job]) -> None:
+    outcomes = Outcomes("fake-worker")
+    for job in jobs:
+        outcomes.succeed(job, None)
+    assert settle(conn, outcomes) == {job.id for job in jobs}
+
+
+def test_a_tasks_group_concurrency_caps_each_groups_running_jobs(conn):
+    enqueue(conn, "g.pairs", "a", 10)
+    enqueue(conn, "g.pairs", "b", 10)
+    jobs, _ = claim_limited(conn, [PAIRS], limit=20)
+    assert groups_of(jobs) == {"a": 2, "b": 2}
+    # At their limit: nothing more of either group, however many slots.
+    again, _ = claim_limited(conn, [PAIRS], limit=20)
+    assert again == []
+    # One of a's jobs ends: exactly one more of a starts.
+    finish(conn, [j for j in jobs if j.group_key == "a"][:1])
+    third, _ = claim_limited(conn, [PAIRS], limit=20)
+    assert groups_of(third) == {"a": 1}
+    # The jobs held back are still ready, not moved anywhere.
+    assert scalar(conn, "SELECT count(*) FROM queued_jobs WHERE lease_expires_at IS NULL") == 15
+
+
+def test_a_queues_group_concurrency_caps_every_task_of_a_group(conn):
+    conn.execute("INSERT INTO pgjobs_queues (name, group_concurrency) VALUES ('default', 1)")
+    enqueue(conn, "g.free", "a", 5)
+    enqueue(conn, "g.pairs", "a", 5)
+    enqueue(conn, "g.free", "b", 5)
+    jobs, _ = claim_limited(conn, [FREE, PAIRS], limit=20)
+    assert groups_of(jobs) == {"a": 1, "b": 1}
+
+
+def test_groups_take_turns_and_a_huge_group_does_not_starve_the_others(conn):
+    enqueue(conn, "g.free", "huge", 2000)  # oldest, and by far the largest
+    small = [enqueue(conn, "g.free", f"small-{i}", 1)[0] for i in range(12)]
+    claimed: list[Job] = []
+    for _ in range(4):
+        jobs, _ = claim_limited(conn, [FREE], limit=4)
+        claimed += jobs
+    # Four claims of four: every small group's job (each group looked at gets a share of the
+    # claim: a quarter while there are four or more), the huge group no more than its turns.
+    assert set(small) <= {j.id for j in claimed}
+    assert groups_of(claimed)["huge"] <= 3
+
+
+def test_ungrouped_jobs_take_their_turn_beside_the_groups(conn):
+    grouped = enqueue(conn, "g.free", "huge", 100)
+    plain = enqueue(conn, "g.free", None, 3)
+    jobs, _ = claim_limited(conn, [FREE], limit=4)
+    ids = {j.id for j in jobs}
+    assert set(plain) <= ids and len(ids & set(grouped)) == 1
+
+
+def test_an_ordered_group_runs_one_job_at_a_time_in_enqueue_order_whatever_the_priority(conn):
+    first = enqueue(conn, "g.ordered", "a", 1)
+    later = enqueue(conn, "g.ordered", "a", 3, priority=10)  # higher priority, enqueued after
+    other = enqueue(conn, "g.ordered", "b", 1)
+    jobs, _ = claim_limited(conn, [ORDERED], limit=10)
+    assert sorted(j.id for j in jobs) == sorted(first + other)
+    # The head runs: the group is held.
+    assert claim_limited(conn, [ORDERED], limit=10)[0] == []
+    finish(conn, jobs)
+    for expected in later:
+        (job,), _ = claim_limited(conn, [ORDERED], limit=10)
+        assert job.id == expected
+        finish(conn, [job])
+
+
+def test_a_retry_holds_an_ordered_group_and_a_dead_job_releases_it(conn):
+    head, second = enqueue(conn, "g.ordered", "a", 2)
+    (job,), _ = claim_limited(conn, [ORDERED], limit=10)
+    assert job.id == head
+    outcomes = Outcomes("fake-worker")
+    outcomes.retry(job, 0.0, "boom")  # back in queued_jobs, ready again at once
+    settle(conn, outcomes)
+    (again,), _ = claim_limited(conn, [ORDERED], limit=10)
+    assert again.id == head and again.attempts == 2  # not the second: order kept across retries
+    outcomes = Outcomes("fake-worker")
+    outcomes.bury(again, DeadReason.NON_RETRYABLE, "no", "ValueError")
+    settle(conn, outcomes)
+    (nxt,), _ = claim_limited(conn, [ORDERED], limit=10)
+    assert nxt.id == second
+
+
+def test_a_holding_ordered_group_waits_while_its_dead_job_is_in_dead_letter(conn):
+    head, second = enqueue(conn, "g.holding", "a", 2)
+    (job,), _ = claim_limited(conn, [HOLDING], limit=10)
+    outcomes = Outcomes("fake-worker")
+    outcomes.bury(job, DeadReason.NON_RETRYABLE, "no", "ValueError")
+    settle(conn, outcomes)
+    assert claim_limited(conn, [HOLDING], limit=10)[0] == []
+    conn.execute("DELETE FROM dead_letter WHERE id = %s", [head])  # purged: released
+    (nxt,), _ = claim_limited(conn, [HOLDING], limit=10)
+    assert nxt.id == second
+
+
+def test_the_plain_claim_leaves_groups_to_the_limited_claim_and_says_so(conn):
+    plain = enqueue(conn, "g.free", None, 2)
+    enqueue(conn, "g.free", "a", 2)
+    params = ClaimParams("fake-worker", ["default"])
+    rows = conn.execute(queries.JOB_CLAIM, params.bind(10)).fetchall()
+    assert sorted(r[0] for r in rows if r[0] is not None) == plain
+    assert rows[-1][0] is None and rows[-1][3] == {"queue_limits": True}
+    assert claim(conn, limit=10) == []
+
+
+def test_group_rows_follow_the_groups_that_hold_jobs(dsn, conn):
+    enqueue(conn, "g.free", "busy", 1)
+    enqueue(conn, "g.free", "idle", 1)
+    conn.execute("DELETE FROM queued_jobs WHERE group_key = 'idle'")  # its jobs are done
+    # A job whose group has no row (hand-written SQL): the next round writes the row.
+    conn.execute("INSERT INTO queued_jobs (task, group_key) VALUES ('g.free', 'orphan')")
+    service = GroupRows(["default"])
+    service.idle = 0.0
+    tidied = run_service(dsn, service)
+    assert (tidied.removed, tidied.restored) == (1, 1)
+    rows = conn.execute("SELECT group_key FROM pgjobs_group_states ORDER BY 1").fetchall()
+    assert [r[0] for r in rows] == ["busy", "orphan"]
+    # A group seen recently keeps its row, even without jobs.
+    conn.execute("DELETE FROM queued_jobs WHERE group_key = 'busy'")
+    assert run_service(dsn, GroupRows(["default"])).removed == 0
+    (orphan,) = [j for j in claim_limited(conn, [FREE], limit=10)[0] if j.group_key == "orphan"]
+    assert orphan.task == "g.free"
