@@ -9,7 +9,7 @@ Throughput is read from ``finished_at`` as in group b.
 
 Fairness: one group holds 50,000 ready no-op jobs of ``bench.noop`` (no limit per group: alone,
 it could fill every slot). Once the four workers are taking them, N other groups get one job
-each, one ``app.enqueue`` each. The figure is the wait of those jobs, ``started_at - run_at`` in
+each, in one ``enqueue_many``. The figure is the wait of those jobs, ``started_at - run_at`` in
 ``archived_jobs`` (both from the database's clock), p50 and p99. Beside it, the same without
 groups: the N jobs then wait behind what is left of the backlog.
 """
@@ -76,6 +76,13 @@ def backlog(jobs: int, *, grouped: bool) -> Iterator[JobSpec]:
         yield JobSpec("bench.noop", {}, queue=QUEUE, group=group)
 
 
+def newcomers(groups: int, *, grouped: bool) -> Iterator[JobSpec]:
+    """The fairness run's newcomers: one no-op job of each of ``groups`` new groups (no group,
+    without ``grouped``)."""
+    for n in range(groups):
+        yield JobSpec("bench.noop", {}, queue=QUEUE, group=f"newcomer-{n}" if grouped else None)
+
+
 def _fill(ctx: Context, specs: Iterator[JobSpec]) -> int:
     """Enqueue ``specs`` through the app (which writes each group's row), in chunks; returns a
     marker: every job enqueued from now on has a larger id."""
@@ -85,17 +92,47 @@ def _fill(ctx: Context, specs: Iterator[JobSpec]) -> int:
     for spec in specs:
         chunk.append(spec)
         if len(chunk) == CHUNK:
-            grouped_app.enqueue_many(chunk)
+            _enqueue(chunk)
             chunk = []
     if chunk:
-        grouped_app.enqueue_many(chunk)
+        _enqueue(chunk)
     db.vacuum("queued_jobs")
     return marker
 
 
-def _start_workers(ctx: Context) -> list[Proc]:
-    command = harness.pgjobs_worker(ctx.db.url, CONCURRENCY, burst=False, app=APP)
-    return [ctx.procs.start(command) for _ in range(PROCESSES)]
+def _enqueue(specs: list[JobSpec]) -> list[int]:
+    """Enqueue ``specs`` in one statement, as an application does."""
+    return grouped_app.enqueue_many(specs)
+
+
+def _reset(ctx: Context) -> None:
+    """Empty the job tables and the groups' rows: a queue with group rows is claimed under
+    limits, so rows left by a grouped run would change how the run without groups is claimed."""
+    ctx.db.reset()
+    ctx.db.conn.execute("TRUNCATE pgjobs_group_states")
+
+
+def _start_workers(ctx: Context, *, burst: bool) -> list[Proc]:
+    """Start the worker processes on a paused queue and resume it once every one of them has
+    registered: they start on the jobs together (on two cores, four interpreters start a second
+    or more apart, and the first would otherwise have drained the queue alone)."""
+    command = harness.pgjobs_worker(ctx.db.url, CONCURRENCY, burst=burst, app=APP)
+    grouped_app.pause_queue(QUEUE, reason="benchmark: workers starting")
+    try:
+        workers = [ctx.procs.start(command) for _ in range(PROCESSES)]
+        harness.wait_until(lambda: _registered(ctx, workers), 60, "the workers to register")
+    finally:
+        grouped_app.resume_queue(QUEUE)
+    return workers
+
+
+def _registered(ctx: Context, workers: list[Proc]) -> bool:
+    """Every worker has registered (so it handles SIGTERM: it installs its handlers first)."""
+    pids = [worker.pid for worker in workers]
+    found = ctx.db.scalar("SELECT count(*) FROM pgjobs_workers WHERE pid = ANY(%s)", (pids,))
+    if any(worker.poll() is not None for worker in workers):
+        raise BenchmarkError(f"a worker exited early: {workers[0].describe()}")
+    return bool(found == len(workers))
 
 
 def _stop_workers(workers: list[Proc]) -> None:
@@ -121,20 +158,14 @@ def _check_groups(ctx: Context, marker: int, expected: int) -> None:
 def throughput_once(ctx: Context, sizes: Sizes, *, grouped: bool) -> float:
     """Jobs/s of the four workers over the processing window, with or without groups."""
     db = ctx.db
-    db.reset()
+    _reset(ctx)
     jobs = sizes.groups * sizes.per_group
     marker = _fill(ctx, workload(sizes.groups, sizes.per_group, grouped=grouped))
-    workers = _start_workers(ctx)
+    # Burst workers, as in group b: each exits once the queue is empty.
+    workers = _start_workers(ctx, burst=True)
     deadline = time.monotonic() + 120 + jobs / 300
-    try:
-        harness.wait_until(
-            lambda: db.queue_drained() or any(w.poll() is not None for w in workers),
-            deadline - time.monotonic(),
-            "the workers to drain the queue",
-            every=0.1,
-        )
-    finally:
-        _stop_workers(workers)
+    for worker in workers:
+        worker.wait(max(deadline - time.monotonic(), 1.0))
     window = db.archived_window(marker)
     if window.count != jobs:
         raise BenchmarkError(f"{window.count} of {jobs} jobs archived: {workers[0].describe()}")
@@ -160,19 +191,18 @@ class Waits:
 def fairness_once(ctx: Context, sizes: Sizes, *, grouped: bool) -> Waits:
     """The waits of N newcomers' jobs enqueued while the workers work through the backlog."""
     db = ctx.db
-    db.reset()
+    _reset(ctx)
     marker = _fill(ctx, backlog(sizes.backlog, grouped=grouped))
-    workers = _start_workers(ctx)
-    ids: list[int] = []
+    workers = _start_workers(ctx, burst=False)
     try:
         harness.wait_until(
-            lambda: bool(db.scalar("SELECT count(*) >= 500 FROM archived_jobs")),
+            lambda: bool(db.scalar("SELECT EXISTS (SELECT 1 FROM archived_jobs)")),
             60,
             "the workers to start on the backlog",
         )
-        for n in range(sizes.newcomers):
-            group = f"newcomer-{n}" if grouped else None
-            ids.append(grouped_app.enqueue("bench.noop", {}, queue=QUEUE, group=group))
+        # In one statement: without groups, the workers drain a backlog of no-op jobs in a
+        # second or two, and the newcomers must find most of it still there.
+        ids = _enqueue(list(newcomers(sizes.newcomers, grouped=grouped)))
         left = int(
             db.scalar(
                 "SELECT count(*) FROM queued_jobs WHERE id > %s AND id < %s "
@@ -267,9 +297,8 @@ def _fairness_rows(ctx: Context, sizes: Sizes) -> list[Row]:
                 reference,
                 "the same jobs without groups, behind the same backlog",
                 None,
-                f"{sizes.newcomers} new groups, one job each, enqueued one at a time once the "
-                f"workers were taking the backlog; at least {left:,} of it still ready after the "
-                "last enqueue"
+                f"{sizes.newcomers} new groups, one job each, enqueued in one statement once the "
+                f"workers were taking the backlog; at least {left:,} of it still ready then"
                 if q == 50
                 else "",
                 {"newcomers": sizes.newcomers, "backlog": sizes.backlog, "backlog_left": left},
