@@ -42,11 +42,14 @@ def test_the_reference_workload_is_the_same_jobs_without_groups():
     assert {job.group for job in plain} == {None}
 
 
-def test_the_fairness_backlog_is_one_group():
+def test_the_fairness_backlog_is_one_group_and_each_newcomer_a_group_of_its_own():
     assert Counter(job.group for job in groups.backlog(50_000, grouped=True)) == {
         groups.BIG_GROUP: 50_000
     }
     assert Counter(job.group for job in groups.backlog(10, grouped=False)) == {None: 10}
+    newcomers = [job.group for job in groups.newcomers(200, grouped=True)]
+    assert len(set(newcomers)) == 200 and groups.BIG_GROUP not in newcomers
+    assert {job.group for job in groups.newcomers(200, grouped=False)} == {None}
 
 
 def test_the_workers_app_limits_each_group_of_the_grouped_task():
