@@ -257,23 +257,27 @@ _TURN_ORDER = "ORDER BY priority DESC, turn, run_at, id"
 # groups' candidates, with their turn) and ``group_caps`` (the groups looked at).
 _CLAIM_GROUPS = f"""
 group_window AS MATERIALIZED (
-    SELECT g.queue, g.group_key, g.xmin AS version
-    FROM pgjobs_group_states g
-    JOIN queue_caps w ON w.queue = g.queue AND w.cap > 0
-    WHERE EXISTS (
-        SELECT 1 FROM queued_jobs j
-        WHERE j.queue = g.queue AND j.group_key = g.group_key
-          AND j.lease_expires_at IS NULL AND j.run_at <= now()
-    )
-    ORDER BY g.last_claim_at, g.queue, g.group_key
-    LIMIT %(limit)s
-    FOR UPDATE OF g SKIP LOCKED
+    SELECT g.queue, g.group_key, g.version
+    FROM queue_caps w
+    CROSS JOIN LATERAL (
+        SELECT s.queue, s.group_key, s.xmin AS version
+        FROM pgjobs_group_states s
+        WHERE s.queue = w.queue AND w.cap > 0
+          AND EXISTS (
+              SELECT 1 FROM queued_jobs j
+              WHERE j.queue = s.queue AND j.group_key = s.group_key
+                AND j.lease_expires_at IS NULL AND j.run_at <= now()
+          )
+        ORDER BY s.last_claim_at
+        LIMIT %(limit)s
+        FOR UPDATE OF s SKIP LOCKED
+    ) g
 ),
 group_running AS MATERIALIZED (
     SELECT j.queue, j.group_key, j.task, count(*) AS jobs
     FROM group_window r
     JOIN queued_jobs j ON j.queue = r.queue AND j.group_key = r.group_key
-    WHERE j.lease_expires_at IS NOT NULL AND j.id <> ALL({{settled}})
+    WHERE j.lease_expires_at > now() AND j.id <> ALL({{settled}})
     GROUP BY j.queue, j.group_key, j.task
 ),
 group_caps AS MATERIALIZED (
@@ -545,11 +549,13 @@ spent AS (
 turned AS (
     UPDATE pgjobs_group_states g
     SET last_claim_at = now()
-    FROM group_caps k
-    WHERE g.queue = k.queue AND g.group_key = k.group_key
-      AND (EXISTS (SELECT 1 FROM claimed c WHERE c.queue = k.queue AND c.group_key = k.group_key)
-           OR k.fresh AND NOT EXISTS (
-               SELECT 1 FROM group_picked p WHERE p.queue = k.queue AND p.group_key = k.group_key))
+    WHERE (g.queue, g.group_key) IN (
+        SELECT c.queue, c.group_key FROM claimed c WHERE c.group_key IS NOT NULL
+        UNION
+        SELECT k.queue, k.group_key FROM group_caps k
+        WHERE k.fresh AND NOT EXISTS (
+            SELECT 1 FROM group_picked p WHERE p.queue = k.queue AND p.group_key = k.group_key)
+    )
     RETURNING g.group_key
 )"""
 

@@ -111,3 +111,25 @@ def narrow(key: int, seconds: float = 0.05) -> int:
 def rated(key: int) -> int:
     """Quick, at most RATED_JOBS starts a second (after a first bucketful) across every worker."""
     return _run(key)
+
+
+#: The most jobs of ``accept.grouped`` with the same group running at once, across every worker.
+GROUP_CONCURRENCY = 2
+
+
+@app.task(name="accept.grouped", group_concurrency=GROUP_CONCURRENCY)
+def grouped(key: int, seconds: float = 0.05) -> int:
+    """Slow-ish, at most GROUP_CONCURRENCY of one group at once across every worker."""
+    return _run(key, seconds)
+
+
+@app.task(name="accept.in_order", ordered=True)
+def in_order(key: int, seconds: float = 0.02) -> int:
+    """One job of a group at a time, in enqueue order."""
+    return _run(key, seconds)
+
+
+@app.task(name="accept.grouped_short_lease", group_concurrency=2, lease=SHORT_LEASE)
+def grouped_short_lease(key: int, seconds: float = 1.0) -> int:
+    """Slow, with a short lease, two of a group at once: for the kill -9 test of groups."""
+    return _run(key, seconds)
