@@ -259,6 +259,9 @@ class JobHistory:
     replay_of: int | None
     #: When its latest attempt started (None when it never ran).
     started_at: datetime | None
+    #: The group it belongs to, and the unique key it was enqueued with (None: none).
+    group_key: str | None
+    unique_key: str | None
     #: Ids of the jobs that replay this one, oldest first.
     replays: tuple[int, ...]
 
@@ -390,6 +393,9 @@ class QueueState:
     concurrency: int | None = None
     rate_jobs: int | None = None
     rate_seconds: float | None = None
+    #: `pgjobs queue limit --group-concurrency`: the most jobs of one group of the queue running
+    #: at once (None: no limit).
+    group_concurrency: int | None = None
 
     @property
     def paused(self) -> bool:
@@ -397,8 +403,12 @@ class QueueState:
 
     @property
     def limited(self) -> bool:
-        """The queue has a concurrency limit or a rate."""
-        return self.concurrency is not None or self.rate_jobs is not None
+        """The queue has a concurrency limit, a rate or a group concurrency."""
+        return (
+            self.concurrency is not None
+            or self.rate_jobs is not None
+            or self.group_concurrency is not None
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -825,11 +825,11 @@ _QUEUE_HAS_JOBS = """
 """
 
 # Columns of a queue's limits (pgjobs_queues p), in the order of models.QueueState.
-_QUEUE_LIMIT_COLUMNS = "p.concurrency, p.rate_jobs, p.rate_seconds"
+_QUEUE_LIMIT_COLUMNS = "p.concurrency, p.rate_jobs, p.rate_seconds, p.group_concurrency"
 
 #: Every known queue (one that holds a job, or has settings) with its settings, by name.
 #: Rows: (name, paused_at, paused_by, pause_reason, holds jobs, concurrency, rate_jobs,
-#: rate_seconds).
+#: rate_seconds, group_concurrency).
 QUEUE_LIST = f"""
 WITH {_QUEUES_WITH_JOBS}
 SELECT coalesce(j.queue, p.name), p.paused_at, p.paused_by, p.pause_reason, j.queue IS NOT NULL,
@@ -847,25 +847,32 @@ FROM (SELECT 1) one
 LEFT JOIN pgjobs_queues p ON p.name = %(name)s
 """
 
-#: Set queue ``name``'s concurrency limit (when ``set_concurrency``) and rate (when
-#: ``set_rate``) to the values given, NULL removing one; the other setting stays as it was. A
+#: Set queue ``name``'s concurrency limit (when ``set_concurrency``), rate (when ``set_rate``)
+#: and group concurrency (when ``set_group_concurrency``) to the values given, NULL removing one;
+#: the other settings stay as they were. A
 #: new or changed rate starts the queue's token bucket full (pgjobs_limit_states).
 #: Wakes the idle workers of the queue (a limit raised lets them claim more). Rows: (whether a
 #: setting changed).
 QUEUE_LIMIT = f"""
 WITH before AS (
-    SELECT concurrency, rate_jobs, rate_seconds FROM pgjobs_queues WHERE name = %(name)s
+    SELECT concurrency, rate_jobs, rate_seconds, group_concurrency
+    FROM pgjobs_queues WHERE name = %(name)s
 ),
 limited AS (
-    INSERT INTO pgjobs_queues AS q (name, concurrency, rate_jobs, rate_seconds, updated_at)
-    VALUES (%(name)s, %(concurrency)s::int, %(rate_jobs)s::int, %(rate_seconds)s::float8, now())
+    INSERT INTO pgjobs_queues AS q (
+        name, concurrency, rate_jobs, rate_seconds, group_concurrency, updated_at
+    )
+    VALUES (%(name)s, %(concurrency)s::int, %(rate_jobs)s::int, %(rate_seconds)s::float8,
+            %(group_concurrency)s::int, now())
     ON CONFLICT (name) DO UPDATE
     SET concurrency = CASE WHEN %(set_concurrency)s THEN excluded.concurrency
                            ELSE q.concurrency END,
         rate_jobs = CASE WHEN %(set_rate)s THEN excluded.rate_jobs ELSE q.rate_jobs END,
         rate_seconds = CASE WHEN %(set_rate)s THEN excluded.rate_seconds ELSE q.rate_seconds END,
+        group_concurrency = CASE WHEN %(set_group_concurrency)s THEN excluded.group_concurrency
+                                 ELSE q.group_concurrency END,
         updated_at = now()
-    RETURNING concurrency, rate_jobs, rate_seconds
+    RETURNING concurrency, rate_jobs, rate_seconds, group_concurrency
 ),
 state AS (
     INSERT INTO pgjobs_limit_states (kind, name, tokens, refilled_at)
@@ -876,8 +883,8 @@ state AS (
     ON CONFLICT (kind, name) DO UPDATE
     SET tokens = excluded.tokens, refilled_at = excluded.refilled_at
 )
-SELECT (l.concurrency, l.rate_jobs, l.rate_seconds)
-       IS DISTINCT FROM (b.concurrency, b.rate_jobs, b.rate_seconds)
+SELECT (l.concurrency, l.rate_jobs, l.rate_seconds, l.group_concurrency)
+       IS DISTINCT FROM (b.concurrency, b.rate_jobs, b.rate_seconds, b.group_concurrency)
 FROM limited l
 LEFT JOIN before b ON true
 CROSS JOIN pg_notify('{NOTIFY_CHANNEL}', %(name)s)
@@ -1194,7 +1201,7 @@ WITH found AS (
            expires_at, idempotency_key, last_error, lease_owner, lease_expires_at,
            NULL::jsonb AS result, NULL::text AS worker, NULL::timestamptz AS finished_at,
            NULL::text AS reason, NULL::text AS error_type, NULL::text AS traceback,
-           redrive_count, redriven_at, replay_of, started_at
+           redrive_count, redriven_at, replay_of, started_at, group_key, unique_key
     FROM queued_jobs WHERE id = %(id)s
     UNION ALL
     SELECT id, 'archived_jobs', status,
@@ -1202,7 +1209,7 @@ WITH found AS (
            expires_at, idempotency_key, last_error, NULL, NULL,
            result, worker, finished_at,
            NULL, NULL, NULL,
-           redrive_count, redriven_at, replay_of, started_at
+           redrive_count, redriven_at, replay_of, started_at, group_key, unique_key
     FROM archived_jobs WHERE id = %(id)s
     UNION ALL
     SELECT id, 'dead_letter', '{JobStatus.DEAD}',
@@ -1210,7 +1217,7 @@ WITH found AS (
            expires_at, idempotency_key, last_error, NULL, NULL,
            NULL, worker, failed_at,
            reason, error_type, traceback,
-           redrive_count, redriven_at, replay_of, started_at
+           redrive_count, redriven_at, replay_of, started_at, group_key, unique_key
     FROM dead_letter WHERE id = %(id)s
 )
 SELECT found.*, ARRAY(
@@ -1746,7 +1753,7 @@ SELECT id, 'queued_jobs' AS "table",
        idempotency_key, last_error, lease_owner, lease_expires_at, NULL::jsonb AS result,
        NULL::text AS worker, NULL::timestamptz AS finished_at, NULL::text AS reason,
        NULL::text AS error_type, {{traceback}} AS traceback, redrive_count, redriven_at,
-       replay_of, started_at, coalesce(redriven_at, created_at) AS at
+       replay_of, started_at, group_key, unique_key, coalesce(redriven_at, created_at) AS at
 FROM queued_jobs
 """
 
@@ -1756,7 +1763,7 @@ SELECT id, 'archived_jobs' AS "table", status,
        idempotency_key, last_error, NULL::text AS lease_owner,
        NULL::timestamptz AS lease_expires_at, {result} AS result, worker, finished_at,
        NULL::text AS reason, NULL::text AS error_type, {traceback} AS traceback, redrive_count,
-       redriven_at, replay_of, started_at, finished_at AS at
+       redriven_at, replay_of, started_at, group_key, unique_key, finished_at AS at
 FROM archived_jobs
 """
 
@@ -1766,7 +1773,7 @@ SELECT id, 'dead_letter' AS "table", '{JobStatus.DEAD}' AS status,
        idempotency_key, last_error, NULL::text AS lease_owner,
        NULL::timestamptz AS lease_expires_at, NULL::jsonb AS result, worker,
        failed_at AS finished_at, reason, error_type, {{traceback}} AS traceback, redrive_count,
-       redriven_at, replay_of, started_at, failed_at AS at
+       redriven_at, replay_of, started_at, group_key, unique_key, failed_at AS at
 FROM dead_letter
 """
 

@@ -165,7 +165,8 @@ def schedules_table(schedules: list[ScheduleInfo]) -> Table:
 
 def queue_limits(state: QueueState | QueueStats) -> str:
     """A queue's limits in words: "at most 10 running, 100/s starts", or "-"."""
-    return limits_text(state.concurrency, state.rate_jobs, state.rate_seconds) or "-"
+    group = state.group_concurrency if isinstance(state, QueueState) else None
+    return limits_text(state.concurrency, state.rate_jobs, state.rate_seconds, group) or "-"
 
 
 def queue_states_table(states: list[QueueState]) -> Table:

@@ -103,14 +103,8 @@ def enqueue_jobs(body: models.JobBatchCreate, server: Server) -> models.JobList:
         JobSpec(
             job.task,
             job.payload,
-            queue=job.queue,
-            priority=job.priority,
-            run_at=job.run_at,
-            run_in=job.delay,
-            max_attempts=job.max_attempts,
-            expires_at=job.expires_at,
-            expires_in=job.expires_in,
             idempotency_key=job.idempotency_key,
+            **job.enqueue_options(),
         )
         for job in body.jobs
     ]
