@@ -2065,3 +2065,129 @@ LEFT JOIN dead USING (task)
 LEFT JOIN finished USING (task)
 ORDER BY t.task
 """
+
+
+# -- Groups: stats, dashboard, metrics ------------------------------------------------------------
+
+#: The groups of every queue that holds grouped jobs (``pgjobs.groups.load``): per queue, its
+#: ``top`` groups by ready jobs (ready, running, at its limit), how many groups it has and how
+#: many are at their limit. Rows: (queue, group_concurrency, groups, groups_capped, at_limit,
+#: group_key, ready, running, group at its limit), one per top group, or one with group_key NULL
+#: for a queue with no group to show (``top`` 0: every queue's counts alone).
+#:
+#: Bounded whatever the queue holds: the queues, then each queue's groups with waiting jobs, are
+#: found by skip scans of ix_queued_jobs_group_ready (one index probe per queue and group, at
+#: most ``max_groups`` + 1 groups per queue: ``groups_capped``), and a group's ready jobs are
+#: counted up to ``ready_cap`` + 1 rows of the same index (a group of 50,000 reads 1,001); with
+#: ``top`` 0 no group's ready jobs are read. Running jobs are counted whole from
+#: ix_queued_jobs_group_leased: they are at most the workers' slots. A group is at its limit when
+#: its running jobs reach the queue's group_concurrency, or those of one task reach that task's
+#: (``tasks``/``limits``: the app's tasks that limit their groups, when the caller has the app).
+GROUPS_LOAD = """
+WITH RECURSIVE queues AS (
+    (SELECT queue FROM queued_jobs
+     WHERE lease_expires_at IS NULL AND group_key IS NOT NULL
+     ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM queued_jobs j
+            WHERE j.lease_expires_at IS NULL AND j.group_key IS NOT NULL AND j.queue > q.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM queues q
+    WHERE q.queue IS NOT NULL
+),
+waiting AS (
+    SELECT q.queue, g.group_key, 1 AS n
+    FROM queues q
+    CROSS JOIN LATERAL (
+        SELECT j.group_key FROM queued_jobs j
+        WHERE j.queue = q.queue AND j.lease_expires_at IS NULL AND j.group_key IS NOT NULL
+        ORDER BY j.group_key LIMIT 1
+    ) g
+    WHERE q.queue IS NOT NULL
+    UNION ALL
+    SELECT w.queue, g.group_key, w.n + 1
+    FROM waiting w
+    CROSS JOIN LATERAL (
+        SELECT j.group_key FROM queued_jobs j
+        WHERE j.queue = w.queue AND j.lease_expires_at IS NULL AND j.group_key IS NOT NULL
+          AND j.group_key > w.group_key
+        ORDER BY j.group_key LIMIT 1
+    ) g
+    WHERE w.n <= %(max_groups)s
+),
+common AS (
+    SELECT q.queue, v.group_key
+    FROM queues q
+    CROSS JOIN (
+        SELECT unnest(s.most_common_vals::text::text[]) AS group_key
+        FROM pg_stats s
+        JOIN pg_class c ON c.oid = 'queued_jobs'::regclass
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE s.schemaname = n.nspname AND s.tablename = 'queued_jobs'
+          AND s.attname = 'group_key'
+    ) v
+    WHERE q.queue IS NOT NULL AND %(top)s > 0
+),
+candidates AS (
+    SELECT queue, group_key FROM waiting WHERE n <= %(max_groups)s
+    UNION
+    SELECT queue, group_key FROM common
+),
+ready AS (
+    SELECT c.queue, c.group_key, r.ready
+    FROM candidates c
+    CROSS JOIN LATERAL (
+        SELECT count(*)::int AS ready FROM (
+            SELECT 1 FROM queued_jobs j
+            WHERE j.queue = c.queue AND j.group_key = c.group_key
+              AND j.lease_expires_at IS NULL AND j.group_key IS NOT NULL AND j.run_at <= now()
+            LIMIT %(ready_cap)s + 1
+        ) counted
+        WHERE %(top)s > 0
+    ) r
+),
+shown AS (
+    SELECT queue, group_key FROM waiting WHERE n <= %(max_groups)s
+    UNION
+    SELECT queue, group_key FROM ready WHERE ready > 0
+),
+limits AS (
+    SELECT * FROM unnest(%(tasks)s::text[], %(limits)s::int[]) AS l(task, group_concurrency)
+),
+running AS (
+    SELECT r.queue, r.group_key, sum(r.running)::int AS running,
+           coalesce(bool_or(r.running >= l.group_concurrency), false) AS task_at_limit
+    FROM (
+        SELECT queue, group_key, task, count(*) AS running FROM queued_jobs
+        WHERE lease_expires_at IS NOT NULL AND group_key IS NOT NULL
+        GROUP BY queue, group_key, task
+    ) r
+    LEFT JOIN limits l ON l.task = r.task
+    GROUP BY r.queue, r.group_key
+),
+loads AS (
+    SELECT coalesce(w.queue, r.queue) AS queue, coalesce(w.group_key, r.group_key) AS group_key,
+           coalesce(w.ready, 0) AS ready, coalesce(r.running, 0) AS running,
+           coalesce(r.task_at_limit, false)
+           OR coalesce(r.running, 0) >= p.group_concurrency IS TRUE AS at_limit,
+           p.group_concurrency
+    FROM (SELECT queue, group_key, ready.ready FROM shown LEFT JOIN ready USING (queue, group_key)) w
+    FULL JOIN running r ON r.queue = w.queue AND r.group_key = w.group_key
+    LEFT JOIN pgjobs_queues p ON p.name = coalesce(w.queue, r.queue)
+),
+ranked AS (
+    SELECT l.*,
+           count(*) OVER per_queue AS groups,
+           count(*) FILTER (WHERE at_limit) OVER per_queue AS groups_at_limit,
+           row_number() OVER (per_queue ORDER BY ready DESC, running DESC, group_key) AS rank
+    FROM loads l
+    WINDOW per_queue AS (PARTITION BY queue)
+)
+SELECT r.queue, r.group_concurrency, r.groups,
+       EXISTS (SELECT 1 FROM waiting w WHERE w.queue = r.queue AND w.n > %(max_groups)s),
+       r.groups_at_limit,
+       CASE WHEN %(top)s > 0 THEN r.group_key END, r.ready, r.running, r.at_limit
+FROM ranked r
+WHERE r.rank <= greatest(%(top)s, 1)
+ORDER BY r.queue, r.rank
+"""

@@ -406,6 +406,27 @@ class Replica(BaseModel):
     replay_paused: bool
 
 
+class GroupLoad(BaseModel):
+    """A group of a queue (``pgjobs.models.GroupLoad``)."""
+
+    group_key: str
+    ready: int = Field(description="Ready jobs, counted up to a cap (ready_capped: more).")
+    ready_capped: bool
+    running: int
+    at_limit: bool = Field(description="Its running jobs reached its queue's or a task's limit.")
+
+
+class QueueGroups(BaseModel):
+    """The groups of a queue that holds grouped jobs (``pgjobs.models.QueueGroups``)."""
+
+    queue: str
+    group_concurrency: int | None
+    groups: int = Field(description="Groups with jobs waiting or running, up to a cap.")
+    groups_capped: bool
+    at_limit: int = Field(description="Groups at their limit.")
+    top: list[GroupLoad] = Field(description="The groups with the most ready jobs.")
+
+
 class StatsVerbose(BaseModel):
     """`pgjobs stats --json --verbose`."""
 
@@ -416,6 +437,8 @@ class StatsVerbose(BaseModel):
     archive_partitions: list[dict[str, Any]]
     archive_default_rows: int | None
     schedules: list[dict[str, Any]] = []
+    #: The queues that hold grouped jobs.
+    groups: list[QueueGroups] = []
     #: Served with a read DSN: where it leads and how far behind it is.
     replica: Replica | None = None
 
