@@ -45,6 +45,7 @@ def load(
     conn: psycopg.Connection[Any],
     *,
     limits: Mapping[str, int] | None = None,
+    queue: str | None = None,
     top: int = TOP_GROUPS,
     ready_cap: int = READY_CAP,
     max_groups: int = MAX_GROUPS,
@@ -52,8 +53,8 @@ def load(
     """Every queue that holds grouped jobs (waiting or running), by name: its ``top`` groups by
     ready jobs, its count of groups and of groups at their limit. ``limits``: the tasks' own
     group limits (``task_limits(app.tasks.values())``), when the caller has the app; without
-    them only the queue's ``group_concurrency`` counts. ``top`` 0 reads the counts alone
-    (cheaper: no group's ready jobs are counted).
+    them only the queue's ``group_concurrency`` counts. ``queue``: that queue only. ``top`` 0
+    reads the counts alone (cheaper: no group's ready jobs are counted).
 
     Example: ``[(q.queue, q.at_limit) for q in load(conn, top=0)]``
     """
@@ -61,6 +62,7 @@ def load(
     params = {
         "tasks": list(chosen),
         "limits": list(chosen.values()),
+        "queue": queue,
         "top": top,
         "ready_cap": ready_cap,
         "max_groups": max_groups,
@@ -69,13 +71,13 @@ def load(
         rows = db.fetch_all(conn, queries.GROUPS_LOAD, params)
     found: dict[str, QueueGroups] = {}
     shown: dict[str, list[GroupLoad]] = {}
-    for queue, limit, groups, capped, at_limit, key, ready, running, held in rows:
-        if queue not in found:
-            found[queue] = QueueGroups(queue, limit, groups, capped, at_limit, ())
-            shown[queue] = []
+    for name, limit, groups, capped, at_limit, key, ready, running, held in rows:
+        if name not in found:
+            found[name] = QueueGroups(name, limit, groups, capped, at_limit, ())
+            shown[name] = []
         if key is not None:
             capped_ready = ready > ready_cap
-            shown[queue].append(
+            shown[name].append(
                 GroupLoad(key, min(ready, ready_cap), capped_ready, running, bool(held))
             )
     return [

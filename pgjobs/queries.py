@@ -2069,7 +2069,8 @@ ORDER BY t.task
 
 # -- Groups: stats, dashboard, metrics ------------------------------------------------------------
 
-#: The groups of every queue that holds grouped jobs (``pgjobs.groups.load``): per queue, its
+#: The groups of every queue that holds grouped jobs (of queue ``queue`` only, unless NULL)
+#: (``pgjobs.groups.load``): per queue, its
 #: ``top`` groups by ready jobs (ready, running, at its limit), how many groups it has and how
 #: many are at their limit. Rows: (queue, group_concurrency, groups, groups_capped, at_limit,
 #: group_key, ready, running, group at its limit), one per top group, or one with group_key NULL
@@ -2103,7 +2104,7 @@ waiting AS (
         WHERE j.queue = q.queue AND j.lease_expires_at IS NULL AND j.group_key IS NOT NULL
         ORDER BY j.group_key LIMIT 1
     ) g
-    WHERE q.queue IS NOT NULL
+    WHERE q.queue IS NOT NULL AND (%(queue)s::text IS NULL OR q.queue = %(queue)s::text)
     UNION ALL
     SELECT w.queue, g.group_key, w.n + 1
     FROM waiting w
@@ -2127,6 +2128,7 @@ common AS (
           AND s.attname = 'group_key'
     ) v
     WHERE q.queue IS NOT NULL AND %(top)s > 0
+      AND (%(queue)s::text IS NULL OR q.queue = %(queue)s::text)
 ),
 candidates AS (
     SELECT queue, group_key FROM waiting WHERE n <= %(max_groups)s
@@ -2160,6 +2162,7 @@ running AS (
     FROM (
         SELECT queue, group_key, task, count(*) AS running FROM queued_jobs
         WHERE lease_expires_at IS NOT NULL AND group_key IS NOT NULL
+          AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
         GROUP BY queue, group_key, task
     ) r
     LEFT JOIN limits l ON l.task = r.task
