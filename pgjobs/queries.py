@@ -783,18 +783,31 @@ SCHEMA_REVISION = "SELECT version_num FROM pgjobs_alembic_version"
 # -- Queues and schedules (pgjobs.queues, pgjobs.maintenance.scheduler) -------------------------
 
 # Every queue that holds a job, read from the indexes alone: the ready and scheduled jobs' queues
-# by a skip scan of the claim index (one index probe per queue, however many jobs), the running
-# jobs' queues from the lease index (running jobs are few: at most the workers' slots).
+# by skip scans of the claim index, the limited claim's and the groups' (one index probe per
+# queue, however many jobs), the running jobs' queues from the lease index (running jobs are few:
+# at most the workers' slots).
 _QUEUES_WITH_JOBS = """
 RECURSIVE waiting(queue) AS (
-    (SELECT queue FROM queued_jobs WHERE lease_expires_at IS NULL AND limit_key IS NULL
+    (SELECT queue FROM queued_jobs
+     WHERE lease_expires_at IS NULL AND limit_key IS NULL AND group_key IS NULL
      ORDER BY queue LIMIT 1)
     UNION ALL
     SELECT (SELECT j.queue FROM queued_jobs j
-            WHERE j.lease_expires_at IS NULL AND j.limit_key IS NULL AND j.queue > w.queue
+            WHERE j.lease_expires_at IS NULL AND j.limit_key IS NULL AND j.group_key IS NULL
+              AND j.queue > w.queue
             ORDER BY j.queue LIMIT 1)
     FROM waiting w
     WHERE w.queue IS NOT NULL
+),
+grouped(queue) AS (
+    (SELECT queue FROM queued_jobs WHERE lease_expires_at IS NULL AND group_key IS NOT NULL
+     ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM queued_jobs j
+            WHERE j.lease_expires_at IS NULL AND j.group_key IS NOT NULL AND j.queue > g.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM grouped g
+    WHERE g.queue IS NOT NULL
 ),
 held(queue) AS (
     (SELECT queue FROM queued_jobs WHERE lease_expires_at IS NULL AND limit_key IS NOT NULL
@@ -811,6 +824,8 @@ with_jobs AS (
     UNION
     SELECT queue FROM held WHERE queue IS NOT NULL
     UNION
+    SELECT queue FROM grouped WHERE queue IS NOT NULL
+    UNION
     SELECT queue FROM queued_jobs WHERE lease_expires_at IS NOT NULL
 )
 """
@@ -818,7 +833,10 @@ with_jobs AS (
 # Whether queue %(name)s holds a job (ready, scheduled or running), through the same indexes.
 _QUEUE_HAS_JOBS = """
 (EXISTS (SELECT 1 FROM queued_jobs
-         WHERE queue = %(name)s AND lease_expires_at IS NULL AND limit_key IS NULL)
+         WHERE queue = %(name)s AND lease_expires_at IS NULL AND limit_key IS NULL
+           AND group_key IS NULL)
+ OR EXISTS (SELECT 1 FROM queued_jobs
+            WHERE queue = %(name)s AND lease_expires_at IS NULL AND group_key IS NOT NULL)
  OR EXISTS (SELECT 1 FROM queued_jobs
             WHERE queue = %(name)s AND lease_expires_at IS NULL AND limit_key IS NOT NULL)
  OR EXISTS (SELECT 1 FROM queued_jobs WHERE queue = %(name)s AND lease_expires_at IS NOT NULL))

@@ -204,3 +204,12 @@ def test_python_api_sets_a_queues_group_concurrency(dsn, make_app):
         queues.limit(dsn, "emails", group_concurrency=0)
     assert caught.value.field == "group_concurrency"
     assert queues.queue(dsn, "emails").group_concurrency == 3
+
+
+def test_a_queue_of_grouped_jobs_only_is_listed_as_holding_jobs(capsys, dsn, conn):
+    """The claim index leaves grouped jobs out: the queue listing finds them by the groups'."""
+    insert_raw(conn, "t", queue="tenants", group_key="customer-1")
+    assert [(q.name, q.has_jobs) for q in queues.list_queues(dsn)] == [("tenants", True)]
+    assert queues.queue(dsn, "tenants").has_jobs
+    code, out, _ = run(capsys, "queue", "pause", "tenants", "--dsn", dsn.url)
+    assert code == 0 and "holds no job" not in out
