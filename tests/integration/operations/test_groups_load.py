@@ -116,7 +116,7 @@ def test_a_big_group_and_many_groups_are_read_within_the_caps(conn):
     # Each group's ready jobs are read up to the cap: never the whale's 50,000.
     plan = conn.execute(
         "EXPLAIN (ANALYZE, FORMAT JSON) " + groups.queries.GROUPS_LOAD,
-        {"tasks": [], "limits": [], "top": 5, "ready_cap": 1000, "max_groups": 1000},
+        {"tasks": [], "limits": [], "queue": None, "top": 5, "ready_cap": 1000, "max_groups": 1000},
     ).fetchone()
     assert plan is not None
     assert _rows_read(plan[0][0]["Plan"]) < 30_000
