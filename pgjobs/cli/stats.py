@@ -17,7 +17,7 @@ from pgjobs import stats as read_model
 from pgjobs.cli import render
 from pgjobs.cli.options import DsnOption, app_option, database, find_app
 from pgjobs.db.dsn import Dsn
-from pgjobs.errors import PgjobsError
+from pgjobs.errors import ConfigurationError, PgjobsError
 
 
 def stats_command(
@@ -49,8 +49,7 @@ def stats_command(
     limit."""
     resolved = database(dsn)
     title = f"pgjobs queues ({resolved.redacted})"
-    found = find_app(app_ref)
-    limits = None if found is None else groups.task_limits(found.tasks.values())
+    limits = _task_limits(app_ref)
     if not watch:
         with db.connect(resolved) as conn:
             snap = read_model.snapshot(conn, verbose=verbose, group_limits=limits)
@@ -60,6 +59,20 @@ def stats_command(
             render.wide_console().print(render.stats(snap, title, verbose=verbose))
         return
     _watch(resolved, title, verbose=verbose, as_json=as_json, interval=interval, limits=limits)
+
+
+def _task_limits(app_ref: str | None) -> dict[str, int] | None:
+    """The app's tasks' own group limits, or None without an app. An app named only by the
+    environment or pyproject.toml that cannot be loaded is a warning, not a failure: stats then
+    judges groups by their queue's group concurrency alone."""
+    try:
+        found = find_app(app_ref)
+    except ConfigurationError as exc:
+        if app_ref is not None:
+            raise
+        render.warning(f"{exc}; groups are judged by their queue's group concurrency only")
+        return None
+    return None if found is None else groups.task_limits(found.tasks.values())
 
 
 def _watch(

@@ -106,16 +106,6 @@ def test_enqueue_refuses_bad_group_and_unique_options(capsys, dsn, conn, options
     assert count(conn, "queued_jobs") == 0
 
 
-def test_enqueue_refuses_a_group_with_nul(capsys, dsn, conn):
-    """A NUL cannot reach argv; the check is the one every surface shares."""
-    from pgjobs.errors import ConfigurationError
-    from pgjobs.submission import check_key
-
-    with pytest.raises(ConfigurationError, match="group holds a NUL") as caught:
-        check_key("a\x00b", "group")
-    assert caught.value.field == "group"
-
-
 def _insert_everywhere(conn: psycopg.Connection[Any]) -> dict[str, int]:
     queued = insert_raw(conn, "t", group_key="customer-42", unique_key="cart-7")
     archived = conn.execute(

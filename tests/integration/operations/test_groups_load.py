@@ -163,3 +163,26 @@ def test_stats_shows_the_top_groups_and_those_at_their_limit(capsys, dsn, conn, 
 def test_no_grouped_job_no_row(conn, top):
     add(conn, "plain", None, 3)
     assert groups.load(conn, top=top) == []
+
+
+def test_stats_with_the_app_counts_a_tasks_own_limit(capsys, dsn, conn, monkeypatch):
+    monkeypatch.delenv("PGJOBS_APP", raising=False)
+    add(conn, "q", "customer-1", 1, task="cli.limited", leased=True)
+    add(conn, "q", "customer-1", 4, task="cli.limited")
+    code, out, err = run(capsys, "stats", "--dsn", dsn.url)
+    assert code == 0, err
+    assert "groups of q: 1 group, 0 at its limit" in out
+    code, out, err = run(
+        capsys, "stats", "--app", "tests.integration.groups_app:app", "--dsn", dsn.url
+    )
+    assert code == 0, err
+    assert "groups of q: 1 group, 1 at its limit" in out
+
+
+def test_stats_warns_when_the_app_named_by_the_environment_cannot_load(capsys, dsn, monkeypatch):
+    monkeypatch.setenv("PGJOBS_APP", "no_such_module_here:app")
+    code, _, err = run(capsys, "stats", "--dsn", dsn.url)
+    assert code == 0
+    assert "cannot import no_such_module_here" in err and "queue's group concurrency" in err
+    code, _, err = run(capsys, "stats", "--app", "no_such_module_here:app", "--dsn", dsn.url)
+    assert code == 2
