@@ -177,7 +177,8 @@ def groups_table(queue: QueueGroups) -> RenderableType:
     more = "+" if queue.groups_capped else ""
     title = (
         f"groups of {cell(queue.queue)}: {queue.groups:,}{more} group"
-        f"{'' if queue.groups == 1 and not more else 's'}, {queue.at_limit:,} at its limit"
+        f"{'' if queue.groups == 1 and not more else 's'}, {queue.at_limit:,} at "
+        f"{'its' if queue.at_limit == 1 else 'their'} limit"
     )
     if queue.group_concurrency is not None:
         title += f" (at most {queue.group_concurrency} running per group)"

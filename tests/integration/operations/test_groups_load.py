@@ -171,7 +171,7 @@ def test_stats_with_the_app_counts_a_tasks_own_limit(capsys, dsn, conn, monkeypa
     add(conn, "q", "customer-1", 4, task="cli.limited")
     code, out, err = run(capsys, "stats", "--dsn", dsn.url)
     assert code == 0, err
-    assert "groups of q: 1 group, 0 at its limit" in out
+    assert "groups of q: 1 group, 0 at their limit" in out
     code, out, err = run(
         capsys, "stats", "--app", "tests.integration.groups_app:app", "--dsn", dsn.url
     )
