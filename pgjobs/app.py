@@ -134,13 +134,21 @@ class App(Registry):
         *,
         concurrency: int | None = queues.KEEP,
         rate: str | Rate | None = queues.KEEP,
+        group_concurrency: int | None = queues.KEEP,
     ) -> queues.Change:
-        """Set queue ``name``'s concurrency limit and rate (None removes one; one not given
-        stays), obeyed by every worker from its next claim on. See ``pgjobs.queues.limit``.
+        """Set queue ``name``'s concurrency limit, rate and group concurrency (None removes one;
+        one not given stays), obeyed by every worker from its next claim on. See
+        ``pgjobs.queues.limit``.
 
         Example: ``app.limit_queue("emails", concurrency=10, rate="100/s")``
         """
-        return self._on_pool(queues.limit, name, concurrency=concurrency, rate=rate)
+        return self._on_pool(
+            queues.limit,
+            name,
+            concurrency=concurrency,
+            rate=rate,
+            group_concurrency=group_concurrency,
+        )
 
     def enqueue(
         self,

@@ -920,8 +920,9 @@ SCHEMA_REVISION = "SELECT version_num FROM pgjobs_alembic_version"
 # -- Queues and schedules (pgjobs.queues, pgjobs.maintenance.scheduler) -------------------------
 
 # Every queue that holds a job, read from the indexes alone: the ready and scheduled jobs' queues
-# by a skip scan of the claim index (one index probe per queue, however many jobs), the running
-# jobs' queues from the lease index (running jobs are few: at most the workers' slots).
+# by skip scans of the claim index, the limited claim's and the groups' (one index probe per
+# queue, however many jobs), the running jobs' queues from the lease index (running jobs are few:
+# at most the workers' slots).
 _QUEUES_WITH_JOBS = """
 RECURSIVE waiting(queue) AS (
     (SELECT queue FROM queued_jobs
@@ -979,11 +980,11 @@ _QUEUE_HAS_JOBS = """
 """
 
 # Columns of a queue's limits (pgjobs_queues p), in the order of models.QueueState.
-_QUEUE_LIMIT_COLUMNS = "p.concurrency, p.rate_jobs, p.rate_seconds"
+_QUEUE_LIMIT_COLUMNS = "p.concurrency, p.rate_jobs, p.rate_seconds, p.group_concurrency"
 
 #: Every known queue (one that holds a job, or has settings) with its settings, by name.
 #: Rows: (name, paused_at, paused_by, pause_reason, holds jobs, concurrency, rate_jobs,
-#: rate_seconds).
+#: rate_seconds, group_concurrency).
 QUEUE_LIST = f"""
 WITH {_QUEUES_WITH_JOBS}
 SELECT coalesce(j.queue, p.name), p.paused_at, p.paused_by, p.pause_reason, j.queue IS NOT NULL,
@@ -1001,25 +1002,32 @@ FROM (SELECT 1) one
 LEFT JOIN pgjobs_queues p ON p.name = %(name)s
 """
 
-#: Set queue ``name``'s concurrency limit (when ``set_concurrency``) and rate (when
-#: ``set_rate``) to the values given, NULL removing one; the other setting stays as it was. A
+#: Set queue ``name``'s concurrency limit (when ``set_concurrency``), rate (when ``set_rate``)
+#: and group concurrency (when ``set_group_concurrency``) to the values given, NULL removing one;
+#: the other settings stay as they were. A
 #: new or changed rate starts the queue's token bucket full (pgjobs_limit_states).
 #: Wakes the idle workers of the queue (a limit raised lets them claim more). Rows: (whether a
 #: setting changed).
 QUEUE_LIMIT = f"""
 WITH before AS (
-    SELECT concurrency, rate_jobs, rate_seconds FROM pgjobs_queues WHERE name = %(name)s
+    SELECT concurrency, rate_jobs, rate_seconds, group_concurrency
+    FROM pgjobs_queues WHERE name = %(name)s
 ),
 limited AS (
-    INSERT INTO pgjobs_queues AS q (name, concurrency, rate_jobs, rate_seconds, updated_at)
-    VALUES (%(name)s, %(concurrency)s::int, %(rate_jobs)s::int, %(rate_seconds)s::float8, now())
+    INSERT INTO pgjobs_queues AS q (
+        name, concurrency, rate_jobs, rate_seconds, group_concurrency, updated_at
+    )
+    VALUES (%(name)s, %(concurrency)s::int, %(rate_jobs)s::int, %(rate_seconds)s::float8,
+            %(group_concurrency)s::int, now())
     ON CONFLICT (name) DO UPDATE
     SET concurrency = CASE WHEN %(set_concurrency)s THEN excluded.concurrency
                            ELSE q.concurrency END,
         rate_jobs = CASE WHEN %(set_rate)s THEN excluded.rate_jobs ELSE q.rate_jobs END,
         rate_seconds = CASE WHEN %(set_rate)s THEN excluded.rate_seconds ELSE q.rate_seconds END,
+        group_concurrency = CASE WHEN %(set_group_concurrency)s THEN excluded.group_concurrency
+                                 ELSE q.group_concurrency END,
         updated_at = now()
-    RETURNING concurrency, rate_jobs, rate_seconds
+    RETURNING concurrency, rate_jobs, rate_seconds, group_concurrency
 ),
 state AS (
     INSERT INTO pgjobs_limit_states (kind, name, tokens, refilled_at)
@@ -1030,8 +1038,8 @@ state AS (
     ON CONFLICT (kind, name) DO UPDATE
     SET tokens = excluded.tokens, refilled_at = excluded.refilled_at
 )
-SELECT (l.concurrency, l.rate_jobs, l.rate_seconds)
-       IS DISTINCT FROM (b.concurrency, b.rate_jobs, b.rate_seconds)
+SELECT (l.concurrency, l.rate_jobs, l.rate_seconds, l.group_concurrency)
+       IS DISTINCT FROM (b.concurrency, b.rate_jobs, b.rate_seconds, b.group_concurrency)
 FROM limited l
 LEFT JOIN before b ON true
 CROSS JOIN pg_notify('{NOTIFY_CHANNEL}', %(name)s)
@@ -1348,7 +1356,7 @@ WITH found AS (
            expires_at, idempotency_key, last_error, lease_owner, lease_expires_at,
            NULL::jsonb AS result, NULL::text AS worker, NULL::timestamptz AS finished_at,
            NULL::text AS reason, NULL::text AS error_type, NULL::text AS traceback,
-           redrive_count, redriven_at, replay_of, started_at
+           redrive_count, redriven_at, replay_of, started_at, group_key, unique_key
     FROM queued_jobs WHERE id = %(id)s
     UNION ALL
     SELECT id, 'archived_jobs', status,
@@ -1356,7 +1364,7 @@ WITH found AS (
            expires_at, idempotency_key, last_error, NULL, NULL,
            result, worker, finished_at,
            NULL, NULL, NULL,
-           redrive_count, redriven_at, replay_of, started_at
+           redrive_count, redriven_at, replay_of, started_at, group_key, unique_key
     FROM archived_jobs WHERE id = %(id)s
     UNION ALL
     SELECT id, 'dead_letter', '{JobStatus.DEAD}',
@@ -1364,7 +1372,7 @@ WITH found AS (
            expires_at, idempotency_key, last_error, NULL, NULL,
            NULL, worker, failed_at,
            reason, error_type, traceback,
-           redrive_count, redriven_at, replay_of, started_at
+           redrive_count, redriven_at, replay_of, started_at, group_key, unique_key
     FROM dead_letter WHERE id = %(id)s
 )
 SELECT found.*, ARRAY(
@@ -1900,7 +1908,7 @@ SELECT id, 'queued_jobs' AS "table",
        idempotency_key, last_error, lease_owner, lease_expires_at, NULL::jsonb AS result,
        NULL::text AS worker, NULL::timestamptz AS finished_at, NULL::text AS reason,
        NULL::text AS error_type, {{traceback}} AS traceback, redrive_count, redriven_at,
-       replay_of, started_at, coalesce(redriven_at, created_at) AS at
+       replay_of, started_at, group_key, unique_key, coalesce(redriven_at, created_at) AS at
 FROM queued_jobs
 """
 
@@ -1910,7 +1918,7 @@ SELECT id, 'archived_jobs' AS "table", status,
        idempotency_key, last_error, NULL::text AS lease_owner,
        NULL::timestamptz AS lease_expires_at, {result} AS result, worker, finished_at,
        NULL::text AS reason, NULL::text AS error_type, {traceback} AS traceback, redrive_count,
-       redriven_at, replay_of, started_at, finished_at AS at
+       redriven_at, replay_of, started_at, group_key, unique_key, finished_at AS at
 FROM archived_jobs
 """
 
@@ -1920,7 +1928,7 @@ SELECT id, 'dead_letter' AS "table", '{JobStatus.DEAD}' AS status,
        idempotency_key, last_error, NULL::text AS lease_owner,
        NULL::timestamptz AS lease_expires_at, NULL::jsonb AS result, worker,
        failed_at AS finished_at, reason, error_type, {{traceback}} AS traceback, redrive_count,
-       redriven_at, replay_of, started_at, failed_at AS at
+       redriven_at, replay_of, started_at, group_key, unique_key, failed_at AS at
 FROM dead_letter
 """
 
@@ -2211,4 +2219,133 @@ LEFT JOIN hot USING (task)
 LEFT JOIN dead USING (task)
 LEFT JOIN finished USING (task)
 ORDER BY t.task
+"""
+
+
+# -- Groups: stats, dashboard, metrics ------------------------------------------------------------
+
+#: The groups of every queue that holds grouped jobs (of queue ``queue`` only, unless NULL)
+#: (``pgjobs.groups.load``): per queue, its
+#: ``top`` groups by ready jobs (ready, running, at its limit), how many groups it has and how
+#: many are at their limit. Rows: (queue, group_concurrency, groups, groups_capped, at_limit,
+#: group_key, ready, running, group at its limit), one per top group, or one with group_key NULL
+#: for a queue with no group to show (``top`` 0: every queue's counts alone).
+#:
+#: Bounded whatever the queue holds: the queues, then each queue's groups with waiting jobs, are
+#: found by skip scans of ix_queued_jobs_group_ready (one index probe per queue and group, at
+#: most ``max_groups`` + 1 groups per queue: ``groups_capped``), and a group's ready jobs are
+#: counted up to ``ready_cap`` + 1 rows of the same index (a group of 50,000 reads 1,001); with
+#: ``top`` 0 no group's ready jobs are read. Running jobs are counted whole from
+#: ix_queued_jobs_group_leased: they are at most the workers' slots. A group is at its limit when
+#: its running jobs reach the queue's group_concurrency, or those of one task reach that task's
+#: (``tasks``/``limits``: the app's tasks that limit their groups, when the caller has the app).
+GROUPS_LOAD = """
+WITH RECURSIVE queues AS (
+    (SELECT queue FROM queued_jobs
+     WHERE lease_expires_at IS NULL AND group_key IS NOT NULL
+     ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM queued_jobs j
+            WHERE j.lease_expires_at IS NULL AND j.group_key IS NOT NULL AND j.queue > q.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM queues q
+    WHERE q.queue IS NOT NULL
+),
+waiting AS (
+    SELECT q.queue, g.group_key, 1 AS n
+    FROM queues q
+    CROSS JOIN LATERAL (
+        SELECT j.group_key FROM queued_jobs j
+        WHERE j.queue = q.queue AND j.lease_expires_at IS NULL AND j.group_key IS NOT NULL
+        ORDER BY j.group_key LIMIT 1
+    ) g
+    WHERE q.queue IS NOT NULL AND (%(queue)s::text IS NULL OR q.queue = %(queue)s::text)
+    UNION ALL
+    SELECT w.queue, g.group_key, w.n + 1
+    FROM waiting w
+    CROSS JOIN LATERAL (
+        SELECT j.group_key FROM queued_jobs j
+        WHERE j.queue = w.queue AND j.lease_expires_at IS NULL AND j.group_key IS NOT NULL
+          AND j.group_key > w.group_key
+        ORDER BY j.group_key LIMIT 1
+    ) g
+    WHERE w.n <= %(max_groups)s
+),
+common AS (
+    SELECT q.queue, v.group_key
+    FROM queues q
+    CROSS JOIN (
+        SELECT unnest(s.most_common_vals::text::text[]) AS group_key
+        FROM pg_stats s
+        JOIN pg_class c ON c.oid = 'queued_jobs'::regclass
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE s.schemaname = n.nspname AND s.tablename = 'queued_jobs'
+          AND s.attname = 'group_key'
+    ) v
+    WHERE q.queue IS NOT NULL AND %(top)s > 0
+      AND (%(queue)s::text IS NULL OR q.queue = %(queue)s::text)
+),
+candidates AS (
+    SELECT queue, group_key FROM waiting WHERE n <= %(max_groups)s
+    UNION
+    SELECT queue, group_key FROM common
+),
+ready AS (
+    SELECT c.queue, c.group_key, r.ready
+    FROM candidates c
+    CROSS JOIN LATERAL (
+        SELECT count(*)::int AS ready FROM (
+            SELECT 1 FROM queued_jobs j
+            WHERE j.queue = c.queue AND j.group_key = c.group_key
+              AND j.lease_expires_at IS NULL AND j.group_key IS NOT NULL AND j.run_at <= now()
+            LIMIT %(ready_cap)s + 1
+        ) counted
+        WHERE %(top)s > 0
+    ) r
+),
+shown AS (
+    SELECT queue, group_key FROM waiting WHERE n <= %(max_groups)s
+    UNION
+    SELECT queue, group_key FROM ready WHERE ready > 0
+),
+limits AS (
+    SELECT * FROM unnest(%(tasks)s::text[], %(limits)s::int[]) AS l(task, group_concurrency)
+),
+running AS (
+    SELECT r.queue, r.group_key, sum(r.running)::int AS running,
+           coalesce(bool_or(r.running >= l.group_concurrency), false) AS task_at_limit
+    FROM (
+        SELECT queue, group_key, task, count(*) AS running FROM queued_jobs
+        WHERE lease_expires_at IS NOT NULL AND group_key IS NOT NULL
+          AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+        GROUP BY queue, group_key, task
+    ) r
+    LEFT JOIN limits l ON l.task = r.task
+    GROUP BY r.queue, r.group_key
+),
+loads AS (
+    SELECT coalesce(w.queue, r.queue) AS queue, coalesce(w.group_key, r.group_key) AS group_key,
+           coalesce(w.ready, 0) AS ready, coalesce(r.running, 0) AS running,
+           coalesce(r.task_at_limit, false)
+           OR coalesce(r.running, 0) >= p.group_concurrency IS TRUE AS at_limit,
+           p.group_concurrency
+    FROM (SELECT queue, group_key, ready.ready FROM shown LEFT JOIN ready USING (queue, group_key)) w
+    FULL JOIN running r ON r.queue = w.queue AND r.group_key = w.group_key
+    LEFT JOIN pgjobs_queues p ON p.name = coalesce(w.queue, r.queue)
+),
+ranked AS (
+    SELECT l.*,
+           count(*) OVER per_queue AS groups,
+           count(*) FILTER (WHERE at_limit) OVER per_queue AS groups_at_limit,
+           row_number() OVER (per_queue ORDER BY ready DESC, running DESC, group_key) AS rank
+    FROM loads l
+    WINDOW per_queue AS (PARTITION BY queue)
+)
+SELECT r.queue, r.group_concurrency, r.groups,
+       EXISTS (SELECT 1 FROM waiting w WHERE w.queue = r.queue AND w.n > %(max_groups)s),
+       r.groups_at_limit,
+       CASE WHEN %(top)s > 0 THEN r.group_key END, r.ready, r.running, r.at_limit
+FROM ranked r
+WHERE r.rank <= greatest(%(top)s, 1)
+ORDER BY r.queue, r.rank
 """
