@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgjobs import groups, queues
+from pgjobs import groups, queries, queues
 from pgjobs.models import GroupLoad
 from tests.support.factories import declared_task
 from tests.support.helpers import run
@@ -115,7 +115,7 @@ def test_a_big_group_and_many_groups_are_read_within_the_caps(conn):
     assert (q.groups, q.groups_capped) == (1001, False)
     # Each group's ready jobs are read up to the cap: never the whale's 50,000.
     plan = conn.execute(
-        "EXPLAIN (ANALYZE, FORMAT JSON) " + groups.queries.GROUPS_LOAD,
+        "EXPLAIN (ANALYZE, FORMAT JSON) " + queries.GROUPS_LOAD,
         {"tasks": [], "limits": [], "queue": None, "top": 5, "ready_cap": 1000, "max_groups": 1000},
     ).fetchone()
     assert plan is not None
