@@ -1344,25 +1344,68 @@ LIMIT %(limit)s
 FOR UPDATE OF d SKIP LOCKED
 """
 
+# Upsert the pgjobs_group_states rows of the groups of jobs moved back into queued_jobs (``{rows}``:
+# a CTE with queue and group_key), as an enqueue does, in (queue, group) order.
+_GROUPS_TOUCHED = """
+    INSERT INTO pgjobs_group_states (queue, group_key)
+    SELECT DISTINCT queue, group_key FROM {rows} WHERE group_key IS NOT NULL
+    ORDER BY queue, group_key
+    ON CONFLICT (queue, group_key) DO UPDATE SET touched_at = clock_timestamp()
+"""
+
+# A job moved back into queued_jobs (``{rows}``: a CTE of them, with task, unique_key and id)
+# keeps its unique key only when no job of its task not started yet holds the key (the first by
+# id, when several moved together share one): otherwise its key becomes NULL. A concurrent
+# enqueue that takes the key meanwhile is met by ON CONFLICT DO NOTHING, and the job goes in
+# again without its key (see DEAD_REDRIVE_BATCH).
+_KEY_IF_FREE = """CASE WHEN unique_key IS NOT NULL
+         AND row_number() OVER (PARTITION BY task, unique_key ORDER BY id) = 1
+         AND NOT EXISTS (
+             SELECT 1 FROM queued_jobs h
+             WHERE h.task = {rows}.task AND h.unique_key = {rows}.unique_key
+               AND h.started_at IS NULL
+         ) THEN unique_key END"""
+
+_REDRIVEN_COLUMNS = (
+    "id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at, "
+    "expires_at, idempotency_key, redrive_count, redriven_at, replay_of, payload_version, "
+    "trace_context, group_key, unique_key"
+)
+
 #: Move one batch of up to ``limit`` dead jobs matching the filters back to queued_jobs, ready now
-#: with fresh attempts (last_error, payload version and trace context kept), their redrive record
-#: updated, and wake idle workers of their queues. Returns the ids moved.
+#: with fresh attempts (last_error, payload version, trace context and group kept; the unique key
+#: kept when free, see _KEY_IF_FREE), their redrive record updated, their groups' rows touched,
+#: and wake idle workers of their queues. Returns the ids moved.
 DEAD_REDRIVE_BATCH = f"""
 WITH picked AS ({_DEAD_PICK}),
 gone AS (
     DELETE FROM dead_letter d USING picked WHERE d.id = picked.id
     RETURNING d.*
 ),
-requeued AS (
-    INSERT INTO queued_jobs (id, queue, task, payload, priority, run_at, attempts, max_attempts,
-                             last_error, created_at, expires_at, idempotency_key,
-                             redrive_count, redriven_at, replay_of, payload_version, trace_context)
-    SELECT id, queue, task, payload, priority, now(), 0, max_attempts,
+moving AS (
+    SELECT id, queue, task, payload, priority, now() AS run_at, 0 AS attempts, max_attempts,
            last_error, created_at, expires_at, idempotency_key,
-           redrive_count + 1, now(), replay_of, payload_version, trace_context
+           redrive_count + 1 AS redrive_count, now() AS redriven_at, replay_of, payload_version,
+           trace_context, group_key, {_KEY_IF_FREE.format(rows="gone")} AS unique_key
     FROM gone
+),
+keyed AS (
+    INSERT INTO queued_jobs ({_REDRIVEN_COLUMNS})
+    SELECT {_REDRIVEN_COLUMNS} FROM moving ORDER BY id
+    ON CONFLICT DO NOTHING
     RETURNING id, queue
 ),
+unkeyed AS (
+    INSERT INTO queued_jobs ({_REDRIVEN_COLUMNS})
+    SELECT {_REDRIVEN_COLUMNS.replace("unique_key", "NULL")} FROM moving
+    WHERE id NOT IN (SELECT id FROM keyed)
+    ORDER BY id
+    RETURNING id, queue
+),
+requeued AS (
+    SELECT * FROM keyed UNION ALL SELECT * FROM unkeyed
+),
+grouped AS ({_GROUPS_TOUCHED.format(rows="gone")}),
 notified AS (
     SELECT count(pg_notify('{NOTIFY_CHANNEL}', queue)) AS n
     FROM (SELECT DISTINCT queue FROM requeued) q
@@ -1454,21 +1497,29 @@ WHERE id = %(id)s
 FOR UPDATE
 """
 
+_REPLAYED_COLUMNS = (
+    "id, queue, task, payload, priority, max_attempts, expires_at, replay_of, payload_version, "
+    "group_key, unique_key"
+)
+
 #: Enqueue a finished (archived) or dead job again as a new job linked by replay_of: same queue,
-#: task, payload (and its version), priority and max_attempts; no idempotency key; ready now.
+#: task, payload (and its version), priority, max_attempts and group; no idempotency key; its
+#: unique key when no job of the task not started yet holds it (_KEY_IF_FREE); ready now.
 #: Its expiry is the one given (``expires_at``, else ``expires_in`` seconds from now); with none,
 #: the copy of an expired job keeps the original's expiry, long passed, and any other copy never
 #: expires. A copy whose expiry has passed is archived at once as expired, unrun (never queued);
-#: any other wakes idle workers of its queue. Rows: (new id, whether it was archived as expired);
-#: none when the id is neither archived nor dead.
+#: any other wakes idle workers of its queue and touches its group's row. Rows: (new id, whether
+#: it was archived as expired); none when the id is neither archived nor dead.
 JOB_REPLAY = f"""
 WITH original AS (
-    SELECT id, queue, task, payload, priority, max_attempts, payload_version,
+    SELECT id, queue, task, payload, priority, max_attempts, payload_version, group_key,
+           unique_key,
            CASE WHEN status = '{ArchivedStatus.EXPIRED}' THEN coalesce(expires_at, now()) END
                AS lapsed_at
     FROM archived_jobs WHERE id = %(id)s
     UNION ALL
-    SELECT id, queue, task, payload, priority, max_attempts, payload_version, NULL
+    SELECT id, queue, task, payload, priority, max_attempts, payload_version, group_key,
+           unique_key, NULL
     FROM dead_letter WHERE id = %(id)s
 ),
 made AS MATERIALIZED (
@@ -1478,18 +1529,34 @@ made AS MATERIALIZED (
                     o.lapsed_at) AS expiry
     FROM original o
 ),
-queued AS (
-    INSERT INTO queued_jobs (id, queue, task, payload, priority, max_attempts, expires_at,
-                             replay_of, payload_version)
-    SELECT new_id, queue, task, payload, priority, max_attempts, expiry, id, payload_version
+copy AS (
+    SELECT new_id AS id, queue, task, payload, priority, max_attempts, expiry AS expires_at,
+           id AS replay_of, payload_version, group_key,
+           {_KEY_IF_FREE.format(rows="made")} AS unique_key
     FROM made WHERE expiry IS NULL OR expiry > now()
+),
+keyed AS (
+    INSERT INTO queued_jobs ({_REPLAYED_COLUMNS})
+    SELECT {_REPLAYED_COLUMNS} FROM copy
+    ON CONFLICT DO NOTHING
     RETURNING id, queue
 ),
+unkeyed AS (
+    INSERT INTO queued_jobs ({_REPLAYED_COLUMNS})
+    SELECT {_REPLAYED_COLUMNS.replace("unique_key", "NULL")} FROM copy
+    WHERE id NOT IN (SELECT id FROM keyed)
+    RETURNING id, queue
+),
+queued AS (
+    SELECT * FROM keyed UNION ALL SELECT * FROM unkeyed
+),
+grouped AS ({_GROUPS_TOUCHED.format(rows="copy")}),
 expired AS (
     INSERT INTO archived_jobs (id, queue, task, payload, priority, run_at, attempts, max_attempts,
-                               status, created_at, expires_at, replay_of, payload_version)
+                               status, created_at, expires_at, replay_of, payload_version,
+                               group_key, unique_key)
     SELECT new_id, queue, task, payload, priority, now(), 0, max_attempts,
-           '{ArchivedStatus.EXPIRED}', now(), expiry, id, payload_version
+           '{ArchivedStatus.EXPIRED}', now(), expiry, id, payload_version, group_key, unique_key
     FROM made WHERE expiry <= now()
     RETURNING id
 )
