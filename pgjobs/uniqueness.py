@@ -125,26 +125,33 @@ def merged(rows: Sequence[KeyedRow]) -> tuple[list[int], list[int]]:
     """The rows of a batch that go to the database, and for each row the position (in the
     first list) of the one that stands for it: several rows with the same task and unique key
     act as if enqueued one after the other, so the last that replaces or debounces stands for
-    them all (keep, the default, leaves the first), and they all get its job's id.
+    them all (keep, the default, leaves the first), and they all get its job's id; a row whose
+    idempotency key an earlier row has gets that row's job (the first wins).
 
     Example: rows "keep", "replace" of one key: ``([1], [0, 0])``.
     """
     sent: list[int] = []
     where: dict[tuple[str, str], int] = {}
+    first_with: dict[str, int] = {}
     stands_for: list[int] = []
     for index, row in enumerate(rows):
-        if row.unique_key is None:
-            stands_for.append(len(sent))
-            sent.append(index)
+        if row.idempotency_key is not None and row.idempotency_key in first_with:
+            stands_for.append(first_with[row.idempotency_key])
             continue
-        key = (row.task, row.unique_key)
-        if key not in where:
-            where[key] = len(sent)
+        if row.unique_key is None:
+            position = len(sent)
             sent.append(index)
-        elif row.on_conflict != "keep":
-            # A later replace stands for the rows before it; a keep after it changes nothing.
-            sent[where[key]] = index
-        stands_for.append(where[key])
+        elif (key := (row.task, row.unique_key)) not in where:
+            position = where[key] = len(sent)
+            sent.append(index)
+        else:
+            position = where[key]
+            if row.on_conflict != "keep":
+                # A later replace stands for the rows before it; a keep after it changes nothing.
+                sent[position] = index
+        if row.idempotency_key is not None:
+            first_with[row.idempotency_key] = position
+        stands_for.append(position)
     return sent, stands_for
 
 
@@ -186,20 +193,26 @@ def _throttled(row: KeyedRow) -> bool:
     return row.unique_key is not None and row.throttle is not None
 
 
+def _lock_order(row: KeyedRow) -> tuple[bool, str, str]:
+    return (row.unique_key is None, row.task, row.unique_key or "")
+
+
 def insert_plan(rows: Sequence[KeyedRow]) -> Generator[Statement, list[tuple[Any, ...]], list[int]]:
     """The statements that insert ``rows`` (each with a group or a unique key, or beside such
     rows in one batch): it yields ``(sql, params)``, is sent back the rows, and returns the ids
     in the order of ``rows`` (for a key held, the holder's id)."""
     sent, stands_for = merged(rows)
-    throttled = sorted({(row.task, str(row.unique_key)) for row in rows if _throttled(row)})
-    if throttled:
-        # The keys' throttle rows exist before the insert locks them (JOB_THROTTLE_ENSURE).
-        params = {"tasks": [t for t, _ in throttled], "unique_keys": [k for _, k in throttled]}
-        yield queries.JOB_THROTTLE_ENSURE, params
     results: list[int | None] = [None] * len(sent)
-    pending = list(range(len(sent)))
+    # In (task, unique key) order: concurrent batches that replace the same keys lock their
+    # holders in one order.
+    pending = sorted(range(len(sent)), key=lambda i: _lock_order(rows[sent[i]]))
     for _ in range(ROUNDS):
         batch = [rows[sent[i]] for i in pending]
+        throttled = sorted({(row.task, str(row.unique_key)) for row in batch if _throttled(row)})
+        if throttled:
+            # The keys' throttle rows exist before the insert locks them (JOB_THROTTLE_ENSURE).
+            keys = {"tasks": [t for t, _ in throttled], "unique_keys": [k for _, k in throttled]}
+            yield queries.JOB_THROTTLE_ENSURE, keys
         params = {name: [row[n] for row in batch] for n, name in enumerate(KEYED_PARAMS)}
         still: list[int] = []
         for position, job_id in (yield queries.JOB_INSERT_KEYED, params):

@@ -84,3 +84,15 @@ def test_plain_jobs_keep_their_statements_and_keyed_ones_take_the_keyed_insert()
     # The plain statements name none of the new columns.
     for sql in (queries.JOB_INSERT, queries.JOB_INSERT_READY, queries.JOB_COPY_MANY):
         assert "group_key" not in sql and "unique_key" not in sql
+
+
+def test_a_batch_gives_a_repeated_idempotency_key_the_first_job():
+    tasks = app_with_tasks().tasks
+    rows = [
+        producer.prepare(JobSpec("t.plain", unique_key="a", idempotency_key="i"), tasks),
+        producer.prepare(
+            JobSpec("t.plain", unique_key="b", idempotency_key="i", on_conflict="replace"), tasks
+        ),
+        producer.prepare(JobSpec("t.plain", unique_key="b"), tasks),
+    ]
+    assert uniqueness.merged(rows) == ([0, 2], [0, 0, 1])

@@ -179,6 +179,17 @@ def test_idempotency_key_and_unique_key_together(make_app, conn):
     # A new idempotency key with a held unique key: the holder.
     assert app.enqueue("t.sync", {"n": 4}, unique_key="k", idempotency_key="i2") == first
     assert scalar(conn, "SELECT count(*) FROM queued_jobs") == 1
+    # In one batch, a repeated idempotency key gets the first row's job, whatever its key.
+    ids = app.enqueue_many(
+        [
+            JobSpec("t.sync", {"n": 5}, unique_key="a", idempotency_key="i3"),
+            JobSpec(
+                "t.sync", {"n": 6}, unique_key="b", idempotency_key="i3", on_conflict="replace"
+            ),
+        ]
+    )
+    assert ids[0] == ids[1] != first
+    assert scalar(conn, "SELECT count(*) FROM queued_jobs") == 2
 
 
 def test_in_the_callers_transaction(make_app, dsn, conn):
