@@ -323,3 +323,36 @@ def test_concurrent_enqueues_of_a_throttled_key_start_one_job_per_window(make_ap
     gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(starts)]
     assert min(gaps) >= window, gaps
     assert len(keyed(conn, "t.throttled")) <= 1
+
+
+@pytest.mark.parametrize("mode", ["keep", "replace", "debounce"])
+def test_concurrent_enqueues_while_jobs_of_the_key_start(make_app, dsn, conn, mode):
+    """A starter takes the key's job as soon as it is due, as a claim does, while the threads
+    enqueue: a started job no longer holds the key, so new ones are made, never two waiting at
+    once, and no enqueue fails (a replace meeting a job being started makes a new job)."""
+    stop = threading.Event()
+    started: list[int] = []
+
+    def starter() -> None:
+        with psycopg.connect(dsn.url, autocommit=True) as own:
+            while not stop.is_set():
+                for (job_id,) in own.execute(
+                    "UPDATE queued_jobs SET started_at = clock_timestamp() WHERE id IN ("
+                    " SELECT id FROM queued_jobs WHERE started_at IS NULL AND run_at <= now()"
+                    " FOR UPDATE SKIP LOCKED) RETURNING id"
+                ):
+                    started.append(job_id)
+                time.sleep(0.002)
+
+    start_thread = threading.Thread(target=starter)
+    start_thread.start()
+    try:
+        results = hammer(make_app, mode, "t.sync")
+    finally:
+        stop.set()
+        start_thread.join()
+    ids = {job_id for got in results for job_id in got}
+    assert len(started) >= 2, "the starter took too few jobs for the test to mean anything"
+    assert len(keyed(conn)) <= 1
+    assert ids <= {r[0] for r in conn.execute("SELECT id FROM queued_jobs")}
+    assert scalar(conn, "SELECT count(*) FROM queued_jobs") == len(ids)
