@@ -356,3 +356,20 @@ def test_concurrent_enqueues_while_jobs_of_the_key_start(make_app, dsn, conn, mo
     assert len(keyed(conn)) <= 1
     assert ids <= {r[0] for r in conn.execute("SELECT id FROM queued_jobs")}
     assert scalar(conn, "SELECT count(*) FROM queued_jobs") == len(ids)
+
+
+def test_a_throttled_key_in_the_callers_transaction(make_app, dsn, conn):
+    app = make_app()
+    app.task(name="t.throttled", throttle=60)(lambda **_: None)
+    with psycopg.connect(dsn.url) as tx:
+        first = app.enqueue("t.throttled", {"n": 1}, unique_key="k", connection=tx)
+        assert app.enqueue("t.throttled", {"n": 2}, unique_key="k", connection=tx) == first
+        tx.commit()
+    assert keyed(conn, "t.throttled") == [first]
+    assert [job.id for job in claim(conn)] == [first]
+    started = row(conn, "queued_jobs", first)["started_at"]  # type: ignore[index]
+    with psycopg.connect(dsn.url) as tx:
+        second = app.enqueue("t.throttled", {"n": 3}, unique_key="k", connection=tx)
+        tx.commit()
+    assert row(conn, "queued_jobs", second)["run_at"] == started + timedelta(seconds=60)  # type: ignore[index]
+    assert scalar(conn, "SELECT job_id FROM pgjobs_throttles WHERE unique_key = 'k'") == second
