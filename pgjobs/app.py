@@ -158,10 +158,12 @@ class App(Registry):
         connection: Any = None,
         **options: Unpack[JobOptions],
     ) -> int:
-        """Enqueue one job and return its id (the existing job's id when ``idempotency_key``
-        is already taken). The options (``queue``, ``priority``, ``run_at`` or ``run_in``,
-        ``max_attempts``, ``expires_at`` or ``expires_in``, ``idempotency_key``) are those of
-        ``JobSpec``.
+        """Enqueue one job and return its id: the existing job's id when ``idempotency_key``
+        is already taken, or when a job of the task not started yet holds ``unique_key`` (kept,
+        replaced or debounced as ``on_conflict`` says). The options (``queue``, ``priority``,
+        ``run_at`` or ``run_in``, ``max_attempts``, ``expires_at`` or ``expires_in``,
+        ``idempotency_key``, ``group``, ``unique_key``, ``on_conflict``, ``debounce``) are those
+        of ``JobSpec``.
 
         With ``connection`` (a psycopg ``Connection`` or a SQLAlchemy ``Connection``) the job is
         written in the caller's transaction and commits or rolls back with it.
@@ -192,7 +194,8 @@ class App(Registry):
         return (await self._insert_async([row], connection))[0]
 
     def enqueue_many(self, jobs: Iterable[JobSpec], *, connection: Any = None) -> list[int]:
-        """Enqueue many jobs in one statement; returns their ids in order. All or nothing.
+        """Enqueue many jobs in one statement; returns their ids in order. All or nothing. Jobs
+        of one task with the same unique key act as if enqueued one after the other.
 
         Example: ``app.enqueue_many(JobSpec("resize", {"image": n}) for n in range(1000))``
         """

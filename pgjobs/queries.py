@@ -157,6 +157,201 @@ JOB_INSERT_MANY = _job_insert_many(versioned=False)
 #: JOB_INSERT_MANY with each job's payload version and trace context.
 JOB_INSERT_MANY_VERSIONED = _job_insert_many(versioned=True)
 
+# The columns a keyed insert writes (JOB_INSERT_KEYED), from its ``fresh`` rows.
+_KEYED_COLUMNS = (
+    "id, queue, task, payload, priority, run_at, max_attempts, expires_at, idempotency_key, "
+    "payload_version, trace_context, group_key, unique_key"
+)
+
+#: Insert many jobs of which some have a group or a unique key (pgjobs.uniqueness), from parallel
+#: arrays as JOB_INSERT_MANY (idempotency keys keep their meaning there), plus each job's group,
+#: unique key, on_conflict mode, debounce and its task's throttle (seconds). In one statement:
+#: - every (queue, group) of the batch upserts its pgjobs_group_states row, in (queue, group)
+#:   order (concurrent batches lock them in one order), writing touched_at: a claim that counted
+#:   the group's running jobs in an older snapshot sees the row changed;
+#: - a throttled key's job runs no earlier than its window: the previous job of the key
+#:   (pgjobs_throttles) started + throttle, or that job's own floor when it never started;
+#: - "keep" rows insert ON CONFLICT DO NOTHING (any unique index) and return the holder;
+#:   "replace" and "debounce" rows update the holder (a not-started job of the task with the key)
+#:   with the new payload, priority, run time, payload version, max_attempts, and trace context
+#:   and expiry when given; the first insert of a debounced job waits too;
+#: - a throttled key's new job becomes the key's previous job.
+#: The caller merges rows of one batch with the same (task, unique key). Rows: (position, id),
+#: where id is the holder's for a key held; NULL when a concurrent enqueue holds a key but has not
+#: committed yet (the caller sends those rows again: the next statement sees the commit).
+JOB_INSERT_KEYED = f"""
+WITH input AS (
+    SELECT nextval(pg_get_serial_sequence('queued_jobs', 'id')) AS id, r.*
+    FROM unnest(
+        %(queues)s::text[], %(tasks)s::text[], %(payloads)s::text[]::jsonb[],
+        %(priorities)s::smallint[], %(run_ats)s::timestamptz[], %(run_ins)s::float8[],
+        %(max_attempts)s::int[], %(expires_ats)s::timestamptz[], %(expires_ins)s::float8[],
+        %(keys)s::text[], %(payload_versions)s::int[], %(trace_contexts)s::text[]::jsonb[],
+        %(groups)s::text[], %(unique_keys)s::text[], %(modes)s::text[], %(debounces)s::float8[],
+        %(throttles)s::float8[]
+    ) WITH ORDINALITY AS r(queue, task, payload, priority, run_at, run_in, max_attempts,
+                           expires_at, expires_in, idempotency_key, payload_version,
+                           trace_context, group_key, unique_key, mode, debounce, throttle,
+                           position)
+),
+existing AS (
+    SELECT i.position, (
+        SELECT id FROM queued_jobs WHERE idempotency_key = i.idempotency_key
+        UNION ALL
+        SELECT id FROM archived_jobs WHERE idempotency_key = i.idempotency_key
+        UNION ALL
+        SELECT id FROM dead_letter WHERE idempotency_key = i.idempotency_key
+        LIMIT 1
+    ) AS id
+    FROM input i
+    WHERE i.idempotency_key IS NOT NULL
+),
+groups AS (
+    INSERT INTO pgjobs_group_states AS g (queue, group_key)
+    SELECT DISTINCT queue, group_key FROM input WHERE group_key IS NOT NULL
+    ORDER BY queue, group_key
+    ON CONFLICT (queue, group_key) DO UPDATE SET touched_at = clock_timestamp()
+),
+-- The throttle rows of the batch's throttled keys as this statement's snapshot sees them, and
+-- locked (their latest version): a row changed since the snapshot names a job the snapshot may
+-- not see; such rows are sent again (stale).
+throttled AS (
+    SELECT i.position, t.job_id, t.window_start_at
+    FROM input i
+    JOIN pgjobs_throttles t ON t.task = i.task AND t.unique_key = i.unique_key
+    WHERE i.throttle IS NOT NULL
+),
+latest AS (
+    SELECT t.task, t.unique_key, t.job_id
+    FROM pgjobs_throttles t
+    WHERE (t.task, t.unique_key) IN (
+        SELECT task, unique_key FROM input WHERE throttle IS NOT NULL
+    )
+    ORDER BY t.task, t.unique_key
+    FOR UPDATE
+),
+stale AS (
+    SELECT i.position
+    FROM input i
+    LEFT JOIN throttled th ON th.position = i.position
+    LEFT JOIN latest l ON l.task = i.task AND l.unique_key = i.unique_key
+    WHERE i.throttle IS NOT NULL AND (th.job_id IS NULL OR l.job_id IS DISTINCT FROM th.job_id)
+),
+-- The previous job of each throttled key while in queued_jobs, locked: its latest start (NULL:
+-- not started, so it holds the key, and no claim starts it before this statement commits).
+running AS (
+    SELECT q.id, q.started_at
+    FROM queued_jobs q
+    WHERE q.id IN (SELECT job_id FROM latest)
+    FOR UPDATE OF q
+),
+-- A throttled job's earliest start: the previous job's start + the throttle; its own floor if it
+-- never started (cancelled, expired); now + the throttle if it left queued_jobs since the
+-- snapshot (it started no later than now).
+windows AS (
+    SELECT i.position,
+           greatest(
+               th.window_start_at,
+               CASE WHEN r.id IS NOT NULL THEN r.started_at
+                    WHEN EXISTS (SELECT 1 FROM queued_jobs WHERE id = th.job_id)
+                        THEN clock_timestamp()
+                    ELSE coalesce(
+                        (SELECT started_at FROM archived_jobs WHERE id = th.job_id),
+                        (SELECT started_at FROM dead_letter WHERE id = th.job_id)
+                    )
+               END + i.throttle * interval '1 second'
+           ) AS floor
+    FROM input i
+    JOIN throttled th ON th.position = i.position
+    LEFT JOIN running r ON r.id = th.job_id
+    WHERE i.position NOT IN (SELECT position FROM stale)
+),
+fresh AS (
+    SELECT i.id, i.queue, i.task, i.payload, i.priority,
+           greatest(
+               coalesce(i.run_at, now() + i.run_in * interval '1 second'),
+               now() + i.debounce * interval '1 second',
+               w.floor
+           ) AS run_at,
+           i.max_attempts,
+           coalesce(i.expires_at, now() + i.expires_in * interval '1 second') AS expires_at,
+           i.idempotency_key, i.payload_version, i.trace_context, i.group_key, i.unique_key,
+           i.mode, i.throttle, i.position, w.floor
+    FROM input i
+    LEFT JOIN existing e ON e.position = i.position
+    LEFT JOIN windows w ON w.position = i.position
+    WHERE e.id IS NULL AND i.position NOT IN (SELECT position FROM stale)
+),
+kept AS (
+    INSERT INTO queued_jobs ({_KEYED_COLUMNS})
+    SELECT {_KEYED_COLUMNS} FROM fresh
+    WHERE mode IS NULL OR mode = 'keep'
+    ORDER BY position
+    ON CONFLICT DO NOTHING
+    RETURNING id, queue, task, unique_key, idempotency_key, true AS inserted
+),
+replaced AS (
+    INSERT INTO queued_jobs AS q ({_KEYED_COLUMNS})
+    SELECT {_KEYED_COLUMNS} FROM fresh
+    WHERE mode IN ('replace', 'debounce')
+    ORDER BY position
+    ON CONFLICT (task, unique_key) WHERE unique_key IS NOT NULL AND started_at IS NULL
+    DO UPDATE SET payload = excluded.payload,
+                  priority = excluded.priority,
+                  run_at = excluded.run_at,
+                  max_attempts = excluded.max_attempts,
+                  payload_version = excluded.payload_version,
+                  trace_context = coalesce(excluded.trace_context, q.trace_context),
+                  expires_at = coalesce(excluded.expires_at, q.expires_at)
+    RETURNING id, queue, task, unique_key, idempotency_key, xmax = 0 AS inserted
+),
+written AS (
+    SELECT * FROM kept UNION ALL SELECT * FROM replaced
+),
+windowed AS (
+    INSERT INTO pgjobs_throttles AS t (task, unique_key, job_id, window_start_at)
+    SELECT f.task, f.unique_key, f.id, coalesce(f.floor, '-infinity')
+    FROM fresh f JOIN written w ON w.id = f.id
+    WHERE f.throttle IS NOT NULL AND w.inserted
+    ORDER BY f.task, f.unique_key
+    ON CONFLICT (task, unique_key) DO UPDATE
+    SET job_id = excluded.job_id, window_start_at = excluded.window_start_at,
+        updated_at = clock_timestamp()
+    WHERE t.job_id < excluded.job_id
+),
+notified AS (
+    SELECT count(pg_notify('{NOTIFY_CHANNEL}', queue)) AS n
+    FROM (SELECT DISTINCT queue FROM written) q
+)
+SELECT i.position, coalesce(
+    e.id, w.id, twin.id,
+    (SELECT q.id FROM queued_jobs q
+     WHERE q.task = i.task AND q.unique_key = i.unique_key AND q.started_at IS NULL
+       AND i.position NOT IN (SELECT position FROM stale))
+)
+FROM input i
+LEFT JOIN existing e ON e.position = i.position
+LEFT JOIN written w ON w.id = i.id OR (w.task = i.task AND w.unique_key = i.unique_key)
+LEFT JOIN written twin ON twin.idempotency_key = i.idempotency_key
+CROSS JOIN notified
+ORDER BY i.position
+"""
+
+#: Make sure each throttled key (``tasks``, ``unique_keys``) has its pgjobs_throttles row before
+#: JOB_INSERT_KEYED locks it (a row that does not exist cannot be locked): a new key's row names
+#: no job (0) and no floor. Rows: (rows created,).
+JOB_THROTTLE_ENSURE = """
+WITH ensured AS (
+    INSERT INTO pgjobs_throttles (task, unique_key, job_id, window_start_at)
+    SELECT DISTINCT task, unique_key, 0, '-infinity'::timestamptz
+    FROM unnest(%(tasks)s::text[], %(unique_keys)s::text[]) AS k(task, unique_key)
+    ORDER BY task, unique_key
+    ON CONFLICT (task, unique_key) DO NOTHING
+    RETURNING 1
+)
+SELECT count(*) FROM ensured
+"""
+
 #: The isolation level of the caller's transaction that a keyed insert would join (JOB_INSERT_MANY
 #: can keep its promise only where each statement sees every commit: READ COMMITTED).
 #: Rows: ('read committed' | 'repeatable read' | 'serializable' | 'read uncommitted').
@@ -1311,25 +1506,68 @@ LIMIT %(limit)s
 FOR UPDATE OF d SKIP LOCKED
 """
 
+# Upsert the pgjobs_group_states rows of the groups of jobs moved back into queued_jobs (``{rows}``:
+# a CTE with queue and group_key), as an enqueue does, in (queue, group) order.
+_GROUPS_TOUCHED = """
+    INSERT INTO pgjobs_group_states (queue, group_key)
+    SELECT DISTINCT queue, group_key FROM {rows} WHERE group_key IS NOT NULL
+    ORDER BY queue, group_key
+    ON CONFLICT (queue, group_key) DO UPDATE SET touched_at = clock_timestamp()
+"""
+
+# A job moved back into queued_jobs (``{rows}``: a CTE of them, with task, unique_key and id)
+# keeps its unique key only when no job of its task not started yet holds the key (the first by
+# id, when several moved together share one): otherwise its key becomes NULL. A concurrent
+# enqueue that takes the key meanwhile is met by ON CONFLICT DO NOTHING, and the job goes in
+# again without its key (see DEAD_REDRIVE_BATCH).
+_KEY_IF_FREE = """CASE WHEN unique_key IS NOT NULL
+         AND row_number() OVER (PARTITION BY task, unique_key ORDER BY id) = 1
+         AND NOT EXISTS (
+             SELECT 1 FROM queued_jobs h
+             WHERE h.task = {rows}.task AND h.unique_key = {rows}.unique_key
+               AND h.started_at IS NULL
+         ) THEN unique_key END"""
+
+_REDRIVEN_COLUMNS = (
+    "id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at, "
+    "expires_at, idempotency_key, redrive_count, redriven_at, replay_of, payload_version, "
+    "trace_context, group_key, unique_key"
+)
+
 #: Move one batch of up to ``limit`` dead jobs matching the filters back to queued_jobs, ready now
-#: with fresh attempts (last_error, payload version and trace context kept), their redrive record
-#: updated, and wake idle workers of their queues. Returns the ids moved.
+#: with fresh attempts (last_error, payload version, trace context and group kept; the unique key
+#: kept when free, see _KEY_IF_FREE), their redrive record updated, their groups' rows touched,
+#: and wake idle workers of their queues. Returns the ids moved.
 DEAD_REDRIVE_BATCH = f"""
 WITH picked AS ({_DEAD_PICK}),
 gone AS (
     DELETE FROM dead_letter d USING picked WHERE d.id = picked.id
     RETURNING d.*
 ),
-requeued AS (
-    INSERT INTO queued_jobs (id, queue, task, payload, priority, run_at, attempts, max_attempts,
-                             last_error, created_at, expires_at, idempotency_key,
-                             redrive_count, redriven_at, replay_of, payload_version, trace_context)
-    SELECT id, queue, task, payload, priority, now(), 0, max_attempts,
+moving AS (
+    SELECT id, queue, task, payload, priority, now() AS run_at, 0 AS attempts, max_attempts,
            last_error, created_at, expires_at, idempotency_key,
-           redrive_count + 1, now(), replay_of, payload_version, trace_context
+           redrive_count + 1 AS redrive_count, now() AS redriven_at, replay_of, payload_version,
+           trace_context, group_key, {_KEY_IF_FREE.format(rows="gone")} AS unique_key
     FROM gone
+),
+keyed AS (
+    INSERT INTO queued_jobs ({_REDRIVEN_COLUMNS})
+    SELECT {_REDRIVEN_COLUMNS} FROM moving ORDER BY id
+    ON CONFLICT DO NOTHING
     RETURNING id, queue
 ),
+unkeyed AS (
+    INSERT INTO queued_jobs ({_REDRIVEN_COLUMNS})
+    SELECT {_REDRIVEN_COLUMNS.replace("unique_key", "NULL")} FROM moving
+    WHERE id NOT IN (SELECT id FROM keyed)
+    ORDER BY id
+    RETURNING id, queue
+),
+requeued AS (
+    SELECT * FROM keyed UNION ALL SELECT * FROM unkeyed
+),
+grouped AS ({_GROUPS_TOUCHED.format(rows="gone")}),
 notified AS (
     SELECT count(pg_notify('{NOTIFY_CHANNEL}', queue)) AS n
     FROM (SELECT DISTINCT queue FROM requeued) q
@@ -1421,21 +1659,29 @@ WHERE id = %(id)s
 FOR UPDATE
 """
 
+_REPLAYED_COLUMNS = (
+    "id, queue, task, payload, priority, max_attempts, expires_at, replay_of, payload_version, "
+    "group_key, unique_key"
+)
+
 #: Enqueue a finished (archived) or dead job again as a new job linked by replay_of: same queue,
-#: task, payload (and its version), priority and max_attempts; no idempotency key; ready now.
+#: task, payload (and its version), priority, max_attempts and group; no idempotency key; its
+#: unique key when no job of the task not started yet holds it (_KEY_IF_FREE); ready now.
 #: Its expiry is the one given (``expires_at``, else ``expires_in`` seconds from now); with none,
 #: the copy of an expired job keeps the original's expiry, long passed, and any other copy never
 #: expires. A copy whose expiry has passed is archived at once as expired, unrun (never queued);
-#: any other wakes idle workers of its queue. Rows: (new id, whether it was archived as expired);
-#: none when the id is neither archived nor dead.
+#: any other wakes idle workers of its queue and touches its group's row. Rows: (new id, whether
+#: it was archived as expired); none when the id is neither archived nor dead.
 JOB_REPLAY = f"""
 WITH original AS (
-    SELECT id, queue, task, payload, priority, max_attempts, payload_version,
+    SELECT id, queue, task, payload, priority, max_attempts, payload_version, group_key,
+           unique_key,
            CASE WHEN status = '{ArchivedStatus.EXPIRED}' THEN coalesce(expires_at, now()) END
                AS lapsed_at
     FROM archived_jobs WHERE id = %(id)s
     UNION ALL
-    SELECT id, queue, task, payload, priority, max_attempts, payload_version, NULL
+    SELECT id, queue, task, payload, priority, max_attempts, payload_version, group_key,
+           unique_key, NULL
     FROM dead_letter WHERE id = %(id)s
 ),
 made AS MATERIALIZED (
@@ -1445,18 +1691,34 @@ made AS MATERIALIZED (
                     o.lapsed_at) AS expiry
     FROM original o
 ),
-queued AS (
-    INSERT INTO queued_jobs (id, queue, task, payload, priority, max_attempts, expires_at,
-                             replay_of, payload_version)
-    SELECT new_id, queue, task, payload, priority, max_attempts, expiry, id, payload_version
+copy AS (
+    SELECT new_id AS id, queue, task, payload, priority, max_attempts, expiry AS expires_at,
+           id AS replay_of, payload_version, group_key,
+           {_KEY_IF_FREE.format(rows="made")} AS unique_key
     FROM made WHERE expiry IS NULL OR expiry > now()
+),
+keyed AS (
+    INSERT INTO queued_jobs ({_REPLAYED_COLUMNS})
+    SELECT {_REPLAYED_COLUMNS} FROM copy
+    ON CONFLICT DO NOTHING
     RETURNING id, queue
 ),
+unkeyed AS (
+    INSERT INTO queued_jobs ({_REPLAYED_COLUMNS})
+    SELECT {_REPLAYED_COLUMNS.replace("unique_key", "NULL")} FROM copy
+    WHERE id NOT IN (SELECT id FROM keyed)
+    RETURNING id, queue
+),
+queued AS (
+    SELECT * FROM keyed UNION ALL SELECT * FROM unkeyed
+),
+grouped AS ({_GROUPS_TOUCHED.format(rows="copy")}),
 expired AS (
     INSERT INTO archived_jobs (id, queue, task, payload, priority, run_at, attempts, max_attempts,
-                               status, created_at, expires_at, replay_of, payload_version)
+                               status, created_at, expires_at, replay_of, payload_version,
+                               group_key, unique_key)
     SELECT new_id, queue, task, payload, priority, now(), 0, max_attempts,
-           '{ArchivedStatus.EXPIRED}', now(), expiry, id, payload_version
+           '{ArchivedStatus.EXPIRED}', now(), expiry, id, payload_version, group_key, unique_key
     FROM made WHERE expiry <= now()
     RETURNING id
 )
