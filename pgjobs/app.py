@@ -134,13 +134,21 @@ class App(Registry):
         *,
         concurrency: int | None = queues.KEEP,
         rate: str | Rate | None = queues.KEEP,
+        group_concurrency: int | None = queues.KEEP,
     ) -> queues.Change:
-        """Set queue ``name``'s concurrency limit and rate (None removes one; one not given
-        stays), obeyed by every worker from its next claim on. See ``pgjobs.queues.limit``.
+        """Set queue ``name``'s concurrency limit, rate and group concurrency (None removes one;
+        one not given stays), obeyed by every worker from its next claim on. See
+        ``pgjobs.queues.limit``.
 
         Example: ``app.limit_queue("emails", concurrency=10, rate="100/s")``
         """
-        return self._on_pool(queues.limit, name, concurrency=concurrency, rate=rate)
+        return self._on_pool(
+            queues.limit,
+            name,
+            concurrency=concurrency,
+            rate=rate,
+            group_concurrency=group_concurrency,
+        )
 
     def enqueue(
         self,
@@ -150,10 +158,12 @@ class App(Registry):
         connection: Any = None,
         **options: Unpack[JobOptions],
     ) -> int:
-        """Enqueue one job and return its id (the existing job's id when ``idempotency_key``
-        is already taken). The options (``queue``, ``priority``, ``run_at`` or ``run_in``,
-        ``max_attempts``, ``expires_at`` or ``expires_in``, ``idempotency_key``) are those of
-        ``JobSpec``.
+        """Enqueue one job and return its id: the existing job's id when ``idempotency_key``
+        is already taken, or when a job of the task not started yet holds ``unique_key`` (kept,
+        replaced or debounced as ``on_conflict`` says). The options (``queue``, ``priority``,
+        ``run_at`` or ``run_in``, ``max_attempts``, ``expires_at`` or ``expires_in``,
+        ``idempotency_key``, ``group``, ``unique_key``, ``on_conflict``, ``debounce``) are those
+        of ``JobSpec``.
 
         With ``connection`` (a psycopg ``Connection`` or a SQLAlchemy ``Connection``) the job is
         written in the caller's transaction and commits or rolls back with it.
@@ -184,7 +194,8 @@ class App(Registry):
         return (await self._insert_async([row], connection))[0]
 
     def enqueue_many(self, jobs: Iterable[JobSpec], *, connection: Any = None) -> list[int]:
-        """Enqueue many jobs in one statement; returns their ids in order. All or nothing.
+        """Enqueue many jobs in one statement; returns their ids in order. All or nothing. Jobs
+        of one task with the same unique key act as if enqueued one after the other.
 
         Example: ``app.enqueue_many(JobSpec("resize", {"image": n}) for n in range(1000))``
         """

@@ -259,6 +259,9 @@ class JobHistory:
     replay_of: int | None
     #: When its latest attempt started (None when it never ran).
     started_at: datetime | None
+    #: The group it belongs to, and the unique key it was enqueued with (None: none).
+    group_key: str | None
+    unique_key: str | None
     #: Ids of the jobs that replay this one, oldest first.
     replays: tuple[int, ...]
 
@@ -390,6 +393,9 @@ class QueueState:
     concurrency: int | None = None
     rate_jobs: int | None = None
     rate_seconds: float | None = None
+    #: `pgjobs queue limit --group-concurrency`: the most jobs of one group of the queue running
+    #: at once (None: no limit).
+    group_concurrency: int | None = None
 
     @property
     def paused(self) -> bool:
@@ -397,8 +403,12 @@ class QueueState:
 
     @property
     def limited(self) -> bool:
-        """The queue has a concurrency limit or a rate."""
-        return self.concurrency is not None or self.rate_jobs is not None
+        """The queue has a concurrency limit, a rate or a group concurrency."""
+        return (
+            self.concurrency is not None
+            or self.rate_jobs is not None
+            or self.group_concurrency is not None
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,3 +435,35 @@ class ScheduleInfo:
     #: Whether a worker declared it within the last minute: False when no running worker's app
     #: declares it any more (its row stays, and nothing is enqueued for it).
     declared: bool
+
+
+@dataclass(frozen=True, slots=True)
+class GroupLoad:
+    """One group of a queue (``enqueue(..., group=...)``): its ready and running jobs, and
+    whether it is at its limit (``queries.GROUPS_LOAD``)."""
+
+    group_key: str
+    #: Ready jobs, counted up to a cap: ``ready_capped`` says there are more.
+    ready: int
+    ready_capped: bool
+    running: int
+    #: Its running jobs reached the queue's group_concurrency, or a task's (when known): its
+    #: ready jobs wait for one of them to end.
+    at_limit: bool
+
+
+@dataclass(frozen=True, slots=True)
+class QueueGroups:
+    """The groups of one queue that holds grouped jobs, as `pgjobs stats`, the dashboard's queue
+    page and ``pgjobs_groups_at_limit`` show them (``pgjobs.groups.load``)."""
+
+    queue: str
+    #: `pgjobs queue limit --group-concurrency` (None: no limit on the queue).
+    group_concurrency: int | None
+    #: Groups with jobs waiting or running; ``groups_capped``: counted up to a cap, there are more.
+    groups: int
+    groups_capped: bool
+    #: Groups at their limit (exact: running jobs are few).
+    at_limit: int
+    #: The groups with the most ready jobs, most first.
+    top: tuple[GroupLoad, ...]

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import psycopg
 
-from pgjobs import queries, tracing
+from pgjobs import queries, tracing, uniqueness
 from pgjobs.db import libpq, translate_errors
 from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError, InvalidPayload, PgjobsError, UnknownTask
@@ -97,6 +97,17 @@ class PreparedJob(NamedTuple):
     payload_version: int | None = None
     #: The enqueuing span's W3C trace context as JSON text, when tracing (``pgjobs.tracing``).
     trace_context: str | None = None
+    # A job with a group or a unique key (pgjobs.uniqueness.Keys; all None for a plain job): the
+    # fields after trace_context are in the order of uniqueness.KEYED_PARAMS.
+    group_key: str | None = None
+    unique_key: str | None = None
+    on_conflict: str | None = None
+    debounce: float | None = None
+    throttle: float | None = None
+
+
+# PreparedJob's fields of a job with a group or a unique key, which the plain inserts leave out.
+_KEYED_FIELDS = PreparedJob._fields[len(_MANY_KEYS) :]
 
 
 def handler_arguments(task: Task, payload: Any) -> dict[str, Any]:
@@ -151,6 +162,7 @@ def prepare(spec: JobSpec, tasks: Mapping[str, Task] | None) -> PreparedJob:
     expires_in = None if spec.expires_in is None else check_seconds("expires_in", spec.expires_in)
     key = None if spec.idempotency_key is None else check_key(spec.idempotency_key)
     version = task.version if task is not None and task.version != 1 else None
+    keys = uniqueness.check(spec, task)
     trace = tracing.publish(name, queue) if tracing.enabled() else None
     return PreparedJob(
         queue,
@@ -165,6 +177,7 @@ def prepare(spec: JobSpec, tasks: Mapping[str, Task] | None) -> PreparedJob:
         key,
         version,
         trace,
+        *keys,
     )
 
 
@@ -261,7 +274,7 @@ class Statement(NamedTuple):
 
 #: An insert as the statements it runs: it yields each ``Statement``, is sent back its rows, and
 #: returns the job ids. Sync and async connections run the same plan; only the I/O differs.
-InsertPlan = Generator[Statement, list[tuple[Any, ...]], list[int]]
+InsertPlan = Generator[tuple[str, dict[str, Any]], list[tuple[Any, ...]], list[int]]
 
 
 def insert(
@@ -311,18 +324,30 @@ async def insert_async(conn: Any, rows: Sequence[PreparedJob], dsn: Dsn | None =
 
 def _plan(rows: Sequence[PreparedJob], *, in_callers_transaction: bool) -> InsertPlan:
     """The statements that insert ``rows`` (at least one), whatever the connection."""
-    if len(rows) == 1 and rows[0].idempotency_key is None:
+    keyed = _keyed(rows)
+    if len(rows) == 1 and rows[0].idempotency_key is None and not keyed:
         ((job_id,),) = yield _insert_one(rows[0])
         return [int(job_id)]
-    if in_callers_transaction and any(row.idempotency_key for row in rows):
+    if in_callers_transaction and any(row.idempotency_key or row.unique_key for row in rows):
         ((level,),) = yield Statement(queries.JOB_INSERT_ISOLATION, {})
-        _check_isolation(level)
+        uniqueness.check_isolation(level, rows)
+    if keyed:
+        return (yield from uniqueness.insert_plan(rows))
     return (yield from _insert_many(rows))
 
 
+def _keyed(rows: Sequence[PreparedJob]) -> bool:
+    """Whether one of ``rows`` has a group or a unique key (``uniqueness.insert_plan``)."""
+    return any(row.group_key is not None or row.unique_key is not None for row in rows)
+
+
 def _by_copy(rows: Sequence[PreparedJob]) -> bool:
-    """Whether ``rows`` go in by COPY (on a psycopg connection): a large batch without keys."""
-    return len(rows) >= COPY_MIN_ROWS and all(row.idempotency_key is None for row in rows)
+    """Whether ``rows`` go in by COPY (on a psycopg connection): a large batch without keys or
+    groups (those take JOB_INSERT_KEYED)."""
+    return len(rows) >= COPY_MIN_ROWS and all(
+        row.idempotency_key is None and row.group_key is None and row.unique_key is None
+        for row in rows
+    )
 
 
 def _in_callers_transaction(conn: Any) -> bool:
@@ -331,36 +356,20 @@ def _in_callers_transaction(conn: Any) -> bool:
     return not (isinstance(conn, psycopg.Connection | psycopg.AsyncConnection) and conn.autocommit)
 
 
-def _check_isolation(level: str) -> None:
-    """Refuse idempotency keys in a REPEATABLE READ or SERIALIZABLE transaction.
-
-    Such a transaction sees the database as of its first statement: a job with the same key
-    committed later, then moved out of queued_jobs (run, archived), is in none of the three tables
-    it can see, and its key no longer in queued_jobs' unique index, so a second job would be
-    created. Only READ COMMITTED, where each statement sees every commit, keeps the promise.
-    """
-    if level not in (
-        "read committed",
-        "read uncommitted",
-    ):  # PostgreSQL reads the latter as the former
-        raise ConfigurationError(
-            f"idempotency keys need a READ COMMITTED transaction, and this one is {level.upper()}: "
-            "its snapshot cannot see a job with the same key committed since it began, so a "
-            "second job could be created; enqueue keyed jobs at READ COMMITTED or without "
-            "connection=",
-            field="idempotency_key",
-        )
-
-
 def _insert_one(row: PreparedJob) -> Statement:
     """The insert of ``row`` (without an idempotency key); the usual job, ready now and never
     expiring, binds only the columns it sets."""
     if _ready_now(row):
         return Statement(queries.JOB_INSERT_READY, _ready_params(row))
     if _versioned((row,)):
-        return Statement(queries.JOB_INSERT_VERSIONED, row._asdict())
+        versioned = row._asdict()
+        for name in _KEYED_FIELDS:
+            del versioned[name]
+        return Statement(queries.JOB_INSERT_VERSIONED, versioned)
     params = row._asdict()
     del params["payload_version"], params["trace_context"]
+    for name in _KEYED_FIELDS:
+        del params[name]
     return Statement(queries.JOB_INSERT, params)
 
 
@@ -383,10 +392,12 @@ def _ready_params(row: PreparedJob) -> dict[str, Any]:
 
 def _ready_now(row: PreparedJob) -> bool:
     """Whether ``row`` runs as soon as it commits, never expires, and has neither a payload
-    version, a trace context nor an idempotency key: every column but the usual ones can take
-    its default."""
+    version, a trace context, an idempotency key, a group nor a unique key: every column but the
+    usual ones can take its default."""
     return (
         row.idempotency_key is None
+        and row.group_key is None
+        and row.unique_key is None
         and row.run_at is None
         and not row.run_in
         and row.expires_at is None
@@ -519,7 +530,7 @@ def _insert_many(rows: Sequence[PreparedJob]) -> InsertPlan:
     )
 
 
-def _execute(conn: Any, statement: Statement) -> list[tuple[Any, ...]]:
+def _execute(conn: Any, statement: tuple[str, dict[str, Any]]) -> list[tuple[Any, ...]]:
     sql, params = statement
     if isinstance(conn, psycopg.Connection):
         return conn.execute(sql, params, prepare=True).fetchall()
@@ -533,7 +544,7 @@ def _execute(conn: Any, statement: Statement) -> list[tuple[Any, ...]]:
     return [tuple(row) for row in exec_driver_sql(sql, params).fetchall()]
 
 
-async def _execute_async(conn: Any, statement: Statement) -> list[tuple[Any, ...]]:
+async def _execute_async(conn: Any, statement: tuple[str, dict[str, Any]]) -> list[tuple[Any, ...]]:
     sql, params = statement
     if isinstance(conn, psycopg.AsyncConnection):
         cursor = await conn.execute(sql, params, prepare=True)

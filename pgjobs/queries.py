@@ -157,6 +157,201 @@ JOB_INSERT_MANY = _job_insert_many(versioned=False)
 #: JOB_INSERT_MANY with each job's payload version and trace context.
 JOB_INSERT_MANY_VERSIONED = _job_insert_many(versioned=True)
 
+# The columns a keyed insert writes (JOB_INSERT_KEYED), from its ``fresh`` rows.
+_KEYED_COLUMNS = (
+    "id, queue, task, payload, priority, run_at, max_attempts, expires_at, idempotency_key, "
+    "payload_version, trace_context, group_key, unique_key"
+)
+
+#: Insert many jobs of which some have a group or a unique key (pgjobs.uniqueness), from parallel
+#: arrays as JOB_INSERT_MANY (idempotency keys keep their meaning there), plus each job's group,
+#: unique key, on_conflict mode, debounce and its task's throttle (seconds). In one statement:
+#: - every (queue, group) of the batch upserts its pgjobs_group_states row, in (queue, group)
+#:   order (concurrent batches lock them in one order), writing touched_at: a claim that counted
+#:   the group's running jobs in an older snapshot sees the row changed;
+#: - a throttled key's job runs no earlier than its window: the previous job of the key
+#:   (pgjobs_throttles) started + throttle, or that job's own floor when it never started;
+#: - "keep" rows insert ON CONFLICT DO NOTHING (any unique index) and return the holder;
+#:   "replace" and "debounce" rows update the holder (a not-started job of the task with the key)
+#:   with the new payload, priority, run time, payload version, max_attempts, and trace context
+#:   and expiry when given; the first insert of a debounced job waits too;
+#: - a throttled key's new job becomes the key's previous job.
+#: The caller merges rows of one batch with the same (task, unique key). Rows: (position, id),
+#: where id is the holder's for a key held; NULL when a concurrent enqueue holds a key but has not
+#: committed yet (the caller sends those rows again: the next statement sees the commit).
+JOB_INSERT_KEYED = f"""
+WITH input AS (
+    SELECT nextval(pg_get_serial_sequence('queued_jobs', 'id')) AS id, r.*
+    FROM unnest(
+        %(queues)s::text[], %(tasks)s::text[], %(payloads)s::text[]::jsonb[],
+        %(priorities)s::smallint[], %(run_ats)s::timestamptz[], %(run_ins)s::float8[],
+        %(max_attempts)s::int[], %(expires_ats)s::timestamptz[], %(expires_ins)s::float8[],
+        %(keys)s::text[], %(payload_versions)s::int[], %(trace_contexts)s::text[]::jsonb[],
+        %(groups)s::text[], %(unique_keys)s::text[], %(modes)s::text[], %(debounces)s::float8[],
+        %(throttles)s::float8[]
+    ) WITH ORDINALITY AS r(queue, task, payload, priority, run_at, run_in, max_attempts,
+                           expires_at, expires_in, idempotency_key, payload_version,
+                           trace_context, group_key, unique_key, mode, debounce, throttle,
+                           position)
+),
+existing AS (
+    SELECT i.position, (
+        SELECT id FROM queued_jobs WHERE idempotency_key = i.idempotency_key
+        UNION ALL
+        SELECT id FROM archived_jobs WHERE idempotency_key = i.idempotency_key
+        UNION ALL
+        SELECT id FROM dead_letter WHERE idempotency_key = i.idempotency_key
+        LIMIT 1
+    ) AS id
+    FROM input i
+    WHERE i.idempotency_key IS NOT NULL
+),
+groups AS (
+    INSERT INTO pgjobs_group_states AS g (queue, group_key)
+    SELECT DISTINCT queue, group_key FROM input WHERE group_key IS NOT NULL
+    ORDER BY queue, group_key
+    ON CONFLICT (queue, group_key) DO UPDATE SET touched_at = clock_timestamp()
+),
+-- The throttle rows of the batch's throttled keys as this statement's snapshot sees them, and
+-- locked (their latest version): a row changed since the snapshot names a job the snapshot may
+-- not see; such rows are sent again (stale).
+throttled AS (
+    SELECT i.position, t.job_id, t.window_start_at
+    FROM input i
+    JOIN pgjobs_throttles t ON t.task = i.task AND t.unique_key = i.unique_key
+    WHERE i.throttle IS NOT NULL
+),
+latest AS (
+    SELECT t.task, t.unique_key, t.job_id
+    FROM pgjobs_throttles t
+    WHERE (t.task, t.unique_key) IN (
+        SELECT task, unique_key FROM input WHERE throttle IS NOT NULL
+    )
+    ORDER BY t.task, t.unique_key
+    FOR UPDATE
+),
+stale AS (
+    SELECT i.position
+    FROM input i
+    LEFT JOIN throttled th ON th.position = i.position
+    LEFT JOIN latest l ON l.task = i.task AND l.unique_key = i.unique_key
+    WHERE i.throttle IS NOT NULL AND (th.job_id IS NULL OR l.job_id IS DISTINCT FROM th.job_id)
+),
+-- The previous job of each throttled key while in queued_jobs, locked: its latest start (NULL:
+-- not started, so it holds the key, and no claim starts it before this statement commits).
+running AS (
+    SELECT q.id, q.started_at
+    FROM queued_jobs q
+    WHERE q.id IN (SELECT job_id FROM latest)
+    FOR UPDATE OF q
+),
+-- A throttled job's earliest start: the previous job's start + the throttle; its own floor if it
+-- never started (cancelled, expired); now + the throttle if it left queued_jobs since the
+-- snapshot (it started no later than now).
+windows AS (
+    SELECT i.position,
+           greatest(
+               th.window_start_at,
+               CASE WHEN r.id IS NOT NULL THEN r.started_at
+                    WHEN EXISTS (SELECT 1 FROM queued_jobs WHERE id = th.job_id)
+                        THEN clock_timestamp()
+                    ELSE coalesce(
+                        (SELECT started_at FROM archived_jobs WHERE id = th.job_id),
+                        (SELECT started_at FROM dead_letter WHERE id = th.job_id)
+                    )
+               END + i.throttle * interval '1 second'
+           ) AS floor
+    FROM input i
+    JOIN throttled th ON th.position = i.position
+    LEFT JOIN running r ON r.id = th.job_id
+    WHERE i.position NOT IN (SELECT position FROM stale)
+),
+fresh AS (
+    SELECT i.id, i.queue, i.task, i.payload, i.priority,
+           greatest(
+               coalesce(i.run_at, now() + i.run_in * interval '1 second'),
+               now() + i.debounce * interval '1 second',
+               w.floor
+           ) AS run_at,
+           i.max_attempts,
+           coalesce(i.expires_at, now() + i.expires_in * interval '1 second') AS expires_at,
+           i.idempotency_key, i.payload_version, i.trace_context, i.group_key, i.unique_key,
+           i.mode, i.throttle, i.position, w.floor
+    FROM input i
+    LEFT JOIN existing e ON e.position = i.position
+    LEFT JOIN windows w ON w.position = i.position
+    WHERE e.id IS NULL AND i.position NOT IN (SELECT position FROM stale)
+),
+kept AS (
+    INSERT INTO queued_jobs ({_KEYED_COLUMNS})
+    SELECT {_KEYED_COLUMNS} FROM fresh
+    WHERE mode IS NULL OR mode = 'keep'
+    ORDER BY position
+    ON CONFLICT DO NOTHING
+    RETURNING id, queue, task, unique_key, idempotency_key, true AS inserted
+),
+replaced AS (
+    INSERT INTO queued_jobs AS q ({_KEYED_COLUMNS})
+    SELECT {_KEYED_COLUMNS} FROM fresh
+    WHERE mode IN ('replace', 'debounce')
+    ORDER BY position
+    ON CONFLICT (task, unique_key) WHERE unique_key IS NOT NULL AND started_at IS NULL
+    DO UPDATE SET payload = excluded.payload,
+                  priority = excluded.priority,
+                  run_at = excluded.run_at,
+                  max_attempts = excluded.max_attempts,
+                  payload_version = excluded.payload_version,
+                  trace_context = coalesce(excluded.trace_context, q.trace_context),
+                  expires_at = coalesce(excluded.expires_at, q.expires_at)
+    RETURNING id, queue, task, unique_key, idempotency_key, xmax = 0 AS inserted
+),
+written AS (
+    SELECT * FROM kept UNION ALL SELECT * FROM replaced
+),
+windowed AS (
+    INSERT INTO pgjobs_throttles AS t (task, unique_key, job_id, window_start_at)
+    SELECT f.task, f.unique_key, f.id, coalesce(f.floor, '-infinity')
+    FROM fresh f JOIN written w ON w.id = f.id
+    WHERE f.throttle IS NOT NULL AND w.inserted
+    ORDER BY f.task, f.unique_key
+    ON CONFLICT (task, unique_key) DO UPDATE
+    SET job_id = excluded.job_id, window_start_at = excluded.window_start_at,
+        updated_at = clock_timestamp()
+    WHERE t.job_id < excluded.job_id
+),
+notified AS (
+    SELECT count(pg_notify('{NOTIFY_CHANNEL}', queue)) AS n
+    FROM (SELECT DISTINCT queue FROM written) q
+)
+SELECT i.position, coalesce(
+    e.id, w.id, twin.id,
+    (SELECT q.id FROM queued_jobs q
+     WHERE q.task = i.task AND q.unique_key = i.unique_key AND q.started_at IS NULL
+       AND i.position NOT IN (SELECT position FROM stale))
+)
+FROM input i
+LEFT JOIN existing e ON e.position = i.position
+LEFT JOIN written w ON w.id = i.id OR (w.task = i.task AND w.unique_key = i.unique_key)
+LEFT JOIN written twin ON twin.idempotency_key = i.idempotency_key
+CROSS JOIN notified
+ORDER BY i.position
+"""
+
+#: Make sure each throttled key (``tasks``, ``unique_keys``) has its pgjobs_throttles row before
+#: JOB_INSERT_KEYED locks it (a row that does not exist cannot be locked): a new key's row names
+#: no job (0) and no floor. Rows: (rows created,).
+JOB_THROTTLE_ENSURE = """
+WITH ensured AS (
+    INSERT INTO pgjobs_throttles (task, unique_key, job_id, window_start_at)
+    SELECT DISTINCT task, unique_key, 0, '-infinity'::timestamptz
+    FROM unnest(%(tasks)s::text[], %(unique_keys)s::text[]) AS k(task, unique_key)
+    ORDER BY task, unique_key
+    ON CONFLICT (task, unique_key) DO NOTHING
+    RETURNING 1
+)
+SELECT count(*) FROM ensured
+"""
+
 #: The isolation level of the caller's transaction that a keyed insert would join (JOB_INSERT_MANY
 #: can keep its promise only where each statement sees every commit: READ COMMITTED).
 #: Rows: ('read committed' | 'repeatable read' | 'serializable' | 'read uncommitted').
@@ -920,8 +1115,9 @@ SCHEMA_REVISION = "SELECT version_num FROM pgjobs_alembic_version"
 # -- Queues and schedules (pgjobs.queues, pgjobs.maintenance.scheduler) -------------------------
 
 # Every queue that holds a job, read from the indexes alone: the ready and scheduled jobs' queues
-# by a skip scan of the claim index (one index probe per queue, however many jobs), the running
-# jobs' queues from the lease index (running jobs are few: at most the workers' slots).
+# by skip scans of the claim index, the limited claim's and the groups' (one index probe per
+# queue, however many jobs), the running jobs' queues from the lease index (running jobs are few:
+# at most the workers' slots).
 _QUEUES_WITH_JOBS = """
 RECURSIVE waiting(queue) AS (
     (SELECT queue FROM queued_jobs
@@ -979,11 +1175,11 @@ _QUEUE_HAS_JOBS = """
 """
 
 # Columns of a queue's limits (pgjobs_queues p), in the order of models.QueueState.
-_QUEUE_LIMIT_COLUMNS = "p.concurrency, p.rate_jobs, p.rate_seconds"
+_QUEUE_LIMIT_COLUMNS = "p.concurrency, p.rate_jobs, p.rate_seconds, p.group_concurrency"
 
 #: Every known queue (one that holds a job, or has settings) with its settings, by name.
 #: Rows: (name, paused_at, paused_by, pause_reason, holds jobs, concurrency, rate_jobs,
-#: rate_seconds).
+#: rate_seconds, group_concurrency).
 QUEUE_LIST = f"""
 WITH {_QUEUES_WITH_JOBS}
 SELECT coalesce(j.queue, p.name), p.paused_at, p.paused_by, p.pause_reason, j.queue IS NOT NULL,
@@ -1001,25 +1197,32 @@ FROM (SELECT 1) one
 LEFT JOIN pgjobs_queues p ON p.name = %(name)s
 """
 
-#: Set queue ``name``'s concurrency limit (when ``set_concurrency``) and rate (when
-#: ``set_rate``) to the values given, NULL removing one; the other setting stays as it was. A
+#: Set queue ``name``'s concurrency limit (when ``set_concurrency``), rate (when ``set_rate``)
+#: and group concurrency (when ``set_group_concurrency``) to the values given, NULL removing one;
+#: the other settings stay as they were. A
 #: new or changed rate starts the queue's token bucket full (pgjobs_limit_states).
 #: Wakes the idle workers of the queue (a limit raised lets them claim more). Rows: (whether a
 #: setting changed).
 QUEUE_LIMIT = f"""
 WITH before AS (
-    SELECT concurrency, rate_jobs, rate_seconds FROM pgjobs_queues WHERE name = %(name)s
+    SELECT concurrency, rate_jobs, rate_seconds, group_concurrency
+    FROM pgjobs_queues WHERE name = %(name)s
 ),
 limited AS (
-    INSERT INTO pgjobs_queues AS q (name, concurrency, rate_jobs, rate_seconds, updated_at)
-    VALUES (%(name)s, %(concurrency)s::int, %(rate_jobs)s::int, %(rate_seconds)s::float8, now())
+    INSERT INTO pgjobs_queues AS q (
+        name, concurrency, rate_jobs, rate_seconds, group_concurrency, updated_at
+    )
+    VALUES (%(name)s, %(concurrency)s::int, %(rate_jobs)s::int, %(rate_seconds)s::float8,
+            %(group_concurrency)s::int, now())
     ON CONFLICT (name) DO UPDATE
     SET concurrency = CASE WHEN %(set_concurrency)s THEN excluded.concurrency
                            ELSE q.concurrency END,
         rate_jobs = CASE WHEN %(set_rate)s THEN excluded.rate_jobs ELSE q.rate_jobs END,
         rate_seconds = CASE WHEN %(set_rate)s THEN excluded.rate_seconds ELSE q.rate_seconds END,
+        group_concurrency = CASE WHEN %(set_group_concurrency)s THEN excluded.group_concurrency
+                                 ELSE q.group_concurrency END,
         updated_at = now()
-    RETURNING concurrency, rate_jobs, rate_seconds
+    RETURNING concurrency, rate_jobs, rate_seconds, group_concurrency
 ),
 state AS (
     INSERT INTO pgjobs_limit_states (kind, name, tokens, refilled_at)
@@ -1030,8 +1233,8 @@ state AS (
     ON CONFLICT (kind, name) DO UPDATE
     SET tokens = excluded.tokens, refilled_at = excluded.refilled_at
 )
-SELECT (l.concurrency, l.rate_jobs, l.rate_seconds)
-       IS DISTINCT FROM (b.concurrency, b.rate_jobs, b.rate_seconds)
+SELECT (l.concurrency, l.rate_jobs, l.rate_seconds, l.group_concurrency)
+       IS DISTINCT FROM (b.concurrency, b.rate_jobs, b.rate_seconds, b.group_concurrency)
 FROM limited l
 LEFT JOIN before b ON true
 CROSS JOIN pg_notify('{NOTIFY_CHANNEL}', %(name)s)
@@ -1303,25 +1506,68 @@ LIMIT %(limit)s
 FOR UPDATE OF d SKIP LOCKED
 """
 
+# Upsert the pgjobs_group_states rows of the groups of jobs moved back into queued_jobs (``{rows}``:
+# a CTE with queue and group_key), as an enqueue does, in (queue, group) order.
+_GROUPS_TOUCHED = """
+    INSERT INTO pgjobs_group_states (queue, group_key)
+    SELECT DISTINCT queue, group_key FROM {rows} WHERE group_key IS NOT NULL
+    ORDER BY queue, group_key
+    ON CONFLICT (queue, group_key) DO UPDATE SET touched_at = clock_timestamp()
+"""
+
+# A job moved back into queued_jobs (``{rows}``: a CTE of them, with task, unique_key and id)
+# keeps its unique key only when no job of its task not started yet holds the key (the first by
+# id, when several moved together share one): otherwise its key becomes NULL. A concurrent
+# enqueue that takes the key meanwhile is met by ON CONFLICT DO NOTHING, and the job goes in
+# again without its key (see DEAD_REDRIVE_BATCH).
+_KEY_IF_FREE = """CASE WHEN unique_key IS NOT NULL
+         AND row_number() OVER (PARTITION BY task, unique_key ORDER BY id) = 1
+         AND NOT EXISTS (
+             SELECT 1 FROM queued_jobs h
+             WHERE h.task = {rows}.task AND h.unique_key = {rows}.unique_key
+               AND h.started_at IS NULL
+         ) THEN unique_key END"""
+
+_REDRIVEN_COLUMNS = (
+    "id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at, "
+    "expires_at, idempotency_key, redrive_count, redriven_at, replay_of, payload_version, "
+    "trace_context, group_key, unique_key"
+)
+
 #: Move one batch of up to ``limit`` dead jobs matching the filters back to queued_jobs, ready now
-#: with fresh attempts (last_error, payload version and trace context kept), their redrive record
-#: updated, and wake idle workers of their queues. Returns the ids moved.
+#: with fresh attempts (last_error, payload version, trace context and group kept; the unique key
+#: kept when free, see _KEY_IF_FREE), their redrive record updated, their groups' rows touched,
+#: and wake idle workers of their queues. Returns the ids moved.
 DEAD_REDRIVE_BATCH = f"""
 WITH picked AS ({_DEAD_PICK}),
 gone AS (
     DELETE FROM dead_letter d USING picked WHERE d.id = picked.id
     RETURNING d.*
 ),
-requeued AS (
-    INSERT INTO queued_jobs (id, queue, task, payload, priority, run_at, attempts, max_attempts,
-                             last_error, created_at, expires_at, idempotency_key,
-                             redrive_count, redriven_at, replay_of, payload_version, trace_context)
-    SELECT id, queue, task, payload, priority, now(), 0, max_attempts,
+moving AS (
+    SELECT id, queue, task, payload, priority, now() AS run_at, 0 AS attempts, max_attempts,
            last_error, created_at, expires_at, idempotency_key,
-           redrive_count + 1, now(), replay_of, payload_version, trace_context
+           redrive_count + 1 AS redrive_count, now() AS redriven_at, replay_of, payload_version,
+           trace_context, group_key, {_KEY_IF_FREE.format(rows="gone")} AS unique_key
     FROM gone
+),
+keyed AS (
+    INSERT INTO queued_jobs ({_REDRIVEN_COLUMNS})
+    SELECT {_REDRIVEN_COLUMNS} FROM moving ORDER BY id
+    ON CONFLICT DO NOTHING
     RETURNING id, queue
 ),
+unkeyed AS (
+    INSERT INTO queued_jobs ({_REDRIVEN_COLUMNS})
+    SELECT {_REDRIVEN_COLUMNS.replace("unique_key", "NULL")} FROM moving
+    WHERE id NOT IN (SELECT id FROM keyed)
+    ORDER BY id
+    RETURNING id, queue
+),
+requeued AS (
+    SELECT * FROM keyed UNION ALL SELECT * FROM unkeyed
+),
+grouped AS ({_GROUPS_TOUCHED.format(rows="gone")}),
 notified AS (
     SELECT count(pg_notify('{NOTIFY_CHANNEL}', queue)) AS n
     FROM (SELECT DISTINCT queue FROM requeued) q
@@ -1348,7 +1594,7 @@ WITH found AS (
            expires_at, idempotency_key, last_error, lease_owner, lease_expires_at,
            NULL::jsonb AS result, NULL::text AS worker, NULL::timestamptz AS finished_at,
            NULL::text AS reason, NULL::text AS error_type, NULL::text AS traceback,
-           redrive_count, redriven_at, replay_of, started_at
+           redrive_count, redriven_at, replay_of, started_at, group_key, unique_key
     FROM queued_jobs WHERE id = %(id)s
     UNION ALL
     SELECT id, 'archived_jobs', status,
@@ -1356,7 +1602,7 @@ WITH found AS (
            expires_at, idempotency_key, last_error, NULL, NULL,
            result, worker, finished_at,
            NULL, NULL, NULL,
-           redrive_count, redriven_at, replay_of, started_at
+           redrive_count, redriven_at, replay_of, started_at, group_key, unique_key
     FROM archived_jobs WHERE id = %(id)s
     UNION ALL
     SELECT id, 'dead_letter', '{JobStatus.DEAD}',
@@ -1364,7 +1610,7 @@ WITH found AS (
            expires_at, idempotency_key, last_error, NULL, NULL,
            NULL, worker, failed_at,
            reason, error_type, traceback,
-           redrive_count, redriven_at, replay_of, started_at
+           redrive_count, redriven_at, replay_of, started_at, group_key, unique_key
     FROM dead_letter WHERE id = %(id)s
 )
 SELECT found.*, ARRAY(
@@ -1413,21 +1659,29 @@ WHERE id = %(id)s
 FOR UPDATE
 """
 
+_REPLAYED_COLUMNS = (
+    "id, queue, task, payload, priority, max_attempts, expires_at, replay_of, payload_version, "
+    "group_key, unique_key"
+)
+
 #: Enqueue a finished (archived) or dead job again as a new job linked by replay_of: same queue,
-#: task, payload (and its version), priority and max_attempts; no idempotency key; ready now.
+#: task, payload (and its version), priority, max_attempts and group; no idempotency key; its
+#: unique key when no job of the task not started yet holds it (_KEY_IF_FREE); ready now.
 #: Its expiry is the one given (``expires_at``, else ``expires_in`` seconds from now); with none,
 #: the copy of an expired job keeps the original's expiry, long passed, and any other copy never
 #: expires. A copy whose expiry has passed is archived at once as expired, unrun (never queued);
-#: any other wakes idle workers of its queue. Rows: (new id, whether it was archived as expired);
-#: none when the id is neither archived nor dead.
+#: any other wakes idle workers of its queue and touches its group's row. Rows: (new id, whether
+#: it was archived as expired); none when the id is neither archived nor dead.
 JOB_REPLAY = f"""
 WITH original AS (
-    SELECT id, queue, task, payload, priority, max_attempts, payload_version,
+    SELECT id, queue, task, payload, priority, max_attempts, payload_version, group_key,
+           unique_key,
            CASE WHEN status = '{ArchivedStatus.EXPIRED}' THEN coalesce(expires_at, now()) END
                AS lapsed_at
     FROM archived_jobs WHERE id = %(id)s
     UNION ALL
-    SELECT id, queue, task, payload, priority, max_attempts, payload_version, NULL
+    SELECT id, queue, task, payload, priority, max_attempts, payload_version, group_key,
+           unique_key, NULL
     FROM dead_letter WHERE id = %(id)s
 ),
 made AS MATERIALIZED (
@@ -1437,18 +1691,34 @@ made AS MATERIALIZED (
                     o.lapsed_at) AS expiry
     FROM original o
 ),
-queued AS (
-    INSERT INTO queued_jobs (id, queue, task, payload, priority, max_attempts, expires_at,
-                             replay_of, payload_version)
-    SELECT new_id, queue, task, payload, priority, max_attempts, expiry, id, payload_version
+copy AS (
+    SELECT new_id AS id, queue, task, payload, priority, max_attempts, expiry AS expires_at,
+           id AS replay_of, payload_version, group_key,
+           {_KEY_IF_FREE.format(rows="made")} AS unique_key
     FROM made WHERE expiry IS NULL OR expiry > now()
+),
+keyed AS (
+    INSERT INTO queued_jobs ({_REPLAYED_COLUMNS})
+    SELECT {_REPLAYED_COLUMNS} FROM copy
+    ON CONFLICT DO NOTHING
     RETURNING id, queue
 ),
+unkeyed AS (
+    INSERT INTO queued_jobs ({_REPLAYED_COLUMNS})
+    SELECT {_REPLAYED_COLUMNS.replace("unique_key", "NULL")} FROM copy
+    WHERE id NOT IN (SELECT id FROM keyed)
+    RETURNING id, queue
+),
+queued AS (
+    SELECT * FROM keyed UNION ALL SELECT * FROM unkeyed
+),
+grouped AS ({_GROUPS_TOUCHED.format(rows="copy")}),
 expired AS (
     INSERT INTO archived_jobs (id, queue, task, payload, priority, run_at, attempts, max_attempts,
-                               status, created_at, expires_at, replay_of, payload_version)
+                               status, created_at, expires_at, replay_of, payload_version,
+                               group_key, unique_key)
     SELECT new_id, queue, task, payload, priority, now(), 0, max_attempts,
-           '{ArchivedStatus.EXPIRED}', now(), expiry, id, payload_version
+           '{ArchivedStatus.EXPIRED}', now(), expiry, id, payload_version, group_key, unique_key
     FROM made WHERE expiry <= now()
     RETURNING id
 )
@@ -1900,7 +2170,7 @@ SELECT id, 'queued_jobs' AS "table",
        idempotency_key, last_error, lease_owner, lease_expires_at, NULL::jsonb AS result,
        NULL::text AS worker, NULL::timestamptz AS finished_at, NULL::text AS reason,
        NULL::text AS error_type, {{traceback}} AS traceback, redrive_count, redriven_at,
-       replay_of, started_at, coalesce(redriven_at, created_at) AS at
+       replay_of, started_at, group_key, unique_key, coalesce(redriven_at, created_at) AS at
 FROM queued_jobs
 """
 
@@ -1910,7 +2180,7 @@ SELECT id, 'archived_jobs' AS "table", status,
        idempotency_key, last_error, NULL::text AS lease_owner,
        NULL::timestamptz AS lease_expires_at, {result} AS result, worker, finished_at,
        NULL::text AS reason, NULL::text AS error_type, {traceback} AS traceback, redrive_count,
-       redriven_at, replay_of, started_at, finished_at AS at
+       redriven_at, replay_of, started_at, group_key, unique_key, finished_at AS at
 FROM archived_jobs
 """
 
@@ -1920,7 +2190,7 @@ SELECT id, 'dead_letter' AS "table", '{JobStatus.DEAD}' AS status,
        idempotency_key, last_error, NULL::text AS lease_owner,
        NULL::timestamptz AS lease_expires_at, NULL::jsonb AS result, worker,
        failed_at AS finished_at, reason, error_type, {{traceback}} AS traceback, redrive_count,
-       redriven_at, replay_of, started_at, failed_at AS at
+       redriven_at, replay_of, started_at, group_key, unique_key, failed_at AS at
 FROM dead_letter
 """
 
@@ -2211,4 +2481,133 @@ LEFT JOIN hot USING (task)
 LEFT JOIN dead USING (task)
 LEFT JOIN finished USING (task)
 ORDER BY t.task
+"""
+
+
+# -- Groups: stats, dashboard, metrics ------------------------------------------------------------
+
+#: The groups of every queue that holds grouped jobs (of queue ``queue`` only, unless NULL)
+#: (``pgjobs.groups.load``): per queue, its
+#: ``top`` groups by ready jobs (ready, running, at its limit), how many groups it has and how
+#: many are at their limit. Rows: (queue, group_concurrency, groups, groups_capped, at_limit,
+#: group_key, ready, running, group at its limit), one per top group, or one with group_key NULL
+#: for a queue with no group to show (``top`` 0: every queue's counts alone).
+#:
+#: Bounded whatever the queue holds: the queues, then each queue's groups with waiting jobs, are
+#: found by skip scans of ix_queued_jobs_group_ready (one index probe per queue and group, at
+#: most ``max_groups`` + 1 groups per queue: ``groups_capped``), and a group's ready jobs are
+#: counted up to ``ready_cap`` + 1 rows of the same index (a group of 50,000 reads 1,001); with
+#: ``top`` 0 no group's ready jobs are read. Running jobs are counted whole from
+#: ix_queued_jobs_group_leased: they are at most the workers' slots. A group is at its limit when
+#: its running jobs reach the queue's group_concurrency, or those of one task reach that task's
+#: (``tasks``/``limits``: the app's tasks that limit their groups, when the caller has the app).
+GROUPS_LOAD = """
+WITH RECURSIVE queues AS (
+    (SELECT queue FROM queued_jobs
+     WHERE lease_expires_at IS NULL AND group_key IS NOT NULL
+     ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM queued_jobs j
+            WHERE j.lease_expires_at IS NULL AND j.group_key IS NOT NULL AND j.queue > q.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM queues q
+    WHERE q.queue IS NOT NULL
+),
+waiting AS (
+    SELECT q.queue, g.group_key, 1 AS n
+    FROM queues q
+    CROSS JOIN LATERAL (
+        SELECT j.group_key FROM queued_jobs j
+        WHERE j.queue = q.queue AND j.lease_expires_at IS NULL AND j.group_key IS NOT NULL
+        ORDER BY j.group_key LIMIT 1
+    ) g
+    WHERE q.queue IS NOT NULL AND (%(queue)s::text IS NULL OR q.queue = %(queue)s::text)
+    UNION ALL
+    SELECT w.queue, g.group_key, w.n + 1
+    FROM waiting w
+    CROSS JOIN LATERAL (
+        SELECT j.group_key FROM queued_jobs j
+        WHERE j.queue = w.queue AND j.lease_expires_at IS NULL AND j.group_key IS NOT NULL
+          AND j.group_key > w.group_key
+        ORDER BY j.group_key LIMIT 1
+    ) g
+    WHERE w.n <= %(max_groups)s
+),
+common AS (
+    SELECT q.queue, v.group_key
+    FROM queues q
+    CROSS JOIN (
+        SELECT unnest(s.most_common_vals::text::text[]) AS group_key
+        FROM pg_stats s
+        JOIN pg_class c ON c.oid = 'queued_jobs'::regclass
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE s.schemaname = n.nspname AND s.tablename = 'queued_jobs'
+          AND s.attname = 'group_key'
+    ) v
+    WHERE q.queue IS NOT NULL AND %(top)s > 0
+      AND (%(queue)s::text IS NULL OR q.queue = %(queue)s::text)
+),
+candidates AS (
+    SELECT queue, group_key FROM waiting WHERE n <= %(max_groups)s
+    UNION
+    SELECT queue, group_key FROM common
+),
+ready AS (
+    SELECT c.queue, c.group_key, r.ready
+    FROM candidates c
+    CROSS JOIN LATERAL (
+        SELECT count(*)::int AS ready FROM (
+            SELECT 1 FROM queued_jobs j
+            WHERE j.queue = c.queue AND j.group_key = c.group_key
+              AND j.lease_expires_at IS NULL AND j.group_key IS NOT NULL AND j.run_at <= now()
+            LIMIT %(ready_cap)s + 1
+        ) counted
+        WHERE %(top)s > 0
+    ) r
+),
+shown AS (
+    SELECT queue, group_key FROM waiting WHERE n <= %(max_groups)s
+    UNION
+    SELECT queue, group_key FROM ready WHERE ready > 0
+),
+limits AS (
+    SELECT * FROM unnest(%(tasks)s::text[], %(limits)s::int[]) AS l(task, group_concurrency)
+),
+running AS (
+    SELECT r.queue, r.group_key, sum(r.running)::int AS running,
+           coalesce(bool_or(r.running >= l.group_concurrency), false) AS task_at_limit
+    FROM (
+        SELECT queue, group_key, task, count(*) AS running FROM queued_jobs
+        WHERE lease_expires_at IS NOT NULL AND group_key IS NOT NULL
+          AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+        GROUP BY queue, group_key, task
+    ) r
+    LEFT JOIN limits l ON l.task = r.task
+    GROUP BY r.queue, r.group_key
+),
+loads AS (
+    SELECT coalesce(w.queue, r.queue) AS queue, coalesce(w.group_key, r.group_key) AS group_key,
+           coalesce(w.ready, 0) AS ready, coalesce(r.running, 0) AS running,
+           coalesce(r.task_at_limit, false)
+           OR coalesce(r.running, 0) >= p.group_concurrency IS TRUE AS at_limit,
+           p.group_concurrency
+    FROM (SELECT queue, group_key, ready.ready FROM shown LEFT JOIN ready USING (queue, group_key)) w
+    FULL JOIN running r ON r.queue = w.queue AND r.group_key = w.group_key
+    LEFT JOIN pgjobs_queues p ON p.name = coalesce(w.queue, r.queue)
+),
+ranked AS (
+    SELECT l.*,
+           count(*) OVER per_queue AS groups,
+           count(*) FILTER (WHERE at_limit) OVER per_queue AS groups_at_limit,
+           row_number() OVER (per_queue ORDER BY ready DESC, running DESC, group_key) AS rank
+    FROM loads l
+    WINDOW per_queue AS (PARTITION BY queue)
+)
+SELECT r.queue, r.group_concurrency, r.groups,
+       EXISTS (SELECT 1 FROM waiting w WHERE w.queue = r.queue AND w.n > %(max_groups)s),
+       r.groups_at_limit,
+       CASE WHEN %(top)s > 0 THEN r.group_key END, r.ready, r.running, r.at_limit
+FROM ranked r
+WHERE r.rank <= greatest(%(top)s, 1)
+ORDER BY r.queue, r.rank
 """

@@ -88,22 +88,27 @@ def limit(
     *,
     concurrency: int | None = KEEP,
     rate: Rate | str | None = KEEP,
+    group_concurrency: int | None = KEEP,
 ) -> Change:
     """Set queue ``name``'s limits, obeyed by every worker from its next claim on (no restart):
-    ``concurrency``, the most of its jobs running at once across every worker and host, and
-    ``rate`` ("100/s", "10/m", "5/10s"; a ``Rate``), the most that start per period. None
-    removes a limit; a setting not given stays as it is. Jobs held back stay ready. The queue
-    need not exist yet.
+    ``concurrency``, the most of its jobs running at once across every worker and host,
+    ``rate`` ("100/s", "10/m", "5/10s"; a ``Rate``), the most that start per period, and
+    ``group_concurrency``, the most jobs of one group (``enqueue(..., group=...)``) running at
+    once. None removes a limit; a setting not given stays as it is. Jobs held back stay ready.
+    The queue need not exist yet.
 
     Example: ``limit(dsn, "emails", concurrency=10, rate="100/s").changed``
     """
     name = check_name("queue", name)
-    if concurrency is KEEP and rate is KEEP:
+    if concurrency is KEEP and rate is KEEP and group_concurrency is KEEP:
         raise ConfigurationError(
-            "give a concurrency limit or a rate to set (None removes one)", field="concurrency"
+            "give a concurrency limit, a rate or a group concurrency to set (None removes one)",
+            field="concurrency",
         )
     if concurrency is not KEEP and concurrency is not None:
         check_limit("concurrency", concurrency)
+    if group_concurrency is not KEEP and group_concurrency is not None:
+        check_limit("group_concurrency", group_concurrency)
     parsed = None if rate is KEEP or rate is None else Rate.parse(rate)
     params = {
         "name": name,
@@ -112,6 +117,8 @@ def limit(
         "set_rate": rate is not KEEP,
         "rate_jobs": None if parsed is None else parsed.jobs,
         "rate_seconds": None if parsed is None else parsed.seconds,
+        "set_group_concurrency": group_concurrency is not KEEP,
+        "group_concurrency": None if group_concurrency is KEEP else group_concurrency,
     }
     with db.target_connection(target) as conn, _transaction(conn):
         rows = db.fetch_all(conn, queries.QUEUE_LIMIT, params)

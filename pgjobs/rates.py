@@ -70,11 +70,19 @@ def rate_text(jobs: int | None, seconds: float | None) -> str | None:
     return None if jobs is None or seconds is None else str(Rate(jobs, seconds))
 
 
-def limits_text(concurrency: int | None, rate_jobs: int | None, rate_seconds: float | None) -> str:
-    """A concurrency limit and a rate in words, as the CLI and the dashboard show a queue's:
-    "at most 10 running, 100/s starts"; "" without either."""
+def limits_text(
+    concurrency: int | None,
+    rate_jobs: int | None,
+    rate_seconds: float | None,
+    group_concurrency: int | None = None,
+) -> str:
+    """A concurrency limit, a rate and a group concurrency in words, as the CLI and the
+    dashboard show a queue's: "at most 10 running, 100/s starts, at most 2 running per group";
+    "" without any."""
     parts = [] if concurrency is None else [f"at most {concurrency} running"]
     rate = rate_text(rate_jobs, rate_seconds)
     if rate is not None:
         parts.append(f"{rate} starts")
+    if group_concurrency is not None:
+        parts.append(f"at most {group_concurrency} running per group")
     return ", ".join(parts)

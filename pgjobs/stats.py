@@ -1,6 +1,7 @@
 """What `pgjobs stats` shows: per-queue counts, throughput and retry rate over the last minute,
 paused queues, the live workers and the jobs each one runs, the periodic schedules with their
-next and last run, and (``--verbose``) the health of the tables.
+next and last run, the top groups of queues that hold grouped jobs, and (``--verbose``) the
+health of the tables.
 
 ``snapshot`` reads it all in one round of queries; ``as_json`` gives it to machines;
 ``pgjobs.cli.render`` draws it with rich (once, or again and again under ``--watch``).
@@ -9,17 +10,18 @@ next and last run, and (``--verbose``) the health of the tables.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 
-from pgjobs import archive, db, queries
+from pgjobs import archive, db, groups, queries
 from pgjobs.maintenance.registry import STALE_AFTER
 from pgjobs.models import (
     ArchivePartition,
     OrphanedLeases,
+    QueueGroups,
     QueueStats,
     ScheduleInfo,
     TableHealth,
@@ -42,6 +44,9 @@ class Snapshot:
     default_rows: int | None = None
     #: The periodic schedules recorded in the database (`pgjobs schedule`).
     schedules: list[ScheduleInfo] = field(default_factory=list)
+    #: The queues that hold grouped jobs: their top groups by ready jobs, and those at their
+    #: limit (``pgjobs.groups.load``).
+    groups: list[QueueGroups] = field(default_factory=list)
 
     @property
     def unserved(self) -> list[str]:
@@ -51,31 +56,41 @@ class Snapshot:
         return [q.queue for q in self.queues if q.ready and q.queue not in served]
 
 
-def snapshot(conn: psycopg.Connection[Any], *, verbose: bool = False) -> Snapshot:
-    """Read the queues, the live workers and, with ``verbose``, the tables' health.
+def snapshot(
+    conn: psycopg.Connection[Any],
+    *,
+    verbose: bool = False,
+    group_limits: Mapping[str, int] | None = None,
+) -> Snapshot:
+    """Read the queues, the live workers, the groups and, with ``verbose``, the tables' health.
+    ``group_limits``: the tasks' own group limits (``groups.task_limits``), when the caller has
+    the app; without them a group is at its limit by its queue's group_concurrency alone.
 
     Example: ``snapshot(conn).queues[0].throughput``
     """
     # One snapshot for every query, so that running jobs add up across the tables.
     with db.translate_errors(), conn.transaction():
         conn.execute(queries.STATS_SNAPSHOT)
-        return _read(conn, verbose)
+        return _read(conn, verbose, group_limits)
 
 
-def _read(conn: psycopg.Connection[Any], verbose: bool) -> Snapshot:
+def _read(
+    conn: psycopg.Connection[Any], verbose: bool, group_limits: Mapping[str, int] | None
+) -> Snapshot:
     stale = {"stale_after": STALE_AFTER}
     queues = [db.queue_stats_from_row(row) for row in db.fetch_all(conn, queries.QUEUE_STATS)]
     workers = db.live_workers(conn, STALE_AFTER)
     (leases,) = db.fetch_all(conn, queries.LEASES_WITHOUT_LIVE_WORKER, stale)
     orphaned = db.orphaned_leases_from_row(leases)
     scheduled = schedules(conn)
+    grouped = groups.load(conn, limits=group_limits)
     if not verbose:
-        return Snapshot(queues, workers, orphaned, schedules=scheduled)
+        return Snapshot(queues, workers, orphaned, schedules=scheduled, groups=grouped)
     tables = [db.table_health_from_row(row) for row in db.fetch_all(conn, queries.TABLE_HEALTH)]
     partitions = archive.list_partitions(conn)
     default = archive.default_partition(partitions)
     default_rows = None if default is None else archive.default_rows(conn, default)
-    return Snapshot(queues, workers, orphaned, tables, partitions, default_rows, scheduled)
+    return Snapshot(queues, workers, orphaned, tables, partitions, default_rows, scheduled, grouped)
 
 
 def served_queues(workers: Iterable[WorkerInfo]) -> set[str]:
@@ -121,7 +136,7 @@ def schedule_json(schedule: ScheduleInfo) -> dict[str, Any]:
 
 def as_json(snap: Snapshot, *, verbose: bool = False) -> Any:
     """The list of queues; with ``verbose``, an object with queues, workers, orphaned leases,
-    tables and partitions."""
+    tables, partitions, schedules and groups."""
     queues = [queue_json(q) for q in snap.queues]
     if not verbose:
         return queues
@@ -135,4 +150,5 @@ def as_json(snap: Snapshot, *, verbose: bool = False) -> Any:
         "archive_partitions": [dataclasses.asdict(p) for p in snap.partitions or []],
         "archive_default_rows": snap.default_rows,
         "schedules": [schedule_json(s) for s in snap.schedules],
+        "groups": [dataclasses.asdict(g) for g in snap.groups],
     }

@@ -203,6 +203,34 @@ def check_on_conflict(on_conflict: object) -> str:
     return str(on_conflict)
 
 
+def check_unique_options(
+    unique_key: object, on_conflict: object, debounce: object
+) -> tuple[str | None, str | None, float | None]:
+    """Check a job's ``unique_key``, ``on_conflict`` and ``debounce`` together: the last two
+    mean something only with a unique key, and ``debounce`` only with
+    ``on_conflict="debounce"``. Returns them checked (None where not given).
+
+    Example: ``check_unique_options("cart-7", "debounce", 30)`` returns
+    ``("cart-7", "debounce", 30.0)``.
+    """
+    key = None if unique_key is None else check_key(unique_key, "unique_key")
+    conflict = None if on_conflict is None else check_on_conflict(on_conflict)
+    seconds = None if debounce is None else check_seconds("debounce", debounce)
+    for name, value in (("on_conflict", conflict), ("debounce", seconds)):
+        if value is not None and key is None:
+            raise ConfigurationError(
+                f"{name} applies to a job with a unique_key: give one, or leave {name} out",
+                field=name,
+            )
+    if seconds is not None and conflict != "debounce":
+        raise ConfigurationError(
+            "debounce is the delay of on_conflict='debounce'; "
+            f"with on_conflict={conflict or 'keep'!r} it would do nothing",
+            field="debounce",
+        )
+    return key, conflict, seconds
+
+
 def check_max_attempts(max_attempts: int) -> None:
     """Refuse ``max_attempts`` that is not a whole number in 1..``MAX_ATTEMPTS_LIMIT``."""
     if (

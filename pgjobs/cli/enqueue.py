@@ -25,7 +25,7 @@ from pgjobs.cli.options import (
 )
 from pgjobs.errors import ConfigurationError, InvalidPayload, PgjobsError, UnknownTask
 from pgjobs.producer import MAX_PAYLOAD_DEPTH
-from pgjobs.submission import DEFAULT_QUEUE, check_seconds
+from pgjobs.submission import DEFAULT_QUEUE, check_key, check_seconds, check_unique_options
 from pgjobs.text import printable
 
 
@@ -55,6 +55,37 @@ def enqueue_command(
     idempotency_key: Annotated[
         str | None, typer.Option(help="A second enqueue with this key returns the first job's id.")
     ] = None,
+    group: Annotated[
+        str | None,
+        typer.Option(
+            help="The group it belongs to (a customer, a tenant): a task's or queue's "
+            "group concurrency limits each group's running jobs, and claims take turns between "
+            "groups."
+        ),
+    ] = None,
+    unique_key: Annotated[
+        str | None,
+        typer.Option(
+            help="While a job of the task with this key has not started, enqueueing another "
+            "keeps, replaces or debounces it (--on-conflict) instead of adding a job."
+        ),
+    ] = None,
+    on_conflict: Annotated[
+        str | None,
+        typer.Option(
+            help="With --unique-key: keep (the default: print the existing job's id), replace "
+            "(it takes this payload, priority and run time) or debounce (as replace, and it runs "
+            "--debounce seconds from now).",
+            show_default=False,
+        ),
+    ] = None,
+    debounce: Annotated[
+        float | None,
+        typer.Option(
+            help="With --on-conflict debounce: seconds it waits after the latest enqueue "
+            "(default: the task's debounce)."
+        ),
+    ] = None,
     app_ref: Annotated[
         str | None,
         app_option("holding your tasks: the task's name, queue, defaults and payload are checked"),
@@ -66,6 +97,9 @@ def enqueue_command(
     for option, seconds in (("--delay", delay), ("--expires-in", expires_in)):
         if seconds is not None:
             check_seconds(option, seconds)
+    if group is not None:
+        check_key(group, "group")
+    check_unique_options(unique_key, on_conflict, debounce)
     run_at_time = None if run_at is None else parse.iso_time("--run-at", run_at)
     expires_at_time = None if expires_at is None else parse.iso_time("--expires-at", expires_at)
     found = find_app(app_ref)
@@ -88,6 +122,10 @@ def enqueue_command(
             expires_at=expires_at_time,
             expires_in=expires_in,
             idempotency_key=idempotency_key,
+            group=group,
+            unique_key=unique_key,
+            on_conflict=on_conflict,
+            debounce=debounce,
         )
     typer.echo(job_id)
     _warn_if_unserved(app, queue or _task_queue(app, task), job_id, app_found=found is not None)

@@ -55,6 +55,8 @@ def job_show_command(
             ("replay of", job.replay_of),
             ("replays", ", ".join(map(str, job.replays)) or None),
             ("idempotency", job.idempotency_key),
+            ("group", job.group_key),
+            ("unique key", job.unique_key),
         ]
     )
     render.print_block("last error", job.last_error)

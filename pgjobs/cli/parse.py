@@ -118,8 +118,9 @@ def _aware(option: str, value: str, parsed: datetime) -> datetime:
     return parsed
 
 
-def limit(value: str) -> int | None:
-    """A concurrency limit on the command line: a whole number, or ``none`` (no limit).
+def limit(value: str, name: str = "concurrency") -> int | None:
+    """A concurrency limit (``name``) on the command line: a whole number, or ``none`` (no
+    limit).
 
     Example: ``limit("10") == 10``; ``limit("none") is None``
     """
@@ -128,10 +129,9 @@ def limit(value: str) -> int | None:
         return None
     if not text.isdigit():
         raise ConfigurationError(
-            f"concurrency {value!r}: expected a whole number such as 10, or none",
-            field="concurrency",
+            f"{name} {value!r}: expected a whole number such as 10, or none", field=name
         )
-    return check_limit("concurrency", int(text))
+    return check_limit(name, int(text))
 
 
 def rate(value: str) -> Rate | None:

@@ -67,23 +67,40 @@ def limit_command(
             show_default=False,
         ),
     ] = None,
+    group_concurrency: Annotated[
+        str | None,
+        typer.Option(
+            "--group-concurrency",
+            help="The most jobs of one group (enqueue --group) running at once; 'none' "
+            "removes it. Left out: unchanged.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonFlag = False,
     dsn: DsnOption = None,
 ) -> None:
-    """Limit how many of the queue's jobs run at once and how many start per period, for every
-    worker from its next claim on (no restart). Jobs held back stay ready.
+    """Limit how many of the queue's jobs run at once, how many start per period and how many
+    of one group's jobs run at once, for every worker from its next claim on (no restart). Jobs
+    held back stay ready.
 
-    Example: pgjobs queue limit emails 10 --rate 100/s"""
-    if concurrency is None and rate is None:
+    Example: pgjobs queue limit emails 10 --rate 100/s --group-concurrency 2"""
+    if concurrency is None and rate is None and group_concurrency is None:
         raise ConfigurationError(
-            "give a concurrency limit (a number, or none) and/or --rate (e.g. 100/s, or none)",
+            "give a concurrency limit (a number, or none), --rate (e.g. 100/s, or none) and/or "
+            "--group-concurrency (a number, or none)",
             field="concurrency",
         )
+    group = (
+        queues.KEEP
+        if group_concurrency is None
+        else parse.limit(group_concurrency, "--group-concurrency")
+    )
     change = queues.limit(
         database(dsn),
         name,
         concurrency=queues.KEEP if concurrency is None else parse.limit(concurrency),
         rate=queues.KEEP if rate is None else parse.rate(rate),
+        group_concurrency=group,
     )
     _report(change, as_json, "limits set" if change.changed else "limits unchanged")
 

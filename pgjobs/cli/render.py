@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pgjobs.maintenance.registry import STALE_AFTER
-from pgjobs.models import QueueState, QueueStats, ScheduleInfo, Unloadable
+from pgjobs.models import QueueGroups, QueueState, QueueStats, ScheduleInfo, Unloadable
 from pgjobs.rates import limits_text
 from pgjobs.stats import Snapshot
 from pgjobs.text import clipped, printable
@@ -96,7 +96,9 @@ def wide_console() -> Console:
 
 def stats(snap: Snapshot, title: str, *, verbose: bool = False) -> RenderableType:
     """Everything `pgjobs stats` draws, as one rich renderable."""
-    parts: list[RenderableType] = [_queues_table(snap, title), _workers_table(snap)]
+    parts: list[RenderableType] = [_queues_table(snap, title)]
+    parts.extend(groups_table(queue) for queue in snap.groups)
+    parts.append(_workers_table(snap))
     if snap.schedules:
         parts.append(schedules_table(snap.schedules))
     if verbose:
@@ -165,7 +167,34 @@ def schedules_table(schedules: list[ScheduleInfo]) -> Table:
 
 def queue_limits(state: QueueState | QueueStats) -> str:
     """A queue's limits in words: "at most 10 running, 100/s starts", or "-"."""
-    return limits_text(state.concurrency, state.rate_jobs, state.rate_seconds) or "-"
+    group = state.group_concurrency if isinstance(state, QueueState) else None
+    return limits_text(state.concurrency, state.rate_jobs, state.rate_seconds, group) or "-"
+
+
+def groups_table(queue: QueueGroups) -> RenderableType:
+    """A line of how many groups a queue has and how many are at their limit, then its groups
+    with the most ready jobs."""
+    more = "+" if queue.groups_capped else ""
+    title = (
+        f"groups of {cell(queue.queue)}: {queue.groups:,}{more} group"
+        f"{'' if queue.groups == 1 and not more else 's'}, {queue.at_limit:,} at "
+        f"{'its' if queue.at_limit == 1 else 'their'} limit"
+    )
+    if queue.group_concurrency is not None:
+        title += f" (at most {queue.group_concurrency} running per group)"
+    table = Table()
+    table.add_column("group")
+    table.add_column("ready", justify="right")
+    table.add_column("running", justify="right")
+    table.add_column("")
+    for group in queue.top:
+        table.add_row(
+            cell(group.group_key),
+            f"{group.ready:,}" + ("+" if group.ready_capped else ""),
+            f"{group.running:,}",
+            "[bold yellow]at limit[/bold yellow]" if group.at_limit else "",
+        )
+    return Group(Text.from_markup(title, style="italic"), table)
 
 
 def queue_states_table(states: list[QueueState]) -> Table:

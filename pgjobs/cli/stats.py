@@ -12,12 +12,12 @@ from rich.console import Group, RenderableType
 from rich.live import Live
 from rich.text import Text
 
-from pgjobs import db
+from pgjobs import db, groups
 from pgjobs import stats as read_model
 from pgjobs.cli import render
-from pgjobs.cli.options import DsnOption, database
+from pgjobs.cli.options import DsnOption, app_option, database, find_app
 from pgjobs.db.dsn import Dsn
-from pgjobs.errors import PgjobsError
+from pgjobs.errors import ConfigurationError, PgjobsError
 
 
 def stats_command(
@@ -34,24 +34,56 @@ def stats_command(
     interval: Annotated[
         float, typer.Option(help="Seconds between refreshes with --watch.", min=0.1)
     ] = 2.0,
+    app_ref: Annotated[
+        str | None,
+        app_option(
+            "holding your tasks: their group_concurrency (and ordered) tell which groups are at "
+            "their limit, beside the queue's"
+        ),
+    ] = None,
     dsn: DsnOption = None,
 ) -> None:
     """Per queue: ready, scheduled, running, dead, finished in the last hour, throughput and retry
-    rate over the last minute, oldest ready job; the live workers and what each one runs."""
+    rate over the last minute, oldest ready job; the live workers and what each one runs; for
+    queues with grouped jobs, the groups with the most ready jobs and how many are at their
+    limit."""
     resolved = database(dsn)
     title = f"pgjobs queues ({resolved.redacted})"
+    limits = _task_limits(app_ref)
     if not watch:
         with db.connect(resolved) as conn:
-            snap = read_model.snapshot(conn, verbose=verbose)
+            snap = read_model.snapshot(conn, verbose=verbose, group_limits=limits)
         if as_json:
             render.print_json(read_model.as_json(snap, verbose=verbose))
         else:
             render.wide_console().print(render.stats(snap, title, verbose=verbose))
         return
-    _watch(resolved, title, verbose=verbose, as_json=as_json, interval=interval)
+    _watch(resolved, title, verbose=verbose, as_json=as_json, interval=interval, limits=limits)
 
 
-def _watch(dsn: Dsn, title: str, *, verbose: bool, as_json: bool, interval: float) -> None:
+def _task_limits(app_ref: str | None) -> dict[str, int] | None:
+    """The app's tasks' own group limits, or None without an app. An app named only by the
+    environment or pyproject.toml that cannot be loaded is a warning, not a failure: stats then
+    judges groups by their queue's group concurrency alone."""
+    try:
+        found = find_app(app_ref)
+    except ConfigurationError as exc:
+        if app_ref is not None:
+            raise
+        render.warning(f"{exc}; groups are judged by their queue's group concurrency only")
+        return None
+    return None if found is None else groups.task_limits(found.tasks.values())
+
+
+def _watch(
+    dsn: Dsn,
+    title: str,
+    *,
+    verbose: bool,
+    as_json: bool,
+    interval: float,
+    limits: dict[str, int] | None,
+) -> None:
     """Redraw the stats every ``interval`` seconds (JSON: one line per reading) until Ctrl-C.
     A lost database shows as a line under the last reading; the next refresh reconnects."""
     conn: Any = None
@@ -62,7 +94,7 @@ def _watch(dsn: Dsn, title: str, *, verbose: bool, as_json: bool, interval: floa
         try:
             if conn is None or conn.closed:
                 conn = db.connect(dsn)
-            snap = read_model.snapshot(conn, verbose=verbose)
+            snap = read_model.snapshot(conn, verbose=verbose, group_limits=limits)
         except PgjobsError as exc:
             if conn is not None:
                 conn.close()

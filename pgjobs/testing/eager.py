@@ -95,6 +95,8 @@ class _Eager:
             ),
             idempotency_key=prepared.idempotency_key,
             payload_version=prepared.payload_version,
+            group_key=prepared.group_key,
+            unique_key=prepared.unique_key,
         )
         return JobContext(job, no_extension), task, arguments
 

@@ -103,14 +103,8 @@ def enqueue_jobs(body: models.JobBatchCreate, server: Server) -> models.JobList:
         JobSpec(
             job.task,
             job.payload,
-            queue=job.queue,
-            priority=job.priority,
-            run_at=job.run_at,
-            run_in=job.delay,
-            max_attempts=job.max_attempts,
-            expires_at=job.expires_at,
-            expires_in=job.expires_in,
             idempotency_key=job.idempotency_key,
+            **job.enqueue_options(),
         )
         for job in body.jobs
     ]
@@ -458,7 +452,7 @@ def get_stats(
     X-Pgjobs-Replica-Lag-Seconds, and with verbose the document's ``replica``, say how far
     behind it is."""
     with server.reading() as conn:
-        snap = read_model.snapshot(conn, verbose=verbose)
+        snap = read_model.snapshot(conn, verbose=verbose, group_limits=server.group_limits)
         replica = server.replica(conn)
     document = read_model.as_json(snap, verbose=verbose)
     headers = {}

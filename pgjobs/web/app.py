@@ -155,6 +155,7 @@ def create_app(
             insecure_no_auth=insecure_no_auth,
             sessions=sessions,
             throttle=state.throttle,
+            group_limits=state.group_limits,
         )
     )
     web.add_middleware(

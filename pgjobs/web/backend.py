@@ -25,7 +25,7 @@ from fastapi import Depends
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.requests import Request
 
-from pgjobs import db
+from pgjobs import db, groups
 from pgjobs.app import App
 from pgjobs.db.dsn import Dsn
 from pgjobs.models import ReplicaStatus
@@ -64,8 +64,10 @@ class Backend:
         self.app_given = app_given
         self.pool_size = pool_size
         self.metrics_public = metrics_public
+        #: The tasks' own group limits (``groups.task_limits``): which groups are at their limit.
+        self.group_limits = groups.task_limits(app.tasks.values())
         #: The queue metrics /metrics serves (their counters live as long as the app).
-        self.metrics = QueueMetrics()
+        self.metrics = QueueMetrics(group_limits=self.group_limits)
         #: Failed tokens per client address, for the API and the dashboard's login alike.
         self.throttle = SignInThrottle()
         self._pool: psycopg_pool.ConnectionPool[Any] | None = None

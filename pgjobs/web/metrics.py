@@ -1,10 +1,11 @@
 """Queue-level Prometheus metrics for `pgjobs serve`'s ``/metrics``, read from the tables.
 
-Gauges (jobs by state, dead letters, the oldest ready job's age, workers, orphaned leases) are
-read whole at each refresh: ``queued_jobs`` is small and ``dead_letter`` holds what humans have
-yet to triage. Counters and histograms (jobs finished by outcome, run time, pickup latency)
-grow from what entered ``archived_jobs`` and ``dead_letter`` since the previous refresh, read by
-an index range behind an in-process cursor, never by scanning the archive: they start at 0 when
+Gauges (jobs by state, dead letters, the oldest ready job's age, workers, orphaned leases, groups
+at their limit) are read whole at each refresh: ``queued_jobs`` is small, ``dead_letter`` holds
+what humans have yet to triage, and the groups are read within caps (``pgjobs.groups``).
+Counters and histograms (jobs finished by outcome, run time, pickup latency) grow from what
+entered ``archived_jobs`` and ``dead_letter`` since the previous refresh, read by an index range
+behind an in-process cursor, never by scanning the archive: they start at 0 when
 the server starts, as Prometheus counters may (``rate()`` and ``increase()`` handle restarts).
 
 A row's ``finished_at`` (``failed_at``) is the start of the transaction that wrote it, so a row
@@ -30,7 +31,7 @@ import threading
 import time
 from array import array
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -47,11 +48,12 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from pgjobs import db, queries
+from pgjobs import db, groups, queries
 from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError, PgjobsError
 from pgjobs.maintenance.registry import STALE_AFTER
 from pgjobs.models import ArchivedStatus, JobStatus, OrphanedLeases, ReplicaStatus, WorkerInfo
+from pgjobs.web import gauges
 
 #: Seconds a reading is served before the next scrape refreshes it.
 DEFAULT_TTL = 5.0
@@ -235,6 +237,8 @@ class _Reading:
     dead_letter: dict[tuple[str, str], int]
     workers: list[WorkerInfo]
     orphaned: OrphanedLeases
+    #: Per queue that holds grouped jobs, its groups at their limit.
+    groups_at_limit: dict[str, int]
 
 
 class _Histogram:
@@ -314,6 +318,7 @@ class QueueMetrics:
         overlap: float = DEFAULT_OVERLAP,
         hold: float = DEFAULT_HOLD,
         clock: Callable[[], float] = time.monotonic,
+        group_limits: Mapping[str, int] | None = None,
     ) -> None:
         for name, value in (("ttl", ttl), ("overlap", overlap), ("hold", hold)):
             if not value >= 0:  # NaN too
@@ -330,6 +335,9 @@ class QueueMetrics:
         #: once they empty, instead of vanishing from the graphs.
         self._known: set[tuple[str, str]] = set()
         self._known_dead: set[tuple[str, str]] = set()
+        #: Queues ever seen with grouped jobs; the tasks' own group limits (groups.task_limits).
+        self._known_grouped: set[str] = set()
+        self._group_limits = dict(group_limits or {})
         self._up = False
         self._errors = 0
         self._replica: ReplicaStatus | None = None
@@ -382,6 +390,7 @@ class QueueMetrics:
             self._last = reading
             self._known.update((q.queue, q.task) for q in reading.queued)
             self._known_dead.update(reading.dead_letter)
+            self._known_grouped.update(reading.groups_at_limit)
             self._up = True
         self._scrape_seconds = time.perf_counter() - started
         # A failed refresh is kept for ttl too: a database that is down is not asked again by
@@ -420,6 +429,9 @@ class QueueMetrics:
             },
             workers=db.live_workers(conn, STALE_AFTER),
             orphaned=db.orphaned_leases_from_row(orphaned),
+            groups_at_limit={
+                q.queue: q.at_limit for q in groups.load(conn, limits=self._group_limits, top=0)
+            },
         )
         advances = [
             reader.read(conn, batch=self.batch, overlap=self.overlap, hold=self.hold)
@@ -469,7 +481,8 @@ class QueueMetrics:
         for queue, task in sorted(self._known_dead):
             dead.add_metric([queue, task], reading.dead_letter.get((queue, task), 0))
         yield dead
-        yield from _worker_families(reading.workers, reading.orphaned)
+        yield from gauges.workers(reading.workers, reading.orphaned)
+        yield gauges.groups_at_limit(self._known_grouped, reading.groups_at_limit)
 
     def _counters(self) -> Iterator[Metric]:
         if self._readers is None:
@@ -539,37 +552,6 @@ class QueueMetrics:
 def _pool_dsn(pool: psycopg_pool.ConnectionPool[Any]) -> Dsn:
     """The database of ``pool``, for messages (a pool may take its conninfo from a function)."""
     return Dsn(pool.conninfo if isinstance(pool.conninfo, str) else "", "the server's pool")
-
-
-def _worker_families(workers: Sequence[WorkerInfo], orphaned: OrphanedLeases) -> Iterator[Metric]:
-    yield GaugeMetricFamily(
-        "pgjobs_workers_live",
-        f"Worker processes whose heartbeat is younger than {STALE_AFTER:g} seconds.",
-        value=len(workers),
-    )
-    slots = GaugeMetricFamily(
-        "pgjobs_worker_slots", "Slots (--concurrency) of a live worker.", labels=["worker"]
-    )
-    running = GaugeMetricFamily(
-        "pgjobs_worker_running", "Jobs a live worker holds a lease on.", labels=["worker"]
-    )
-    heartbeat = GaugeMetricFamily(
-        "pgjobs_worker_last_heartbeat_age_seconds",
-        "Seconds since a live worker's last heartbeat.",
-        labels=["worker"],
-    )
-    for worker in workers:
-        slots.add_metric([worker.id], worker.concurrency)
-        running.add_metric([worker.id], worker.running)
-        heartbeat.add_metric([worker.id], max(worker.last_seen_age, 0.0))
-    yield slots
-    yield running
-    yield heartbeat
-    yield GaugeMetricFamily(
-        "pgjobs_orphaned_leases",
-        "Running jobs leased to workers that are not live; their leases expire and free them.",
-        value=orphaned.jobs,
-    )
 
 
 class _Collector(Collector):

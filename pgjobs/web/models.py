@@ -18,9 +18,12 @@ from pydantic import (
     ConfigDict,
     Field,
     Strict,
+    ValidationInfo,
+    field_validator,
 )
 
 from pgjobs import admin, browse
+from pgjobs.errors import ConfigurationError
 from pgjobs.models import DeadReason, JobStatus, Unloadable
 from pgjobs.submission import (
     MAX_ATTEMPTS_LIMIT,
@@ -29,6 +32,8 @@ from pgjobs.submission import (
     MAX_NAME_LENGTH,
     MAX_SECONDS,
     PRIORITY_RANGE,
+    check_key,
+    check_unique_options,
 )
 
 #: Jobs one batch enqueue may carry; the body limit usually binds first.
@@ -49,6 +54,18 @@ def _text(value: str) -> str:
 
 #: Text PostgreSQL can store.
 Text = Annotated[str, AfterValidator(_text)]
+
+
+def _key(value: str, info: ValidationInfo) -> str:
+    """A group or unique key, checked as pgjobs checks it (``submission.check_key``)."""
+    try:
+        return check_key(value, info.field_name or "key")
+    except ConfigurationError as exc:
+        raise ValueError(str(exc)) from None
+
+
+#: A group or a unique key.
+Key = Annotated[str, Field(min_length=1, max_length=MAX_KEY_BYTES), AfterValidator(_key)]
 Name = Annotated[Text, Field(min_length=1, max_length=MAX_NAME_LENGTH)]
 JobId = Annotated[int, Strict(), Field(ge=1, le=MAX_JOB_ID)]
 Seconds = Annotated[float, Strict(), Field(ge=0, le=MAX_SECONDS)]
@@ -82,6 +99,41 @@ class JobOptions(_Request):
         None, description="Archive it as expired, unrun, if not started by then. Or `expires_in`."
     )
     expires_in: Seconds | None = Field(None, description="Seconds from now until it expires.")
+    group: Key | None = Field(
+        None,
+        description="The group it belongs to (a customer, a tenant): a task's or queue's group "
+        "concurrency limits each group's running jobs; claims take turns between groups.",
+    )
+    unique_key: Key | None = Field(
+        None,
+        description="While a job of the task with this key has not started, another enqueue "
+        "with it does what `on_conflict` says instead of adding a job.",
+    )
+    on_conflict: Literal["keep", "replace", "debounce"] | None = Field(
+        None,
+        description="With `unique_key`: `keep` (the default: the existing job, unchanged), "
+        "`replace` (it takes this payload, priority and run time) or `debounce` (as replace, "
+        "and it runs `debounce` seconds from now).",
+    )
+    debounce: Seconds | None = Field(
+        None,
+        description="With `on_conflict` `debounce`: seconds it waits after the latest enqueue "
+        "(default: the task's debounce).",
+    )
+
+    @field_validator("on_conflict", "debounce")
+    @classmethod
+    def _needs_unique_key(cls, value: Any, info: ValidationInfo) -> Any:
+        # pgjobs' own rule: on_conflict and debounce need a unique key (fields are validated in
+        # order: unique_key, then on_conflict, then debounce).
+        seen: dict[str, Any] = {"on_conflict": None, "debounce": None, **info.data}
+        seen[info.field_name or ""] = value
+        try:
+            check_unique_options(seen.get("unique_key"), seen["on_conflict"], seen["debounce"])
+        except ConfigurationError as exc:
+            if exc.field == info.field_name:
+                raise ValueError(str(exc)) from None
+        return value
 
     def enqueue_options(self) -> dict[str, Any]:
         """The keyword arguments of ``App.enqueue`` (``delay`` is its ``run_in``)."""
@@ -93,6 +145,10 @@ class JobOptions(_Request):
             "max_attempts": self.max_attempts,
             "expires_at": self.expires_at,
             "expires_in": self.expires_in,
+            "group": self.group,
+            "unique_key": self.unique_key,
+            "on_conflict": self.on_conflict,
+            "debounce": self.debounce,
         }
 
 
@@ -220,6 +276,8 @@ class JobSummary(_Response):
     redriven_at: Time | None
     replay_of: int | None
     started_at: Time | None = None
+    group_key: str | None = Field(None, description="The group it belongs to (`group`).")
+    unique_key: str | None = None
 
 
 class Job(JobSummary):
@@ -348,6 +406,27 @@ class Replica(BaseModel):
     replay_paused: bool
 
 
+class GroupLoad(BaseModel):
+    """A group of a queue (``pgjobs.models.GroupLoad``)."""
+
+    group_key: str
+    ready: int = Field(description="Ready jobs, counted up to a cap (ready_capped: more).")
+    ready_capped: bool
+    running: int
+    at_limit: bool = Field(description="Its running jobs reached its queue's or a task's limit.")
+
+
+class QueueGroups(BaseModel):
+    """The groups of a queue that holds grouped jobs (``pgjobs.models.QueueGroups``)."""
+
+    queue: str
+    group_concurrency: int | None
+    groups: int = Field(description="Groups with jobs waiting or running, up to a cap.")
+    groups_capped: bool
+    at_limit: int = Field(description="Groups at their limit.")
+    top: list[GroupLoad] = Field(description="The groups with the most ready jobs.")
+
+
 class StatsVerbose(BaseModel):
     """`pgjobs stats --json --verbose`."""
 
@@ -358,6 +437,8 @@ class StatsVerbose(BaseModel):
     archive_partitions: list[dict[str, Any]]
     archive_default_rows: int | None
     schedules: list[dict[str, Any]] = []
+    #: The queues that hold grouped jobs.
+    groups: list[QueueGroups] = []
     #: Served with a read DSN: where it leads and how far behind it is.
     replica: Replica | None = None
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from importlib import resources
@@ -173,6 +173,7 @@ class Frame:
         insecure_no_auth: bool = False,
         sessions: Sessions | None = None,
         throttle: SignInThrottle | None = None,
+        group_limits: Mapping[str, int] | None = None,
     ) -> None:
         if not tokens.configured and not insecure_no_auth:
             raise ConfigurationError(
@@ -188,6 +189,9 @@ class Frame:
         self.sessions = sessions if sessions is not None else Sessions()
         #: Failed tokens per client address (the API's, when the server shares one).
         self.throttle = throttle if throttle is not None else SignInThrottle()
+        #: The app's tasks' own group limits (``groups.task_limits``): which groups are at
+        #: their limit, beside their queue's group_concurrency.
+        self.group_limits = dict(group_limits or {})
         self._env = _environment()
         self._static = _load_static()
         self._flasher = Flasher()

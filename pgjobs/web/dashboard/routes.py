@@ -4,7 +4,7 @@ the lifespan that stops the running bulk actions when the server stops."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI
@@ -68,6 +68,7 @@ def dashboard_router(
     insecure_no_auth: bool = False,
     sessions: Sessions | None = None,
     throttle: SignInThrottle | None = None,
+    group_limits: Mapping[str, int] | None = None,
 ) -> APIRouter:
     """The dashboard's routes for ``create_app`` to include: pages at ``/``, ``/dead``,
     ``/dead/actions/{id}`` (a bulk action's progress), ``/jobs``, ``/queues/{name}``,
@@ -75,7 +76,8 @@ def dashboard_router(
     ``include_router``) stops the running bulk actions when the server stops. ``sessions`` and
     ``throttle``: the server's, when it shares them (new ones otherwise). ``reading``: where
     the pages read, a standby (``pgjobs serve --read-dsn``), whose lag each page then shows;
-    the actions still use ``connection``.
+    the actions still use ``connection``. ``group_limits``: the app's tasks' own group limits
+    (``groups.task_limits``), for the groups at their limit a queue's page shows.
 
     Example::
 
@@ -88,5 +90,6 @@ def dashboard_router(
         insecure_no_auth=insecure_no_auth,
         sessions=sessions,
         throttle=throttle,
+        group_limits=group_limits,
     )
     return Dashboard(frame).router()

@@ -107,4 +107,6 @@ def rate(value: float | None) -> str:
 
 def queue_limits(state: QueueState) -> str:
     """A queue's limits in words: "at most 10 running, 100/s starts", or "" without any."""
-    return limits_text(state.concurrency, state.rate_jobs, state.rate_seconds)
+    return limits_text(
+        state.concurrency, state.rate_jobs, state.rate_seconds, state.group_concurrency
+    )

@@ -398,6 +398,30 @@ def test_eager_needs_no_database():
     assert ran.of(t)[0].result == "ok"
 
 
+def test_eager_takes_groups_and_unique_keys():
+    """Eager runs each job at once, so no job waits to be kept, replaced or debounced: the
+    options are checked as enqueue checks them and the job carries its group and key."""
+    app = App("postgresql://nobody@127.0.0.1:1/nowhere")
+    app.task(name="t", debounce=5, throttle=60)(lambda: None)
+    seen: list[tuple[str | None, str | None]] = []
+
+    @app.task(name="look")
+    def look() -> None:
+        job = pgjobs.current_job().job
+        seen.append((job.group_key, job.unique_key))
+
+    with eager(app) as ran:
+        app.enqueue("look", group="g", unique_key="k", on_conflict="replace")
+        app.enqueue("t", unique_key="k", on_conflict="debounce", debounce=1)
+        app.enqueue_many([JobSpec("look", group="g2"), JobSpec("t", unique_key="k")])
+        with pytest.raises(pgjobs.ConfigurationError, match="unique_key"):
+            app.enqueue("t", unique_key="")
+        with pytest.raises(pgjobs.ConfigurationError, match="on_conflict"):
+            app.enqueue("t", on_conflict="keep")
+    assert seen == [("g", "k"), ("g2", None)]
+    assert len(ran.runs) == 4
+
+
 def test_drain_leaves_external_tasks_to_workers(make_app: MakeApp, conn):
     app = make_app()
     app.external_task("billing.charge", url="http://127.0.0.1:9/jobs", lease=60)

@@ -11,7 +11,7 @@ import psycopg
 from fastapi import Request
 from fastapi.responses import Response
 
-from pgjobs import browse, queues
+from pgjobs import browse, groups, queues
 from pgjobs.errors import JobNotFound
 from pgjobs.models import JobHistory, JobStatus
 from pgjobs.submission import check_name
@@ -47,6 +47,7 @@ class QueuePages:
             states = [JobStatus(state)] if state in set(JobStatus) else None
             view = data.queue_view(conn, name)
             jobs, more = _queue_jobs(conn, name, states)
+            grouped = groups.load(conn, limits=self.frame.group_limits, queue=name)
             return self.frame.render(
                 request,
                 viewer,
@@ -58,6 +59,7 @@ class QueuePages:
                 state=states[0].value if states else "",
                 states=list(JobStatus),
                 more=more,
+                groups=grouped[0] if grouped else None,
             )
 
         return self.frame.page(request, build)

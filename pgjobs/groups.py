@@ -1,0 +1,86 @@
+"""The groups of each queue, as `pgjobs stats`, the dashboard's queue page and the
+``pgjobs_groups_at_limit`` gauge show them: the groups with the most ready jobs, how many groups
+a queue has and how many are at their limit (their running jobs reached the queue's
+``group_concurrency`` or, when the caller has the app, a task's).
+
+One read, ``load``, bounded whatever the queue holds (see ``queries.GROUPS_LOAD``): a group's
+ready jobs are counted up to ``READY_CAP``, a queue's groups up to ``MAX_GROUPS``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import psycopg
+
+from pgjobs import db, queries
+from pgjobs.models import GroupLoad, QueueGroups
+from pgjobs.tasks import Task
+
+#: Groups shown per queue by stats and the dashboard.
+TOP_GROUPS = 5
+#: A group's ready jobs are counted up to this many ("1,000+" beyond).
+READY_CAP = 1000
+#: A queue's groups with waiting jobs are read up to this many (the count shows "1,000+").
+MAX_GROUPS = 1000
+
+
+def task_limits(tasks: Iterable[Task]) -> dict[str, int]:
+    """The most running jobs of one group that each task allows: its ``group_concurrency``, 1
+    for an ordered task; tasks that do not limit their groups are left out.
+
+    Example: ``task_limits(app.tasks.values())`` is ``{"crm.sync": 2}``
+    """
+    limits = {}
+    for task in tasks:
+        if task.ordered is not False:
+            limits[task.name] = 1
+        elif task.group_concurrency is not None:
+            limits[task.name] = task.group_concurrency
+    return limits
+
+
+def load(
+    conn: psycopg.Connection[Any],
+    *,
+    limits: Mapping[str, int] | None = None,
+    queue: str | None = None,
+    top: int = TOP_GROUPS,
+    ready_cap: int = READY_CAP,
+    max_groups: int = MAX_GROUPS,
+) -> list[QueueGroups]:
+    """Every queue that holds grouped jobs (waiting or running), by name: its ``top`` groups by
+    ready jobs, its count of groups and of groups at their limit. ``limits``: the tasks' own
+    group limits (``task_limits(app.tasks.values())``), when the caller has the app; without
+    them only the queue's ``group_concurrency`` counts. ``queue``: that queue only. ``top`` 0
+    reads the counts alone (cheaper: no group's ready jobs are counted).
+
+    Example: ``[(q.queue, q.at_limit) for q in load(conn, top=0)]``
+    """
+    chosen = dict(limits or {})
+    params = {
+        "tasks": list(chosen),
+        "limits": list(chosen.values()),
+        "queue": queue,
+        "top": top,
+        "ready_cap": ready_cap,
+        "max_groups": max_groups,
+    }
+    with db.translate_errors():
+        rows = db.fetch_all(conn, queries.GROUPS_LOAD, params)
+    found: dict[str, QueueGroups] = {}
+    shown: dict[str, list[GroupLoad]] = {}
+    for name, limit, groups, capped, at_limit, key, ready, running, held in rows:
+        if name not in found:
+            found[name] = QueueGroups(name, limit, groups, capped, at_limit, ())
+            shown[name] = []
+        if key is not None:
+            capped_ready = ready > ready_cap
+            shown[name].append(
+                GroupLoad(key, min(ready, ready_cap), capped_ready, running, bool(held))
+            )
+    return [
+        QueueGroups(q.queue, q.group_concurrency, q.groups, q.groups_capped, q.at_limit, tuple(g))
+        for q, g in ((found[name], shown[name]) for name in found)
+    ]

@@ -1,0 +1,59 @@
+"""Gauges of what is live now, drawn from the domain's rows for ``pgjobs.web.metrics``: the
+workers and their slots, the orphaned leases, the groups at their limit. None is labelled by
+anything unbounded (a job, a group): one series per worker or per queue."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from pgjobs.maintenance.registry import STALE_AFTER
+from pgjobs.models import OrphanedLeases, WorkerInfo
+
+
+def workers(workers: Sequence[WorkerInfo], orphaned: OrphanedLeases) -> Iterator[Metric]:
+    """The live workers (count, slots, running jobs, heartbeat age) and the orphaned leases."""
+    yield GaugeMetricFamily(
+        "pgjobs_workers_live",
+        f"Worker processes whose heartbeat is younger than {STALE_AFTER:g} seconds.",
+        value=len(workers),
+    )
+    slots = GaugeMetricFamily(
+        "pgjobs_worker_slots", "Slots (--concurrency) of a live worker.", labels=["worker"]
+    )
+    running = GaugeMetricFamily(
+        "pgjobs_worker_running", "Jobs a live worker holds a lease on.", labels=["worker"]
+    )
+    heartbeat = GaugeMetricFamily(
+        "pgjobs_worker_last_heartbeat_age_seconds",
+        "Seconds since a live worker's last heartbeat.",
+        labels=["worker"],
+    )
+    for worker in workers:
+        slots.add_metric([worker.id], worker.concurrency)
+        running.add_metric([worker.id], worker.running)
+        heartbeat.add_metric([worker.id], max(worker.last_seen_age, 0.0))
+    yield slots
+    yield running
+    yield heartbeat
+    yield GaugeMetricFamily(
+        "pgjobs_orphaned_leases",
+        "Running jobs leased to workers that are not live; their leases expire and free them.",
+        value=orphaned.jobs,
+    )
+
+
+def groups_at_limit(queues: Iterable[str], at_limit: Mapping[str, int]) -> Metric:
+    """Per queue ever seen with grouped jobs (``queues``), its groups at their limit now (0 once
+    none is, rather than a series that vanishes). Labelled by queue only: a label per group
+    would make a series per customer."""
+    family = GaugeMetricFamily(
+        "pgjobs_groups_at_limit",
+        "Groups of the queue whose running jobs reached their group concurrency (the queue's, "
+        "or a task's when the server has the app); their ready jobs wait.",
+        labels=["queue"],
+    )
+    for queue in sorted(queues):
+        family.add_metric([queue], at_limit.get(queue, 0))
+    return family

@@ -1,0 +1,98 @@
+"""pgjobs.uniqueness without a database: the options of a job with a group or a unique key, how
+a batch's jobs of one key are merged, and which statement each kind of job takes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pgjobs import App, JobSpec, producer, queries, uniqueness
+
+
+def app_with_tasks() -> App:
+    app = App("postgresql://nobody@127.0.0.1:1/nowhere")
+    app.task(name="t.debounced", debounce=7)(lambda: None)
+    app.task(name="t.throttled", throttle=60)(lambda: None)
+    app.task(name="t.plain")(lambda: None)
+    return app
+
+
+def test_options_take_the_tasks_debounce_and_throttle():
+    tasks = app_with_tasks().tasks
+    debounced = producer.prepare(
+        JobSpec("t.debounced", unique_key="k", on_conflict="debounce"), tasks
+    )
+    assert (debounced.unique_key, debounced.on_conflict, debounced.debounce) == ("k", "debounce", 7)
+    called = producer.prepare(
+        JobSpec("t.debounced", unique_key="k", on_conflict="debounce", debounce=2), tasks
+    )
+    assert called.debounce == 2
+    throttled = producer.prepare(JobSpec("t.throttled", unique_key="k"), tasks)
+    assert (throttled.on_conflict, throttled.throttle) == ("keep", 60)
+    # Without a unique key a throttled task's job is not throttled.
+    assert producer.prepare(JobSpec("t.throttled", group="g"), tasks)[-5:] == (
+        "g",
+        None,
+        None,
+        None,
+        None,
+    )
+    plain = producer.prepare(JobSpec("t.plain"), tasks)
+    assert plain[-5:] == (None,) * 5
+
+
+def test_a_batch_merges_jobs_of_one_key_as_if_one_after_the_other():
+    tasks = app_with_tasks().tasks
+
+    def rows(*modes: str | None) -> list[producer.PreparedJob]:
+        return [
+            producer.prepare(JobSpec("t.plain", {"n": n}, unique_key="k", on_conflict=mode), tasks)
+            for n, mode in enumerate(modes)
+        ]
+
+    assert uniqueness.merged(rows("keep", "keep")) == ([0], [0, 0])
+    assert uniqueness.merged(rows("keep", "replace", "keep")) == ([1], [0, 0, 0])
+    assert uniqueness.merged(rows("replace", "debounce")) == ([1], [0, 0])
+    mixed = [*rows("keep"), producer.prepare(JobSpec("t.plain"), tasks), *rows("replace")]
+    assert uniqueness.merged(mixed) == ([2, 1], [0, 1, 0])
+
+
+def statements(rows: list[producer.PreparedJob]) -> list[str]:
+    """The statements an insert of ``rows`` sends first (on pgjobs' own connection)."""
+    plan = producer._plan(rows, in_callers_transaction=False)
+    sent: list[str] = [next(plan)[0]]
+    return sent
+
+
+def test_plain_jobs_keep_their_statements_and_keyed_ones_take_the_keyed_insert():
+    tasks = app_with_tasks().tasks
+    plain = producer.prepare(JobSpec("t.plain"), tasks)
+    later = producer.prepare(JobSpec("t.plain", run_in=5), tasks)
+    grouped = producer.prepare(JobSpec("t.plain", group="g"), tasks)
+    keyed = producer.prepare(JobSpec("t.plain", unique_key="k"), tasks)
+    throttled = producer.prepare(JobSpec("t.throttled", unique_key="k"), tasks)
+    assert statements([plain]) == [queries.JOB_INSERT_READY]
+    assert statements([later]) == [queries.JOB_INSERT]
+    assert statements([plain, later]) == [queries.JOB_INSERT_MANY]
+    assert statements([grouped]) == [queries.JOB_INSERT_KEYED]
+    assert statements([keyed]) == [queries.JOB_INSERT_KEYED]
+    assert statements([plain, grouped]) == [queries.JOB_INSERT_KEYED]
+    assert statements([throttled]) == [queries.JOB_THROTTLE_ENSURE]
+    big: list[Any] = [plain] * producer.COPY_MIN_ROWS
+    assert producer._by_copy(big)
+    assert not producer._by_copy([*big, grouped])
+    assert not producer._ready_now(grouped) and not producer._ready_now(keyed)
+    # The plain statements name none of the new columns.
+    for sql in (queries.JOB_INSERT, queries.JOB_INSERT_READY, queries.JOB_COPY_MANY):
+        assert "group_key" not in sql and "unique_key" not in sql
+
+
+def test_a_batch_gives_a_repeated_idempotency_key_the_first_job():
+    tasks = app_with_tasks().tasks
+    rows = [
+        producer.prepare(JobSpec("t.plain", unique_key="a", idempotency_key="i"), tasks),
+        producer.prepare(
+            JobSpec("t.plain", unique_key="b", idempotency_key="i", on_conflict="replace"), tasks
+        ),
+        producer.prepare(JobSpec("t.plain", unique_key="b"), tasks),
+    ]
+    assert uniqueness.merged(rows) == ([0, 2], [0, 0, 1])
