@@ -1024,6 +1024,34 @@ missing AS (
 SELECT (SELECT count(*) FROM idle), (SELECT count(*) FROM missing)
 """
 
+#: Remove up to ``limit`` rows of pgjobs_throttles of ``tasks`` (throttled for ``seconds``, a
+#: parallel array) that can hold no job back any more: the key's latest job has left queued_jobs
+#: and started (if it ever did) more than a throttle ago; a row that names no job yet, written
+#: more than a throttle ago. The row is locked SKIP LOCKED: an enqueue of the key holds it.
+#: Rows: one, (removed,).
+THROTTLES_TIDY = """
+WITH gone AS (
+    DELETE FROM pgjobs_throttles t
+    WHERE (t.task, t.unique_key) IN (
+        SELECT o.task, o.unique_key
+        FROM pgjobs_throttles o
+        JOIN unnest(%(tasks)s::text[], %(seconds)s::float8[]) AS k(task, seconds)
+            ON k.task = o.task
+        WHERE o.updated_at < now() - k.seconds * interval '1 second'
+          AND NOT EXISTS (SELECT 1 FROM queued_jobs q WHERE q.id = o.job_id)
+          AND coalesce(
+                  (SELECT max(a.started_at) FROM archived_jobs a WHERE a.id = o.job_id),
+                  (SELECT max(d.started_at) FROM dead_letter d WHERE d.id = o.job_id),
+                  '-infinity')
+              < now() - k.seconds * interval '1 second'
+        LIMIT %(limit)s
+        FOR UPDATE OF o SKIP LOCKED
+    )
+    RETURNING 1
+)
+SELECT count(*) FROM gone
+"""
+
 #: Archive up to ``limit`` unleased jobs whose expires_at has passed, as expired, unrun.
 JOB_EXPIRE_MANY = f"""
 WITH gone AS (

@@ -17,6 +17,7 @@ from pgjobs.maintenance.limits import LapsedLimits
 from pgjobs.maintenance.partitions import ArchivePartitions
 from pgjobs.maintenance.registry import Heartbeat, WorkerIdentity, WorkerRegistry
 from pgjobs.maintenance.scheduler import Scheduler
+from pgjobs.maintenance.throttles import ThrottleRows
 from pgjobs.tasks import Task
 from pgjobs.worker.config import WorkerConfig
 from pgjobs.worker.metrics import WorkerMetrics
@@ -70,6 +71,12 @@ def maintenance(
         ArchivePartitions(),
         GroupRows(queues),
     ]
+    tasks = list(tasks)
+    throttled = [t for t in tasks if t.throttle is not None]
+    if throttled:
+        services.append(
+            ThrottleRows([t.name for t in throttled], [t.throttle or 0.0 for t in throttled])
+        )
     unlimited = [t.name for t in tasks if not t.limited]
     if unlimited:
         services.append(LapsedLimits(queues, unlimited))
