@@ -487,12 +487,18 @@ group_caps AS MATERIALIZED (
     FROM group_window r
     LEFT JOIN pgjobs_queues p ON p.name = r.queue
 ),
+group_takes AS MATERIALIZED (
+    SELECT k.*,
+           CASE WHEN NOT k.fresh AND k.room IS NOT NULL THEN 0
+                ELSE greatest(least(k.share, coalesce(k.room, k.share)), 0) END AS take
+    FROM group_caps k
+),
 group_picked AS (
     SELECT c.*, k.fresh, k.room,
            row_number() OVER (PARTITION BY c.queue, c.group_key {_CLAIM_ORDER}) AS turn,
            row_number() OVER (PARTITION BY c.queue, c.group_key, c.task {_CLAIM_ORDER})
                AS task_turn
-    FROM group_caps k
+    FROM group_takes k
     CROSS JOIN LATERAL (
         SELECT j.id, j.queue, j.task, j.priority, j.run_at, j.group_key
         FROM queued_jobs j
@@ -508,8 +514,7 @@ group_picked AS (
                   SELECT 1 FROM dead_letter d
                   WHERE d.group_key = j.group_key AND d.task = j.task))
         ORDER BY j.priority DESC, j.run_at, j.id
-        LIMIT CASE WHEN NOT k.fresh AND k.room IS NOT NULL THEN 0
-                   ELSE greatest(least(k.share, coalesce(k.room, k.share)), 0) END
+        LIMIT k.take
         FOR UPDATE OF j SKIP LOCKED
     ) c
 ),
@@ -778,7 +783,12 @@ def _claim_statement(*, limited: bool, succeed: bool) -> str:
         ctes.append(_CLAIM_LIMITED.format(settled=settled).strip())
         status, when = (
             f"""jsonb_build_object(
-    'held', (SELECT count(*) FROM held),
+    -- Jobs held back, and groups whose whole share was claimed (they may hold more): claim
+    -- again at once.
+    'held', (SELECT count(*) FROM held) + (
+        SELECT count(*) FROM group_takes k
+        WHERE k.take > 0 AND k.take <= (SELECT count(*) FROM claimed c
+                                       WHERE c.queue = k.queue AND c.group_key = k.group_key)),
     'locked_out', (SELECT coalesce(bool_or(locked_out), false) FROM limits)
                   OR (SELECT coalesce(bool_or(NOT fresh), false) FROM group_caps),
     'retry_in', (SELECT min(retry_in) FROM limits),
