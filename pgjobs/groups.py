@@ -66,12 +66,13 @@ def load(
     max_groups: int = MAX_GROUPS,
 ) -> list[QueueGroups]:
     """Every queue that holds grouped jobs (waiting or running), by name: its ``top`` groups by
-    ready jobs, its count of groups and of groups at their limit. ``limits``: the tasks' own
-    group limits (``task_limits(app.tasks.values())``), when the caller has the app; without
-    them only the queue's ``group_concurrency`` counts. ``ordered``: the ordered tasks
-    (``ordered_tasks(app.tasks.values())``), for what holds their groups. ``queue``: that queue
-    only. ``top`` 0
-    reads the counts alone (cheaper: no group's ready jobs are counted).
+    ready jobs with what holds each one's ready jobs back (``GroupLoad.held_by``), its count of
+    groups and of groups at their limit. ``limits``: the tasks' own group limits
+    (``task_limits(app.tasks.values())``), when the caller has the app; without them only the
+    queue's ``group_concurrency`` counts. ``ordered``: the ordered tasks
+    (``ordered_tasks(app.tasks.values())``), with the app too; without them nothing is said of
+    what holds an ordered task's groups. ``queue``: that queue only. ``top`` 0 reads the counts
+    alone (cheaper: no group's ready jobs are counted, no hold is read).
 
     Example: ``[(q.queue, q.at_limit) for q in load(conn, top=0)]``
     """

@@ -470,8 +470,8 @@ class GroupHold:
 
 @dataclass(frozen=True, slots=True)
 class GroupLoad:
-    """One group of a queue (``enqueue(..., group=...)``): its ready and running jobs, and
-    whether it is at its limit (``queries.GROUPS_LOAD``)."""
+    """One group of a queue (``enqueue(..., group=...)``): its ready and running jobs, whether
+    it is at its limit, and what holds its ready jobs back (``queries.GROUPS_LOAD``)."""
 
     group_key: str
     #: Ready jobs, counted up to a cap: ``ready_capped`` says there are more.
