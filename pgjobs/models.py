@@ -437,10 +437,41 @@ class ScheduleInfo:
     declared: bool
 
 
+class HoldReason(enum.StrEnum):
+    """What holds a group's ready jobs back (``GroupHold``)."""
+
+    #: The group is at its limit: its running jobs reached the queue's group_concurrency, or a
+    #: task's (when the app is known).
+    LIMIT = "limit"
+    #: An ordered task's oldest job of the group runs: the next starts when it ends.
+    RUNNING = "running"
+    #: An ordered task's oldest job of the group waits for a retry (order is kept across retries).
+    RETRY = "retry"
+    #: An ordered task's oldest job of the group is scheduled for later.
+    SCHEDULED = "scheduled"
+    #: A job of an ``ordered="hold"`` task and the group is in dead_letter: redrive or purge it
+    #: to release the group.
+    DEAD = "dead"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupHold:
+    """One reason a group's ready jobs cannot start, and the jobs that hold them."""
+
+    reason: HoldReason
+    #: The ordered task whose jobs are held (None for ``LIMIT``: every task of the group).
+    task: str | None
+    #: The holding jobs' ids, the oldest first, at most a few (``jobs`` counts them all).
+    job_ids: tuple[int, ...]
+    jobs: int
+    #: When a waiting job becomes ready (``RETRY``, ``SCHEDULED``); None for the others.
+    until: datetime | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class GroupLoad:
-    """One group of a queue (``enqueue(..., group=...)``): its ready and running jobs, and
-    whether it is at its limit (``queries.GROUPS_LOAD``)."""
+    """One group of a queue (``enqueue(..., group=...)``): its ready and running jobs, whether
+    it is at its limit, and what holds its ready jobs back (``queries.GROUPS_LOAD``)."""
 
     group_key: str
     #: Ready jobs, counted up to a cap: ``ready_capped`` says there are more.
@@ -450,6 +481,10 @@ class GroupLoad:
     #: Its running jobs reached the queue's group_concurrency, or a task's (when known): its
     #: ready jobs wait for one of them to end.
     at_limit: bool
+    #: What holds its ready jobs back, when some cannot start (none without ready jobs): its
+    #: running jobs at its limit, an ordered task's oldest job not ready, a dead job of an
+    #: ``ordered="hold"`` task (the ordered tasks known only with the app).
+    held_by: tuple[GroupHold, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -487,12 +487,18 @@ group_caps AS MATERIALIZED (
     FROM group_window r
     LEFT JOIN pgjobs_queues p ON p.name = r.queue
 ),
+group_takes AS MATERIALIZED (
+    SELECT k.*,
+           CASE WHEN NOT k.fresh AND k.room IS NOT NULL THEN 0
+                ELSE greatest(least(k.share, coalesce(k.room, k.share)), 0) END AS take
+    FROM group_caps k
+),
 group_picked AS (
     SELECT c.*, k.fresh, k.room,
            row_number() OVER (PARTITION BY c.queue, c.group_key {_CLAIM_ORDER}) AS turn,
            row_number() OVER (PARTITION BY c.queue, c.group_key, c.task {_CLAIM_ORDER})
                AS task_turn
-    FROM group_caps k
+    FROM group_takes k
     CROSS JOIN LATERAL (
         SELECT j.id, j.queue, j.task, j.priority, j.run_at, j.group_key
         FROM queued_jobs j
@@ -508,8 +514,7 @@ group_picked AS (
                   SELECT 1 FROM dead_letter d
                   WHERE d.group_key = j.group_key AND d.task = j.task))
         ORDER BY j.priority DESC, j.run_at, j.id
-        LIMIT CASE WHEN NOT k.fresh AND k.room IS NOT NULL THEN 0
-                   ELSE greatest(least(k.share, coalesce(k.room, k.share)), 0) END
+        LIMIT k.take
         FOR UPDATE OF j SKIP LOCKED
     ) c
 ),
@@ -778,7 +783,12 @@ def _claim_statement(*, limited: bool, succeed: bool) -> str:
         ctes.append(_CLAIM_LIMITED.format(settled=settled).strip())
         status, when = (
             f"""jsonb_build_object(
-    'held', (SELECT count(*) FROM held),
+    -- Jobs held back, and groups whose whole share was claimed (they may hold more): claim
+    -- again at once.
+    'held', (SELECT count(*) FROM held) + (
+        SELECT count(*) FROM group_takes k
+        WHERE k.take > 0 AND k.take <= (SELECT count(*) FROM claimed c
+                                       WHERE c.queue = k.queue AND c.group_key = k.group_key)),
     'locked_out', (SELECT coalesce(bool_or(locked_out), false) FROM limits)
                   OR (SELECT coalesce(bool_or(NOT fresh), false) FROM group_caps),
     'retry_in', (SELECT min(retry_in) FROM limits),
@@ -2517,9 +2527,11 @@ ORDER BY t.task
 #: The groups of every queue that holds grouped jobs (of queue ``queue`` only, unless NULL)
 #: (``pgjobs.groups.load``): per queue, its
 #: ``top`` groups by ready jobs (ready, running, at its limit), how many groups it has and how
-#: many are at their limit. Rows: (queue, group_concurrency, groups, groups_capped, at_limit,
-#: group_key, ready, running, group at its limit), one per top group, or one with group_key NULL
-#: for a queue with no group to show (``top`` 0: every queue's counts alone).
+#: many are at their limit, and what holds each top group with ready jobs back. Rows: (queue,
+#: group_concurrency, groups, groups_capped, at_limit, group_key, ready, running, group at its
+#: limit, hold reason, hold task, holding job ids, holding jobs, hold until), one per top group and
+#: hold (the hold columns NULL for a group held by nothing), or one with group_key NULL for a
+#: queue with no group to show (``top`` 0: every queue's counts alone).
 #:
 #: Bounded whatever the queue holds: the queues, then each queue's groups with waiting jobs, are
 #: found by skip scans of ix_queued_jobs_group_ready (one index probe per queue and group, at
@@ -2529,6 +2541,14 @@ ORDER BY t.task
 #: ix_queued_jobs_group_leased: they are at most the workers' slots. A group is at its limit when
 #: its running jobs reach the queue's group_concurrency, or those of one task reach that task's
 #: (``tasks``/``limits``: the app's tasks that limit their groups, when the caller has the app).
+#:
+#: Holds (``models.HoldReason``), for the top groups with ready jobs only: at its limit, its
+#: running jobs (the first ``holders`` ids and their count); for each ordered task
+#: (``ordered_tasks``, ``hold_tasks`` those declared ``ordered="hold"``, as the claim takes them)
+#: with a ready job in the group, its oldest job of the group when that job is not ready (one
+#: probe of ix_queued_jobs_group_order; the ready job looked for among the task's first
+#: ``ready_cap`` jobs of the group), and a dead job of a "hold" task (one probe of
+#: ix_dead_letter_group_key_task).
 GROUPS_LOAD = """
 WITH RECURSIVE queues AS (
     (SELECT queue FROM queued_jobs
@@ -2601,9 +2621,9 @@ shown AS (
 limits AS (
     SELECT * FROM unnest(%(tasks)s::text[], %(limits)s::int[]) AS l(task, group_concurrency)
 ),
-running AS (
-    SELECT r.queue, r.group_key, sum(r.running)::int AS running,
-           coalesce(bool_or(r.running >= l.group_concurrency), false) AS task_at_limit
+running_tasks AS (
+    SELECT r.queue, r.group_key, r.task, r.running,
+           coalesce(r.running >= l.group_concurrency, false) AS at_limit
     FROM (
         SELECT queue, group_key, task, count(*) AS running FROM queued_jobs
         WHERE lease_expires_at IS NOT NULL AND group_key IS NOT NULL
@@ -2611,7 +2631,11 @@ running AS (
         GROUP BY queue, group_key, task
     ) r
     LEFT JOIN limits l ON l.task = r.task
-    GROUP BY r.queue, r.group_key
+),
+running AS (
+    SELECT queue, group_key, sum(running)::int AS running, bool_or(at_limit) AS task_at_limit
+    FROM running_tasks
+    GROUP BY queue, group_key
 ),
 loads AS (
     SELECT coalesce(w.queue, r.queue) AS queue, coalesce(w.group_key, r.group_key) AS group_key,
@@ -2634,8 +2658,60 @@ ranked AS (
 SELECT r.queue, r.group_concurrency, r.groups,
        EXISTS (SELECT 1 FROM waiting w WHERE w.queue = r.queue AND w.n > %(max_groups)s),
        r.groups_at_limit,
-       CASE WHEN %(top)s > 0 THEN r.group_key END, r.ready, r.running, r.at_limit
+       CASE WHEN %(top)s > 0 THEN r.group_key END, r.ready, r.running, r.at_limit,
+       h.reason, h.task, h.job_ids, h.jobs, h.until
 FROM ranked r
+LEFT JOIN LATERAL (
+    -- At its limit: the running jobs that hold it (every one at the queue's limit; those of the
+    -- tasks at their own limit otherwise, an ordered task's shown below as its oldest job).
+    SELECT 1 AS nth, 'limit' AS reason, NULL::text AS task,
+           (array_agg(j.id ORDER BY j.id))[1:%(holders)s] AS job_ids, count(*)::int AS jobs,
+           NULL::timestamptz AS until
+    FROM queued_jobs j
+    WHERE %(top)s > 0 AND r.ready > 0 AND r.at_limit
+      AND j.queue = r.queue AND j.group_key = r.group_key
+      AND j.lease_expires_at IS NOT NULL
+      AND (r.running >= r.group_concurrency OR EXISTS (
+              SELECT 1 FROM running_tasks x
+              WHERE x.queue = j.queue AND x.group_key = j.group_key AND x.task = j.task
+                AND x.at_limit AND x.task <> ALL(%(ordered_tasks)s::text[])))
+    HAVING count(*) > 0
+    UNION ALL
+    -- An ordered task: its oldest job of the group, when not ready, holds the task's ready jobs
+    -- behind it; a dead job of a "hold" task holds them all.
+    SELECT v.nth, v.reason, t.task, ARRAY[v.id], 1, v.until
+    FROM unnest(%(ordered_tasks)s::text[]) AS t(task)
+    -- The oldest job: ix_queued_jobs_group_order's first row of (queue, group, task).
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.lease_expires_at, j.run_at, j.attempts FROM queued_jobs j
+        WHERE j.queue = r.queue AND j.group_key = r.group_key AND j.task = t.task
+        ORDER BY j.id LIMIT 1
+    ) head
+    -- A dead job of a "hold" task: ix_dead_letter_group_key_task, as the claim reads it.
+    LEFT JOIN LATERAL (
+        SELECT d.id FROM dead_letter d
+        WHERE t.task = ANY(%(hold_tasks)s::text[])
+          AND d.group_key = r.group_key AND d.task = t.task
+        ORDER BY d.id LIMIT 1
+    ) dead ON true
+    CROSS JOIN LATERAL (VALUES
+        (2, CASE WHEN head.lease_expires_at IS NOT NULL THEN 'running'
+                 WHEN head.run_at <= now() THEN NULL
+                 WHEN head.attempts > 0 THEN 'retry'
+                 ELSE 'scheduled' END,
+         head.id, CASE WHEN head.lease_expires_at IS NULL THEN head.run_at END),
+        (3, CASE WHEN dead.id IS NOT NULL THEN 'dead' END, dead.id, NULL::timestamptz)
+    ) v(nth, reason, id, until)
+    WHERE %(top)s > 0 AND r.ready > 0 AND v.reason IS NOT NULL
+      -- A ready job of the task in the group, looked for among its first ready_cap jobs.
+      AND EXISTS (
+          SELECT 1 FROM (
+              SELECT n.lease_expires_at, n.run_at FROM queued_jobs n
+              WHERE n.queue = r.queue AND n.group_key = r.group_key AND n.task = t.task
+              ORDER BY n.id LIMIT %(ready_cap)s
+          ) n
+          WHERE n.lease_expires_at IS NULL AND n.run_at <= now())
+) h ON true
 WHERE r.rank <= greatest(%(top)s, 1)
-ORDER BY r.queue, r.rank
+ORDER BY r.queue, r.rank, h.nth, h.task
 """

@@ -61,21 +61,26 @@ def snapshot(
     *,
     verbose: bool = False,
     group_limits: Mapping[str, int] | None = None,
+    ordered_tasks: Mapping[str, bool | str] | None = None,
 ) -> Snapshot:
     """Read the queues, the live workers, the groups and, with ``verbose``, the tables' health.
     ``group_limits``: the tasks' own group limits (``groups.task_limits``), when the caller has
     the app; without them a group is at its limit by its queue's group_concurrency alone.
+    ``ordered_tasks`` (``groups.ordered_tasks``), with the app too: what holds their groups.
 
     Example: ``snapshot(conn).queues[0].throughput``
     """
     # One snapshot for every query, so that running jobs add up across the tables.
     with db.translate_errors(), conn.transaction():
         conn.execute(queries.STATS_SNAPSHOT)
-        return _read(conn, verbose, group_limits)
+        return _read(conn, verbose, group_limits, ordered_tasks)
 
 
 def _read(
-    conn: psycopg.Connection[Any], verbose: bool, group_limits: Mapping[str, int] | None
+    conn: psycopg.Connection[Any],
+    verbose: bool,
+    group_limits: Mapping[str, int] | None,
+    ordered_tasks: Mapping[str, bool | str] | None,
 ) -> Snapshot:
     stale = {"stale_after": STALE_AFTER}
     queues = [db.queue_stats_from_row(row) for row in db.fetch_all(conn, queries.QUEUE_STATS)]
@@ -83,7 +88,7 @@ def _read(
     (leases,) = db.fetch_all(conn, queries.LEASES_WITHOUT_LIVE_WORKER, stale)
     orphaned = db.orphaned_leases_from_row(leases)
     scheduled = schedules(conn)
-    grouped = groups.load(conn, limits=group_limits)
+    grouped = groups.load(conn, limits=group_limits, ordered=ordered_tasks)
     if not verbose:
         return Snapshot(queues, workers, orphaned, schedules=scheduled, groups=grouped)
     tables = [db.table_health_from_row(row) for row in db.fetch_all(conn, queries.TABLE_HEALTH)]

@@ -20,7 +20,15 @@ from rich.table import Table
 from rich.text import Text
 
 from pgjobs.maintenance.registry import STALE_AFTER
-from pgjobs.models import QueueGroups, QueueState, QueueStats, ScheduleInfo, Unloadable
+from pgjobs.models import (
+    GroupHold,
+    HoldReason,
+    QueueGroups,
+    QueueState,
+    QueueStats,
+    ScheduleInfo,
+    Unloadable,
+)
 from pgjobs.rates import limits_text
 from pgjobs.stats import Snapshot
 from pgjobs.text import clipped, printable
@@ -173,7 +181,7 @@ def queue_limits(state: QueueState | QueueStats) -> str:
 
 def groups_table(queue: QueueGroups) -> RenderableType:
     """A line of how many groups a queue has and how many are at their limit, then its groups
-    with the most ready jobs."""
+    with the most ready jobs and what holds their ready jobs back."""
     more = "+" if queue.groups_capped else ""
     title = (
         f"groups of {cell(queue.queue)}: {queue.groups:,}{more} group"
@@ -187,14 +195,35 @@ def groups_table(queue: QueueGroups) -> RenderableType:
     table.add_column("ready", justify="right")
     table.add_column("running", justify="right")
     table.add_column("")
+    table.add_column("held by (times UTC)")
     for group in queue.top:
         table.add_row(
             cell(group.group_key),
             f"{group.ready:,}" + ("+" if group.ready_capped else ""),
             f"{group.running:,}",
             "[bold yellow]at limit[/bold yellow]" if group.at_limit else "",
+            "\n".join(hold_text(h) for h in group.held_by),
         )
     return Group(Text.from_markup(title, style="italic"), table)
+
+
+def hold_text(hold: GroupHold) -> str:
+    """What holds a group, for a table cell: "2 running jobs: 12, 13" or "ledger.post: job 12 waits
+    for a retry at 15:34:54"."""
+    ids = ", ".join(str(i) for i in hold.job_ids) + (
+        ", ..." if hold.jobs > len(hold.job_ids) else ""
+    )
+    if hold.reason is HoldReason.LIMIT:
+        return f"{hold.jobs:,} running job{'' if hold.jobs == 1 else 's'}: {ids}"
+    task = cell(hold.task or "")
+    if hold.reason is HoldReason.RUNNING:
+        return f"{task}: job {ids} runs (ordered)"
+    if hold.reason is HoldReason.DEAD:
+        return f"{task}: dead job {ids} (redrive or purge it to release the group)"
+    until = "" if hold.until is None else f" {cell_time(hold.until)}"
+    if hold.reason is HoldReason.RETRY:
+        return f"{task}: job {ids} waits for a retry at{until} (ordered)"
+    return f"{task}: job {ids} is scheduled for{until} (ordered)"
 
 
 def queue_states_table(states: list[QueueState]) -> Table:

@@ -18,6 +18,7 @@ from pgjobs.cli import render
 from pgjobs.cli.options import DsnOption, app_option, database, find_app
 from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError, PgjobsError
+from pgjobs.tasks import Task
 
 
 def stats_command(
@@ -37,8 +38,8 @@ def stats_command(
     app_ref: Annotated[
         str | None,
         app_option(
-            "holding your tasks: their group_concurrency (and ordered) tell which groups are at "
-            "their limit, beside the queue's"
+            "holding your tasks: their group_concurrency and ordered tell which groups are at "
+            "their limit, beside the queue's, and what holds an ordered task's groups"
         ),
     ] = None,
     dsn: DsnOption = None,
@@ -49,22 +50,34 @@ def stats_command(
     limit."""
     resolved = database(dsn)
     title = f"pgjobs queues ({resolved.redacted})"
-    limits = _task_limits(app_ref)
+    tasks = _app_tasks(app_ref)
+    limits = None if tasks is None else groups.task_limits(tasks)
+    ordered = None if tasks is None else groups.ordered_tasks(tasks)
     if not watch:
         with db.connect(resolved) as conn:
-            snap = read_model.snapshot(conn, verbose=verbose, group_limits=limits)
+            snap = read_model.snapshot(
+                conn, verbose=verbose, group_limits=limits, ordered_tasks=ordered
+            )
         if as_json:
             render.print_json(read_model.as_json(snap, verbose=verbose))
         else:
             render.wide_console().print(render.stats(snap, title, verbose=verbose))
         return
-    _watch(resolved, title, verbose=verbose, as_json=as_json, interval=interval, limits=limits)
+    _watch(
+        resolved,
+        title,
+        verbose=verbose,
+        as_json=as_json,
+        interval=interval,
+        limits=limits,
+        ordered=ordered,
+    )
 
 
-def _task_limits(app_ref: str | None) -> dict[str, int] | None:
-    """The app's tasks' own group limits, or None without an app. An app named only by the
-    environment or pyproject.toml that cannot be loaded is a warning, not a failure: stats then
-    judges groups by their queue's group concurrency alone."""
+def _app_tasks(app_ref: str | None) -> list[Task] | None:
+    """The app's tasks (their own group limits, which are ordered), or None without an app. An
+    app named only by the environment or pyproject.toml that cannot be loaded is a warning, not a
+    failure: stats then judges groups by their queue's group concurrency alone."""
     try:
         found = find_app(app_ref)
     except ConfigurationError as exc:
@@ -72,7 +85,7 @@ def _task_limits(app_ref: str | None) -> dict[str, int] | None:
             raise
         render.warning(f"{exc}; groups are judged by their queue's group concurrency only")
         return None
-    return None if found is None else groups.task_limits(found.tasks.values())
+    return None if found is None else list(found.tasks.values())
 
 
 def _watch(
@@ -83,6 +96,7 @@ def _watch(
     as_json: bool,
     interval: float,
     limits: dict[str, int] | None,
+    ordered: dict[str, bool | str] | None,
 ) -> None:
     """Redraw the stats every ``interval`` seconds (JSON: one line per reading) until Ctrl-C.
     A lost database shows as a line under the last reading; the next refresh reconnects."""
@@ -94,7 +108,9 @@ def _watch(
         try:
             if conn is None or conn.closed:
                 conn = db.connect(dsn)
-            snap = read_model.snapshot(conn, verbose=verbose, group_limits=limits)
+            snap = read_model.snapshot(
+                conn, verbose=verbose, group_limits=limits, ordered_tasks=ordered
+            )
         except PgjobsError as exc:
             if conn is not None:
                 conn.close()

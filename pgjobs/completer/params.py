@@ -114,7 +114,8 @@ class ClaimParams:
 class ClaimStatus(NamedTuple):
     """What a claim said besides the jobs it took (its status row; see ``JOB_CLAIM_LIMITED``)."""
 
-    #: Jobs of limited tasks it held back (out of their queue's range): claim again at once.
+    #: Jobs of limited tasks it held back (out of their queue's range), and groups whose whole
+    #: share it claimed (they may hold more): claim again at once.
     held: int = 0
     #: Another worker was claiming under one of the limits: try again soon.
     locked_out: bool = False

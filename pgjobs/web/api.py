@@ -452,7 +452,12 @@ def get_stats(
     X-Pgjobs-Replica-Lag-Seconds, and with verbose the document's ``replica``, say how far
     behind it is."""
     with server.reading() as conn:
-        snap = read_model.snapshot(conn, verbose=verbose, group_limits=server.group_limits)
+        snap = read_model.snapshot(
+            conn,
+            verbose=verbose,
+            group_limits=server.group_limits,
+            ordered_tasks=server.ordered_tasks,
+        )
         replica = server.replica(conn)
     document = read_model.as_json(snap, verbose=verbose)
     headers = {}

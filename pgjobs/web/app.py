@@ -156,6 +156,7 @@ def create_app(
             sessions=sessions,
             throttle=state.throttle,
             group_limits=state.group_limits,
+            ordered_tasks=state.ordered_tasks,
         )
     )
     web.add_middleware(

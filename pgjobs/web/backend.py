@@ -66,6 +66,8 @@ class Backend:
         self.metrics_public = metrics_public
         #: The tasks' own group limits (``groups.task_limits``): which groups are at their limit.
         self.group_limits = groups.task_limits(app.tasks.values())
+        #: The ordered tasks (``groups.ordered_tasks``): what holds their groups.
+        self.ordered_tasks = groups.ordered_tasks(app.tasks.values())
         #: The queue metrics /metrics serves (their counters live as long as the app).
         self.metrics = QueueMetrics(group_limits=self.group_limits)
         #: Failed tokens per client address, for the API and the dashboard's login alike.

@@ -24,7 +24,7 @@ from pydantic import (
 
 from pgjobs import admin, browse
 from pgjobs.errors import ConfigurationError
-from pgjobs.models import DeadReason, JobStatus, Unloadable
+from pgjobs.models import DeadReason, HoldReason, JobStatus, Unloadable
 from pgjobs.submission import (
     MAX_ATTEMPTS_LIMIT,
     MAX_JOB_ID,
@@ -406,6 +406,21 @@ class Replica(BaseModel):
     replay_paused: bool
 
 
+class GroupHold(BaseModel):
+    """What holds a group's ready jobs back (``pgjobs.models.GroupHold``)."""
+
+    reason: HoldReason = Field(
+        description="limit: its running jobs; running, retry, scheduled: an ordered task's "
+        "oldest job of the group; dead: a job of an ordered='hold' task in dead_letter."
+    )
+    task: str | None = Field(description="The ordered task whose jobs are held (null: limit).")
+    job_ids: list[int] = Field(description="The holding jobs, oldest first, at most a few.")
+    jobs: int = Field(description="How many jobs hold it.")
+    until: datetime | None = Field(
+        default=None, description="When the waiting job becomes ready (retry, scheduled)."
+    )
+
+
 class GroupLoad(BaseModel):
     """A group of a queue (``pgjobs.models.GroupLoad``)."""
 
@@ -414,6 +429,9 @@ class GroupLoad(BaseModel):
     ready_capped: bool
     running: int
     at_limit: bool = Field(description="Its running jobs reached its queue's or a task's limit.")
+    held_by: list[GroupHold] = Field(
+        default=[], description="What holds its ready jobs back (ordered tasks: with the app)."
+    )
 
 
 class QueueGroups(BaseModel):

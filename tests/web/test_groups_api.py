@@ -1,7 +1,7 @@
 """Groups and unique keys in the HTTP API: the enqueue (one job, a batch, under an idempotency
 key) takes ``group``, ``unique_key``, ``on_conflict``, ``debounce``; bad values are 422 in the
 one error shape and write nothing; the job JSON (a job, a listing) shows ``group_key`` and
-``unique_key`` wherever the job is."""
+``unique_key`` wherever the job is; /stats says what holds a group."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pgjobs.submission import ON_CONFLICT, JobSpec
 from pgjobs.web import models
 from tests.support.factories import insert_dead_raw, insert_raw
 from tests.support.helpers import count
-from tests.web.conftest import TestClient, assert_error
+from tests.web.conftest import TOKEN, TestClient, assert_error
 
 OPTIONS = {
     "group": "customer-42",
@@ -160,3 +160,34 @@ def test_on_conflict_values_are_pgjobs_own() -> None:
     annotation = models.JobOptions.model_fields["on_conflict"].annotation
     (literal, _) = typing.get_args(annotation)
     assert typing.get_args(literal) == ON_CONFLICT
+
+
+def test_stats_show_what_holds_a_group_with_the_servers_app(
+    make_web: Any, conn: psycopg.Connection[Any], dsn: Any
+) -> None:
+    """The server knows its app's ordered tasks: /stats says which job holds an ordered group."""
+    from pgjobs import App
+
+    app = App(dsn.url)
+
+    @app.task(name="ledger.post", ordered=True)
+    def post() -> None: ...
+
+    first = app.enqueue("ledger.post", group="customer-1")
+    app.enqueue("ledger.post", group="customer-1")
+    conn.execute(
+        "UPDATE queued_jobs SET attempts = 1, run_at = '2999-01-01' WHERE id = %s", [first]
+    )
+    with TestClient(make_web(app=app), headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+        document = client.get("/api/v1/stats", params={"verbose": "true"}).json()
+    app.close()
+    ((group,),) = [q["top"] for q in document["groups"]]
+    assert group["held_by"] == [
+        {
+            "reason": "retry",
+            "task": "ledger.post",
+            "job_ids": [first],
+            "jobs": 1,
+            "until": "2999-01-01T00:00:00+00:00",
+        }
+    ]

@@ -24,6 +24,7 @@ PAIRS: list[tuple[type[BaseModel], type[Any], set[str], set[str]]] = [
     (api.DeadGroup, domain.DeadGroup, set(), set()),
     (api.Worker, domain.WorkerInfo, set(), set()),
     (api.Replica, domain.ReplicaStatus, set(), set()),
+    (api.GroupHold, domain.GroupHold, set(), set()),
     (api.GroupLoad, domain.GroupLoad, set(), set()),
     (api.QueueGroups, domain.QueueGroups, set(), set()),
     # The row's two properties, written out by `pgjobs stats --json`.

@@ -174,6 +174,7 @@ class Frame:
         sessions: Sessions | None = None,
         throttle: SignInThrottle | None = None,
         group_limits: Mapping[str, int] | None = None,
+        ordered_tasks: Mapping[str, bool | str] | None = None,
     ) -> None:
         if not tokens.configured and not insecure_no_auth:
             raise ConfigurationError(
@@ -192,6 +193,8 @@ class Frame:
         #: The app's tasks' own group limits (``groups.task_limits``): which groups are at
         #: their limit, beside their queue's group_concurrency.
         self.group_limits = dict(group_limits or {})
+        #: The app's ordered tasks (``groups.ordered_tasks``): what holds their groups.
+        self.ordered_tasks = dict(ordered_tasks or {})
         self._env = _environment()
         self._static = _load_static()
         self._flasher = Flasher()

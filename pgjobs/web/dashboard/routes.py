@@ -69,6 +69,7 @@ def dashboard_router(
     sessions: Sessions | None = None,
     throttle: SignInThrottle | None = None,
     group_limits: Mapping[str, int] | None = None,
+    ordered_tasks: Mapping[str, bool | str] | None = None,
 ) -> APIRouter:
     """The dashboard's routes for ``create_app`` to include: pages at ``/``, ``/dead``,
     ``/dead/actions/{id}`` (a bulk action's progress), ``/jobs``, ``/queues/{name}``,
@@ -77,7 +78,8 @@ def dashboard_router(
     ``throttle``: the server's, when it shares them (new ones otherwise). ``reading``: where
     the pages read, a standby (``pgjobs serve --read-dsn``), whose lag each page then shows;
     the actions still use ``connection``. ``group_limits``: the app's tasks' own group limits
-    (``groups.task_limits``), for the groups at their limit a queue's page shows.
+    (``groups.task_limits``), for the groups at their limit a queue's page shows;
+    ``ordered_tasks`` (``groups.ordered_tasks``), for what holds their groups.
 
     Example::
 
@@ -91,5 +93,6 @@ def dashboard_router(
         sessions=sessions,
         throttle=throttle,
         group_limits=group_limits,
+        ordered_tasks=ordered_tasks,
     )
     return Dashboard(frame).router()

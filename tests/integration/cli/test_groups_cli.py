@@ -1,6 +1,7 @@
 """Groups and unique keys on the command line: `pgjobs enqueue --group --unique-key
 --on-conflict --debounce`, `pgjobs job show` (wherever the job is), `pgjobs queue limit
---group-concurrency`; bad values are one line, exit 2, and write nothing."""
+--group-concurrency`, what holds a group in `pgjobs stats`; bad values are one line, exit 2, and
+write nothing."""
 
 from __future__ import annotations
 
@@ -203,3 +204,59 @@ def test_a_queue_of_grouped_jobs_only_is_listed_as_holding_jobs(capsys, dsn, con
     assert queues.queue(dsn, "tenants").has_jobs
     code, out, _ = run(capsys, "queue", "pause", "tenants", "--dsn", dsn.url)
     assert code == 0 and "holds no job" not in out
+
+
+def _job(conn: psycopg.Connection[Any], group: str, task: str, **columns: Any) -> int:
+    """A queued job of ``group`` in queue q, and its group's row, as the enqueue writes them."""
+    conn.execute(
+        """INSERT INTO pgjobs_group_states (queue, group_key) VALUES ('q', %s)
+           ON CONFLICT (queue, group_key) DO UPDATE SET touched_at = clock_timestamp()""",
+        [group],
+    )
+    return insert_raw(conn, task, queue="q", group_key=group, **columns)
+
+
+def test_stats_shows_what_holds_each_group(capsys, dsn, conn, monkeypatch):
+    monkeypatch.delenv("PGJOBS_APP", raising=False)
+    lease = {"lease_owner": "w1", "lease_expires_at": "2999-01-01", "attempts": 1}
+    runs = _job(conn, "c-1", "cli.ordered", **lease)
+    _job(conn, "c-1", "cli.ordered")
+    retries = _job(conn, "c-2", "cli.ordered", attempts=1, run_at="2999-01-01")
+    _job(conn, "c-2", "cli.ordered")
+    _job(conn, "c-3", "cli.held")
+    dead = insert_dead_raw(conn, task="cli.held", group_key="c-3")
+    limited = _job(conn, "c-4", "cli.limited", **lease)
+    _job(conn, "c-4", "cli.limited")
+    app = ["--app", "tests.integration.groups_app:app"]
+
+    code, out, err = run(capsys, "stats", *app, "--dsn", dsn.url)
+    assert code == 0, err
+    lines = {line.split()[1]: line for line in out.splitlines() if " c-" in line}
+    assert f"cli.ordered: job {runs} runs (ordered)" in lines["c-1"]
+    assert f"cli.ordered: job {retries} waits for a retry at 2999-01-01 00:00" in lines["c-2"]
+    assert f"cli.held: dead job {dead} (redrive or purge it" in lines["c-3"]
+    assert f"1 running job: {limited}" in lines["c-4"]
+
+    code, out, err = run(capsys, "stats", *app, "--json", "--verbose", "--dsn", dsn.url)
+    assert code == 0, err
+    (q,) = json.loads(out)["groups"]
+    held = {g["group_key"]: g["held_by"] for g in q["top"]}
+    assert held["c-1"] == [
+        {"reason": "running", "task": "cli.ordered", "job_ids": [runs], "jobs": 1, "until": None}
+    ]
+    assert held["c-2"] == [
+        {
+            "reason": "retry",
+            "task": "cli.ordered",
+            "job_ids": [retries],
+            "jobs": 1,
+            "until": "2999-01-01T00:00:00+00:00",
+        }
+    ]
+    assert [(h["reason"], h["job_ids"]) for h in held["c-3"]] == [("dead", [dead])]
+    assert [(h["reason"], h["job_ids"]) for h in held["c-4"]] == [("limit", [limited])]
+
+    # Without the app, the ordered tasks and the task's limit are not known: nothing is held.
+    code, out, err = run(capsys, "stats", "--json", "--verbose", "--dsn", dsn.url)
+    (q,) = json.loads(out)["groups"]
+    assert [g["held_by"] for g in q["top"]] == [[], [], [], []]

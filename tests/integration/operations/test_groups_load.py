@@ -12,8 +12,8 @@ import psycopg
 import pytest
 
 from pgjobs import groups, queries, queues
-from pgjobs.models import GroupLoad
-from tests.support.factories import declared_task
+from pgjobs.models import GroupHold, GroupLoad, HoldReason
+from tests.support.factories import declared_task, insert_dead_raw
 from tests.support.helpers import run
 
 LEASED = {"lease_owner": "w1", "lease_expires_at": "2999-01-01", "attempts": 1}
@@ -37,6 +37,28 @@ def add(
             SELECT %s, %s, '{{}}', %s, {run_at}, {lease} FROM generate_series(1, %s)""",
         [queue, task, group, jobs],
     )
+
+
+def one(
+    conn: psycopg.Connection[Any],
+    group: str,
+    task: str,
+    *,
+    queue: str = "q",
+    leased: bool = False,
+    run_at: str = "now()",
+    attempts: int = 0,
+) -> int:
+    """One queued job of ``group``, its id (running when ``leased``)."""
+    lease = "'w1', '2999-01-01'::timestamptz" if leased else "NULL, NULL"
+    found = conn.execute(
+        f"""INSERT INTO queued_jobs (queue, task, payload, group_key, run_at, lease_owner,
+                                     lease_expires_at, attempts)
+            VALUES (%s, %s, '{{}}', %s, {run_at}, {lease}, %s) RETURNING id""",
+        [queue, task, group, attempts],
+    ).fetchone()
+    assert found is not None
+    return int(found[0])
 
 
 def test_top_groups_running_and_the_queues_limit(conn, dsn):
@@ -114,10 +136,19 @@ def test_a_big_group_and_many_groups_are_read_within_the_caps(conn):
     (q,) = groups.load(conn, max_groups=2000)
     assert (q.groups, q.groups_capped) == (1001, False)
     # Each group's ready jobs are read up to the cap: never the whale's 50,000.
-    plan = conn.execute(
-        "EXPLAIN (ANALYZE, FORMAT JSON) " + queries.GROUPS_LOAD,
-        {"tasks": [], "limits": [], "queue": None, "top": 5, "ready_cap": 1000, "max_groups": 1000},
-    ).fetchone()
+    # The whale's task ordered ("hold"): what holds it is read for the top groups, as boundedly.
+    params = {
+        "tasks": [],
+        "limits": [],
+        "ordered_tasks": ["t"],
+        "hold_tasks": ["t"],
+        "holders": groups.HOLDERS,
+        "queue": None,
+        "top": 5,
+        "ready_cap": 1000,
+        "max_groups": 1000,
+    }
+    plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + queries.GROUPS_LOAD, params).fetchone()
     assert plan is not None
     assert _rows_read(plan[0][0]["Plan"]) < 30_000
 
@@ -156,7 +187,15 @@ def test_stats_shows_the_top_groups_and_those_at_their_limit(capsys, dsn, conn, 
         "ready_capped": True,
         "running": 0,
         "at_limit": False,
+        "held_by": [],
     }
+    (busy,) = tenants["top"][1]["held_by"]
+    assert (busy["reason"], busy["task"], len(busy["job_ids"]), busy["jobs"]) == (
+        "limit",
+        None,
+        2,
+        2,
+    )
 
 
 @pytest.mark.parametrize("top", [0, 5])
@@ -186,3 +225,90 @@ def test_stats_warns_when_the_app_named_by_the_environment_cannot_load(capsys, d
     assert "cannot import no_such_module_here" in err and "queue's group concurrency" in err
     code, _, err = run(capsys, "stats", "--app", "no_such_module_here:app", "--dsn", dsn.url)
     assert code == 2
+
+
+def held(conn: psycopg.Connection[Any], **options: Any) -> dict[str, tuple[GroupHold, ...]]:
+    """Each top group of queue q, by key: what holds it."""
+    (q,) = groups.load(conn, queue="q", **options)
+    return {g.group_key: g.held_by for g in q.top}
+
+
+def test_a_group_at_its_limit_is_held_by_its_running_jobs(conn, dsn):
+    running = [one(conn, "busy", "t", leased=True) for _ in range(4)]
+    add(conn, "q", "busy", 3)
+    add(conn, "q", "free", 1)
+    add(conn, "q", "free", 1, leased=True)
+    add(conn, "q", "idle", 2, leased=True)  # at its limit, but no ready job to hold
+    assert held(conn) == {"busy": (), "free": (), "idle": ()}  # no limit anywhere
+    queues.limit(dsn, "q", group_concurrency=2)
+    assert held(conn) == {
+        "busy": (GroupHold(HoldReason.LIMIT, None, tuple(running[:3]), 4),),
+        "free": (),
+        "idle": (),
+    }
+
+
+def test_a_tasks_own_limit_is_held_by_that_tasks_running_jobs(conn):
+    add(conn, "q", "a", 3, task="sync")
+    syncing = one(conn, "a", "sync", leased=True)
+    add(conn, "q", "a", 2, task="other", leased=True)  # no limit of its own: holds nothing
+    limits = groups.task_limits([declared_task("sync", group_concurrency=1)])
+    assert held(conn, limits=limits) == {"a": (GroupHold(HoldReason.LIMIT, None, (syncing,), 1),)}
+    assert held(conn) == {"a": ()}  # without the app: the queue's limit only (none)
+
+
+def test_an_ordered_task_is_held_by_its_oldest_job_when_it_is_not_ready(conn):
+    tasks = [declared_task("post", ordered=True)]
+    runs = one(conn, "running", "post", leased=True, attempts=1)
+    add(conn, "q", "running", 2, task="post")
+    retries = one(conn, "retrying", "post", attempts=1, run_at="now() + interval '1 minute'")
+    add(conn, "q", "retrying", 2, task="post")
+    scheduled = one(conn, "scheduled", "post", run_at="now() + interval '1 hour'")
+    add(conn, "q", "scheduled", 1, task="post")
+    add(conn, "q", "ready", 3, task="post")  # its oldest is ready: it starts, nothing is held
+    # Its oldest job is scheduled, the next too: the group's ready job is another task's.
+    one(conn, "later", "post", run_at="now() + interval '1 hour'")
+    one(conn, "later", "post", run_at="now() + interval '2 hours'")
+    add(conn, "q", "later", 1, task="free")
+
+    found = held(conn, limits=groups.task_limits(tasks), ordered=groups.ordered_tasks(tasks))
+    assert found["running"] == (GroupHold(HoldReason.RUNNING, "post", (runs,), 1),)
+    ((retry,), (later,)) = found["retrying"], found["scheduled"]
+    assert (retry.reason, retry.task, retry.job_ids, retry.jobs) == (
+        HoldReason.RETRY,
+        "post",
+        (retries,),
+        1,
+    )
+    assert (later.reason, later.job_ids) == (HoldReason.SCHEDULED, (scheduled,))
+    assert retry.until is not None and later.until is not None and retry.until < later.until
+    assert found["ready"] == () and found["later"] == ()
+    # Without the app, the ordered tasks are not known: nothing is said to hold them.
+    assert set(held(conn).values()) == {()}
+
+
+def test_a_dead_job_of_a_hold_task_holds_its_group(conn):
+    add(conn, "q", "d", 2, task="close")
+    dead = insert_dead_raw(conn, queue="q", task="close", group_key="d")
+    insert_dead_raw(conn, queue="q", task="close", group_key="elsewhere")
+    add(conn, "q", "e", 1, task="close")
+    hold = [declared_task("close", ordered="hold")]
+    assert groups.ordered_tasks(hold) == {"close": "hold"}
+    assert held(conn, ordered=groups.ordered_tasks(hold)) == {
+        "d": (GroupHold(HoldReason.DEAD, "close", (dead,), 1),),
+        "e": (),
+    }
+    # ordered=True: a dead job releases its group.
+    assert held(conn, ordered=groups.ordered_tasks([declared_task("close", ordered=True)])) == {
+        "d": (),
+        "e": (),
+    }
+    # Its oldest job waiting for a retry holds it too, the dead job beside it.
+    retries = one(conn, "f", "close", attempts=1, run_at="now() + interval '1 minute'")
+    add(conn, "q", "f", 1, task="close")
+    dead_f = insert_dead_raw(conn, queue="q", task="close", group_key="f")
+    f = held(conn, ordered={"close": "hold"})["f"]
+    assert [(h.reason, h.job_ids) for h in f] == [
+        (HoldReason.RETRY, (retries,)),
+        (HoldReason.DEAD, (dead_f,)),
+    ]

@@ -47,7 +47,12 @@ class QueuePages:
             states = [JobStatus(state)] if state in set(JobStatus) else None
             view = data.queue_view(conn, name)
             jobs, more = _queue_jobs(conn, name, states)
-            grouped = groups.load(conn, limits=self.frame.group_limits, queue=name)
+            grouped = groups.load(
+                conn,
+                limits=self.frame.group_limits,
+                ordered=self.frame.ordered_tasks,
+                queue=name,
+            )
             return self.frame.render(
                 request,
                 viewer,
