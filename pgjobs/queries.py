@@ -458,11 +458,12 @@ group_window AS MATERIALIZED (
         SELECT s.queue, s.group_key, s.xmin AS version
         FROM pgjobs_group_states s
         WHERE s.queue = w.queue AND w.cap > 0
-          AND EXISTS (
-              SELECT 1 FROM queued_jobs j
-              WHERE j.queue = s.queue AND j.group_key = s.group_key
-                AND j.lease_expires_at IS NULL AND j.run_at <= now()
-          )
+          -- One probe of the group's ready range per group (a scalar subquery with a LIMIT is
+          -- never planned as a join: an EXISTS could be, reading every ready job of the queue).
+          AND (SELECT true FROM queued_jobs j
+               WHERE j.queue = s.queue AND j.group_key = s.group_key
+                 AND j.lease_expires_at IS NULL AND j.run_at <= now()
+               LIMIT 1)
         ORDER BY s.last_claim_at
         LIMIT %(limit)s
         FOR UPDATE OF s SKIP LOCKED
