@@ -458,6 +458,11 @@ group_window AS MATERIALIZED (
         SELECT s.queue, s.group_key, s.xmin AS version
         FROM pgjobs_group_states s
         WHERE s.queue = w.queue AND w.cap > 0
+          -- The row as this statement's snapshot sees it: checked again on the row as last
+          -- written when another claim wrote it since (the lock's recheck), which leaves it out
+          -- of the window instead of taking a place there to give nothing.
+          AND s.xmin = (SELECT v.xmin FROM pgjobs_group_states v
+                        WHERE v.queue = s.queue AND v.group_key = s.group_key)
           -- One probe of the group's ready range per group (a scalar subquery with a LIMIT is
           -- never planned as a join: an EXISTS could be, reading every ready job of the queue).
           AND (SELECT true FROM queued_jobs j
