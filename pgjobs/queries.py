@@ -452,15 +452,16 @@ _TURN_ORDER = "ORDER BY priority DESC, turn, run_at, id"
 # groups' candidates, with their turn) and ``group_caps`` (the groups looked at).
 _CLAIM_GROUPS = f"""
 group_window AS MATERIALIZED (
-    SELECT g.queue, g.group_key, g.version
+    SELECT g.queue, g.group_key
     FROM queue_caps w
     CROSS JOIN LATERAL (
-        SELECT s.queue, s.group_key, s.xmin AS version
+        SELECT s.queue, s.group_key
         FROM pgjobs_group_states s
         WHERE s.queue = w.queue AND w.cap > 0
-          -- The row as this statement's snapshot sees it: checked again on the row as last
-          -- written when another claim wrote it since (the lock's recheck), which leaves it out
-          -- of the window instead of taking a place there to give nothing.
+          -- The row as this statement's snapshot sees it: checked again, by the lock, on the row
+          -- as last written when another claim or an enqueue wrote it since, which leaves the
+          -- group out of this claim. So a group in the window is one whose running jobs this
+          -- snapshot counts right: every claim that starts its jobs writes its row.
           AND s.xmin = (SELECT v.xmin FROM pgjobs_group_states v
                         WHERE v.queue = s.queue AND v.group_key = s.group_key)
           -- One probe of the group's ready range per group (a scalar subquery with a LIMIT is
@@ -483,8 +484,6 @@ group_running AS MATERIALIZED (
 ),
 group_caps AS MATERIALIZED (
     SELECT r.queue, r.group_key,
-           r.version = (SELECT s.xmin FROM pgjobs_group_states s
-                        WHERE s.queue = r.queue AND s.group_key = r.group_key) AS fresh,
            p.group_concurrency - coalesce(
                (SELECT sum(x.jobs) FROM group_running x
                 WHERE x.queue = r.queue AND x.group_key = r.group_key), 0) AS room,
@@ -495,12 +494,11 @@ group_caps AS MATERIALIZED (
 ),
 group_takes AS MATERIALIZED (
     SELECT k.*,
-           CASE WHEN NOT k.fresh AND k.room IS NOT NULL THEN 0
-                ELSE greatest(least(k.share, coalesce(k.room, k.share)), 0) END AS take
+           greatest(least(k.share, coalesce(k.room, k.share)), 0) AS take
     FROM group_caps k
 ),
 group_picked AS (
-    SELECT c.*, k.fresh, k.room,
+    SELECT c.*, k.room,
            row_number() OVER (PARTITION BY c.queue, c.group_key {_CLAIM_ORDER}) AS turn,
            row_number() OVER (PARTITION BY c.queue, c.group_key, c.task {_CLAIM_ORDER})
                AS task_turn
@@ -530,7 +528,7 @@ group_jobs AS (
     LEFT JOIN unnest(%(group_tasks)s::text[], %(group_limits)s::int[]) AS t(task, cap)
         ON t.task = p.task
     WHERE t.task IS NULL
-       OR p.fresh AND p.task_turn <= t.cap - coalesce(
+       OR p.task_turn <= t.cap - coalesce(
               (SELECT x.jobs FROM group_running x
                WHERE x.queue = p.queue AND x.group_key = p.group_key AND x.task = p.task), 0)
 )"""
@@ -759,7 +757,7 @@ turned AS (
         SELECT c.queue, c.group_key FROM claimed c WHERE c.group_key IS NOT NULL
         UNION
         SELECT k.queue, k.group_key FROM group_caps k
-        WHERE k.fresh AND NOT EXISTS (
+        WHERE NOT EXISTS (
             SELECT 1 FROM group_picked p WHERE p.queue = k.queue AND p.group_key = k.group_key)
     )
     RETURNING g.group_key
@@ -795,8 +793,7 @@ def _claim_statement(*, limited: bool, succeed: bool) -> str:
         SELECT count(*) FROM group_takes k
         WHERE k.take > 0 AND k.take <= (SELECT count(*) FROM claimed c
                                        WHERE c.queue = k.queue AND c.group_key = k.group_key)),
-    'locked_out', (SELECT coalesce(bool_or(locked_out), false) FROM limits)
-                  OR (SELECT coalesce(bool_or(NOT fresh), false) FROM group_caps),
+    'locked_out', (SELECT coalesce(bool_or(locked_out), false) FROM limits),
     'retry_in', (SELECT min(retry_in) FROM limits),
     'queue_limits', (SELECT coalesce(bool_or(limited), false) FROM limits WHERE kind = 'queue')
                     OR {_QUEUE_GROUPS})""",
@@ -853,18 +850,30 @@ JOB_CLAIM = _claim_statement(limited=False, succeed=False)
 #:      there yet (``new_states`` creates it), allows nothing this time (``locked_out``);
 #:   2. each queue's range gives at most its capacity, and each limited task's held-back range in
 #:      that queue at most the task's capacity (FOR UPDATE SKIP LOCKED);
+#:   2b. jobs of a group (``_CLAIM_GROUPS``): the queues' groups with ready jobs are looked at in
+#:      turn order (pgjobs_group_states.last_claim_at, oldest first; ``limit`` groups at most),
+#:      each group's row locked FOR UPDATE SKIP LOCKED and kept only when it is the version the
+#:      snapshot saw (a group another claim started jobs of since is left to the next claim), so
+#:      its running jobs, counted in the snapshot (``group_running``), are right; each group gives
+#:      its share of the claim from its own range, at most what the queue's group_concurrency
+#:      leaves, then at most what each task's ``group_limits`` leaves (``group_jobs``); an
+#:      ordered task's job only when no older job of its task and group is in queued_jobs (and,
+#:      for ``hold_tasks``, none is in dead_letter); the groups that gave jobs, or had nothing to
+#:      give, go to the back of the turn order (``turned``);
 #:   3. of those, at most each task's and each queue's capacity are taken, ``limit`` in all, in
-#:      claim order; the jobs taken of limited tasks keep their limit_key (it counts them);
+#:      claim order, a group's first job before the second of any (``turn``); the jobs taken of
+#:      limited tasks keep their limit_key (it counts them);
 #:   4. jobs of a limited task met in a queue's range beyond its capacity are held back: their
 #:      limit_key is set, which moves them out of the queue's range into the task's own, so the
 #:      queue's other jobs are reached past them from the next claim on;
 #:   5. every limit that gave jobs has its row written (``spent``): tokens less one per job taken,
 #:      and last_claim_at.
 #: Returns the claimed jobs, then one status row (id NULL, payload a JSON object): ``held`` (jobs
-#: held back now: claim again at once), ``locked_out`` (another worker claims under one of the
-#: limits right now: try again soon), ``retry_in`` (seconds until an empty bucket has a token),
-#: ``queue_limits`` (some of the queues are limited). (``spent`` runs whether read or not, as
-#: every data-modifying part of a statement does.)
+#: held back now, and groups that gave their whole share: claim again at once), ``locked_out``
+#: (another worker claims under one of the limits right now: try again soon), ``retry_in``
+#: (seconds until an empty bucket has a token), ``queue_limits`` (some of the queues are limited
+#: or hold groups). (``spent`` runs whether read or not, as every data-modifying part of a
+#: statement does.)
 JOB_CLAIM_LIMITED = _claim_statement(limited=True, succeed=False)
 
 #: The worker's usual round trip in one statement, so one commit and no pipeline: archive the
