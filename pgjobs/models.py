@@ -38,7 +38,8 @@ class DeadReason(enum.StrEnum):
 
     #: Failed on its last attempt.
     EXHAUSTED = "exhausted"
-    #: The handler raised ``NonRetryableError``.
+    #: The handler raised ``NonRetryableError``, or an exception its task does not retry
+    #: (``retry_on``, ``never_retry_on``).
     NON_RETRYABLE = "non_retryable"
     #: Its lease expired on the last attempt, or on any attempt of an at-most-once task.
     LEASE_EXPIRED = "lease_expired"

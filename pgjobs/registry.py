@@ -50,7 +50,10 @@ class Registry:
 
         ``name`` defaults to ``module.function``; set it explicitly so that renaming or moving the
         function does not orphan queued jobs. ``retry_base``/``retry_cap`` (seconds) shape the
-        backoff between attempts; ``lease`` (seconds) is how long one run may take before the job
+        backoff between attempts; ``retry_on`` (the only exception classes that retry),
+        ``never_retry_on`` (classes sent to ``dead_letter`` at once) and ``retry_delays`` (class
+        -> seconds a retry waits instead of the backoff) say which errors are worth a retry;
+        ``lease`` (seconds) is how long one run may take before the job
         counts as lost and is run again: set it above the handler's longest expected run, or
         call ``pgjobs.current_job().extend_lease(seconds)`` from a long handler. An
         ``at_most_once`` task is never run twice: when its lease expires (the worker died or

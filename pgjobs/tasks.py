@@ -18,7 +18,7 @@ from pgjobs.payloads import (
     typed_payloads,
 )
 from pgjobs.rates import Rate
-from pgjobs.retry import DEFAULT_RETRY_BASE, DEFAULT_RETRY_CAP, RetryPolicy
+from pgjobs.retry import DEFAULT_RETRY_BASE, DEFAULT_RETRY_CAP, RetryPolicy, check_rules
 from pgjobs.submission import (
     DEFAULT_LEASE,
     DEFAULT_MAX_ATTEMPTS,
@@ -73,6 +73,12 @@ class HandlerOptions(TaskOptions, total=False):
     upgrade: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] | None
     #: Seconds one run may take, shorter than ``lease`` (None: no limit but the lease).
     timeout: float | None
+    #: The only exception classes worth a retry (None: every one).
+    retry_on: type[BaseException] | tuple[type[BaseException], ...] | None
+    #: Exception classes never retried: the job goes to dead_letter at once (non_retryable).
+    never_retry_on: type[BaseException] | tuple[type[BaseException], ...] | None
+    #: Seconds a retry waits after an exception of a class (or of a subclass), not the backoff.
+    retry_delays: Mapping[type[BaseException], float] | None
 
 
 # Raised by Task.upgrade. Its qualified name is stored as dead_letter.error_type (alerts and
@@ -299,6 +305,11 @@ def make_task(
         retry=RetryPolicy(
             float(options.get("retry_base", DEFAULT_RETRY_BASE)),
             float(options.get("retry_cap", DEFAULT_RETRY_CAP)),
+            *check_rules(
+                options.get("retry_on"),
+                options.get("never_retry_on"),
+                options.get("retry_delays"),
+            ),
         ),
         lease=lease,  # a float: the claim binds leases as float8[]
         at_most_once=options.get("at_most_once", False),

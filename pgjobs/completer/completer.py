@@ -138,18 +138,15 @@ class Completer:
             return _SUCCEEDED
         error = error_text(exc)
         where = f"job {job.id} ({job.task}) failed on attempt {job.attempts}/{job.max_attempts}"
-        if isinstance(exc, NonRetryableError) or job.is_last_attempt:
-            reason = (
-                DeadReason.NON_RETRYABLE
-                if isinstance(exc, NonRetryableError)
-                else DeadReason.EXHAUSTED
-            )
+        worth_retry = not isinstance(exc, NonRetryableError) and task.retry.retries(exc)
+        if not worth_retry or job.is_last_attempt:
+            reason = DeadReason.EXHAUSTED if worth_retry else DeadReason.NON_RETRYABLE
             error_type = storable(f"{type(exc).__module__}.{type(exc).__qualname__}")
             trace = traceback_text(exc)
             self.outcomes.bury(job, reason, error, error_type, trace)
             log.warning("%s: %s; sent to dead_letter (%s)", where, error, reason)
             return _DEAD
-        delay = task.retry.delay(job.attempts)
+        delay = task.retry.delay(job.attempts, exc)
         self.outcomes.retry(job, delay, error)
         log.warning("%s: %s; retry in %.1fs", where, error, delay)
         return _RETRIED
