@@ -14,6 +14,7 @@ from pgjobs.errors import (
     PgjobsError,
     QueryFailed,
     SchemaMissing,
+    Snooze,
     UnknownTask,
 )
 from pgjobs.models import DeadGroup, DeadJob, Job, JobHistory, JobStatus, QueueStats
@@ -44,6 +45,7 @@ __all__ = [
     "Rate",
     "RetryPolicy",
     "SchemaMissing",
+    "Snooze",
     "Task",
     "UnknownTask",
     "Worker",

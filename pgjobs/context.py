@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
-from pgjobs.errors import ConfigurationError, PgjobsError
+from pgjobs.errors import ConfigurationError, PgjobsError, Snooze
 from pgjobs.models import Job
 
 #: Longest lease extension (seconds): a year. A job that runs longer extends again.
@@ -69,6 +69,14 @@ class JobContext:
                 f"extend_lease takes seconds > 0 and at most {MAX_EXTENSION:.0f}, got {seconds!r}"
             )
         self._extend(self, value)
+
+    def snooze(self, seconds: float) -> NoReturn:
+        """Put this job back in the queue for ``seconds`` without spending an attempt: raises
+        ``pgjobs.Snooze(seconds)``, which ends the handler (let it propagate).
+
+        Example: ``pgjobs.current_job().snooze(30)``
+        """
+        raise Snooze(seconds)
 
 
 _current_job: contextvars.ContextVar[JobContext] = contextvars.ContextVar("pgjobs_current_job")

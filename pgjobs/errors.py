@@ -53,6 +53,36 @@ class NonRetryableError(Exception):
     """
 
 
+#: The longest a job may snooze at once: a year, in seconds.
+MAX_SNOOZE = 366 * 86_400.0
+
+
+class Snooze(Exception):  # noqa: N818: raised to snooze, as the issue and docs name it
+    """Raise from a handler to put its job back in the queue for ``seconds`` without spending an
+    attempt (the data it waits for is not there yet). A task's ``max_snoozes`` (100) bounds how
+    many times a job may snooze: one more goes to ``dead_letter`` with reason ``snoozed_out``.
+
+    Example::
+
+        @app.task()
+        def publish(report_id: int) -> None:
+            if not ready(report_id):
+                raise pgjobs.Snooze(30)
+    """
+
+    def __init__(self, seconds: float) -> None:
+        try:
+            value = float(seconds)
+        except (TypeError, ValueError, OverflowError):
+            value = float("nan")
+        if not 0 <= value <= MAX_SNOOZE:  # NaN and infinity too
+            raise ValueError(
+                f"Snooze takes seconds from 0 to {MAX_SNOOZE:.0f} (a year), got {seconds!r}"
+            )
+        super().__init__(f"snoozed for {value:g}s")
+        self.seconds = value
+
+
 class JobNotFound(PgjobsError):
     """No job with this id is where the operation looks for it (or anywhere)."""
 

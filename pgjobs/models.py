@@ -53,6 +53,8 @@ class DeadReason(enum.StrEnum):
     #: Its handler ran longer than the task's ``timeout`` on the last attempt (or on any attempt
     #: of an at-most-once task).
     TIMEOUT = "timeout"
+    #: The handler snoozed the job more times than its task's ``max_snoozes``.
+    SNOOZED_OUT = "snoozed_out"
 
 
 class Unloadable:
@@ -119,6 +121,8 @@ class Job(NamedTuple):
     group_key: str | None = None
     #: The unique key it was enqueued with (``enqueue(..., unique_key=...)``), or None.
     unique_key: str | None = None
+    #: How many times its handler snoozed it (``raise pgjobs.Snooze(seconds)``).
+    snoozes: int = 0
 
     @property
     def is_last_attempt(self) -> bool:

@@ -25,7 +25,7 @@ LISTEN_JOBS = f'LISTEN "{NOTIFY_CHANNEL}"'
 JOB_COLUMNS = (
     "id, queue, task, payload, priority, run_at, attempts, max_attempts, lease_owner, "
     "lease_expires_at, last_error, created_at, expires_at, idempotency_key, payload_version, "
-    "trace_context, group_key, unique_key"
+    "trace_context, group_key, unique_key, snoozes"
 )
 
 # Columns the three tables share, copied as-is when a row moves between them (the redrive record,
@@ -34,7 +34,7 @@ JOB_COLUMNS = (
 _MOVED_COLUMNS = (
     "id, queue, task, payload, priority, run_at, attempts, max_attempts, "
     "created_at, expires_at, idempotency_key, redrive_count, redriven_at, replay_of, started_at, "
-    "payload_version, trace_context, group_key, unique_key"
+    "payload_version, trace_context, group_key, unique_key, snoozes"
 )
 
 # _MOVED_COLUMNS as a row enters dead_letter: a task name too long for the (task, failed_at)
@@ -921,11 +921,12 @@ released AS (
     UPDATE queued_jobs q
     SET attempts = q.attempts - CASE WHEN g.refund THEN 1 ELSE 0 END,
         run_at = CASE WHEN g.hold > 0 THEN now() + g.hold * interval '1 second' ELSE q.run_at END,
+        snoozes = q.snoozes + CASE WHEN g.snooze THEN 1 ELSE 0 END,
         lease_owner = NULL,
         lease_expires_at = NULL
     FROM unnest(%(release_ids)s::bigint[], %(release_attempts)s::int[], %(release_refunds)s::bool[],
-                %(release_holds)s::float8[])
-        AS g(id, attempts, refund, hold)
+                %(release_holds)s::float8[], %(release_snoozes)s::bool[])
+        AS g(id, attempts, refund, hold, snooze)
     WHERE q.id = g.id AND q.attempts = g.attempts AND q.lease_owner = %(owner)s
     RETURNING q.id
 )

@@ -79,6 +79,10 @@ def _operations_columns(table: str) -> tuple[SchemaItem, ...]:
         # has not started, a second enqueue of the task with the key keeps, replaces or debounces
         # it instead of adding a job. Migration 0011.
         Column("unique_key", Text),
+        # How many times the job's handler snoozed it (``raise pgjobs.Snooze(seconds)``): back to
+        # the queue for later without spending an attempt, at most the task's ``max_snoozes``
+        # times. Migration 0012.
+        Column("snoozes", Integer, nullable=False, server_default=text("0")),
     )
 
 

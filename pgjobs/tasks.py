@@ -23,6 +23,7 @@ from pgjobs.submission import (
     DEFAULT_LEASE,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_QUEUE,
+    MAX_LIMIT,
     check_limit,
     check_max_attempts,
     check_name,
@@ -79,6 +80,13 @@ class HandlerOptions(TaskOptions, total=False):
     never_retry_on: type[BaseException] | tuple[type[BaseException], ...] | None
     #: Seconds a retry waits after an exception of a class (or of a subclass), not the backoff.
     retry_delays: Mapping[type[BaseException], float] | None
+    #: How many times a job may snooze (``raise pgjobs.Snooze(seconds)``) before one more sends
+    #: it to dead_letter as ``snoozed_out`` (100).
+    max_snoozes: int
+
+
+#: How many times a job may snooze unless its task says otherwise.
+DEFAULT_MAX_SNOOZES = 100
 
 
 # Raised by Task.upgrade. Its qualified name is stored as dead_letter.error_type (alerts and
@@ -125,6 +133,8 @@ class Task:
     debounce: float | None = None
     #: Seconds: at most one job per unique key starts per window.
     throttle: float | None = None
+    #: How many times a job may snooze before one more sends it to dead_letter (snoozed_out).
+    max_snoozes: int = DEFAULT_MAX_SNOOZES
     is_async: bool = False
     signature: inspect.Signature | None = None
     #: Set for an external task: its jobs are delivered over HTTP, not run by ``fn``.
@@ -286,6 +296,16 @@ def make_task(
     throttle = options.get("throttle")
     if throttle is not None:
         throttle = check_seconds("throttle", throttle, positive=True)
+    max_snoozes = options.get("max_snoozes", DEFAULT_MAX_SNOOZES)
+    if (
+        isinstance(max_snoozes, bool)
+        or not isinstance(max_snoozes, int)
+        or not (0 <= max_snoozes <= MAX_LIMIT)
+    ):
+        raise ConfigurationError(
+            f"max_snoozes must be a whole number in 0..{MAX_LIMIT:,}, got {max_snoozes!r}",
+            field="max_snoozes",
+        )
     signature: inspect.Signature | None = None
     types_: PayloadTypes | None = None
     model: PayloadModel | None = None
@@ -320,6 +340,7 @@ def make_task(
         ordered=ordered,
         debounce=debounce,
         throttle=throttle,
+        max_snoozes=max_snoozes,
         is_async=external is None and inspect.iscoroutinefunction(fn),
         signature=signature,
         external=external,

@@ -20,7 +20,13 @@ from pgjobs.completer.outcomes import TIMEOUT_ERROR_TYPE, Outcome, Outcomes, tim
 from pgjobs.completer.params import ClaimParams, ClaimStatus, ExtendParams
 from pgjobs.completer.trip import report_stale, settle_and_claim, settle_apart, unloadable_jobs
 from pgjobs.context import JobContext
-from pgjobs.errors import DatabaseUnavailable, NonRetryableError, QueryFailed, SchemaMissing
+from pgjobs.errors import (
+    DatabaseUnavailable,
+    NonRetryableError,
+    QueryFailed,
+    SchemaMissing,
+    Snooze,
+)
 from pgjobs.models import DeadReason, Job
 from pgjobs.tasks import Task
 from pgjobs.text import MAX_RESULT_BYTES, error_text, result_json, storable, traceback_text
@@ -36,11 +42,12 @@ LIMITS_RECHECK = 1.0
 
 # The outcomes as module globals: an enum member read through its class costs ~0.1 µs, once per
 # job on the worker's busiest path.
-_SUCCEEDED, _RETRIED, _DEAD, _RELEASED = (
+_SUCCEEDED, _RETRIED, _DEAD, _RELEASED, _SNOOZED = (
     Outcome.SUCCEEDED,
     Outcome.RETRIED,
     Outcome.DEAD,
     Outcome.RELEASED,
+    Outcome.SNOOZED,
 )
 
 
@@ -136,6 +143,8 @@ class Completer:
         if exc is None:
             self.outcomes.succeed(job, result_json(result, self._max_result_bytes))
             return _SUCCEEDED
+        if isinstance(exc, Snooze):
+            return self._snoozed(job, task, exc)
         error = error_text(exc)
         where = f"job {job.id} ({job.task}) failed on attempt {job.attempts}/{job.max_attempts}"
         worth_retry = not isinstance(exc, NonRetryableError) and task.retry.retries(exc)
@@ -150,6 +159,21 @@ class Completer:
         self.outcomes.retry(job, delay, error)
         log.warning("%s: %s; retry in %.1fs", where, error, delay)
         return _RETRIED
+
+    def _snoozed(self, job: Job, task: Task, snooze: Snooze) -> Outcome:
+        """``job``'s handler snoozed it: back to the queue for ``snooze.seconds``, its attempt
+        refunded; past its task's ``max_snoozes``, to dead_letter (``snoozed_out``)."""
+        if job.snoozes >= task.max_snoozes:
+            error = (
+                f"snoozed out: the job snoozed {job.snoozes + 1} times, more than its task's "
+                f"max_snoozes ({task.max_snoozes})"
+            )
+            self.outcomes.bury(job, DeadReason.SNOOZED_OUT, error, "pgjobs.errors.Snooze")
+            log.warning("job %d (%s): %s; sent to dead_letter", job.id, job.task, error)
+            return _DEAD
+        self.outcomes.release(job, refund=True, hold=snooze.seconds, snooze=True)
+        log.debug("job %d (%s) snoozed for %gs", job.id, job.task, snooze.seconds)
+        return _SNOOZED
 
     def timed_out(self, job: Job, task: Task, timeout: float) -> Outcome:
         """``job``'s handler ran longer than ``timeout`` seconds: the attempt failed with reason

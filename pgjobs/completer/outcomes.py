@@ -28,6 +28,9 @@ class Outcome(enum.StrEnum):
     DEAD = "dead"
     #: Given back to the queue unfinished (cancelled, or the worker shut down while it ran).
     RELEASED = "released"
+    #: The handler snoozed it (``pgjobs.Snooze``): back to the queue for later, its attempt
+    #: refunded.
+    SNOOZED = "snoozed"
     #: An external task's job handed to its downstream: it stays running under its lease until
     #: the downstream reports (decided by the worker's delivery, not by the completer).
     DELIVERED = "delivered"
@@ -96,14 +99,18 @@ class Outcomes:
         batch.dead_errors.append(error)
         batch.dead_tracebacks.append(traceback)
 
-    def release(self, job: Attempt, *, refund: bool, hold: float = 0.0) -> None:
-        """Give ``job`` back to the queue; ``refund`` when it never started running. With
-        ``hold`` (seconds) > 0 no worker claims it again before then."""
+    def release(
+        self, job: Attempt, *, refund: bool, hold: float = 0.0, snooze: bool = False
+    ) -> None:
+        """Give ``job`` back to the queue; ``refund`` when it never started running, or its
+        handler snoozed it (``snooze``: counted). With ``hold`` (seconds) > 0 no worker claims
+        it again before then."""
         batch = self._batch
         batch.release_ids.append(job.id)
         batch.release_attempts.append(job.attempts)
         batch.release_refunds.append(refund)
         batch.release_holds.append(hold)
+        batch.release_snoozes.append(snooze)
 
     def drain(self) -> SettleParams:
         """Everything buffered, as the settle statement's parameters; empties the buffer."""

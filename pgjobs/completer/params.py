@@ -204,6 +204,8 @@ class SettleParams:
     release_refunds: list[bool] = field(default_factory=list)
     #: Seconds before a released job may be claimed again (0: at once).
     release_holds: list[float] = field(default_factory=list)
+    #: The release is the handler's snooze (counted against its task's ``max_snoozes``).
+    release_snoozes: list[bool] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.ok_ids) + len(self.retry_ids) + len(self.dead_ids) + len(self.release_ids)
