@@ -37,8 +37,9 @@ class RetryPolicy:
     cap: float = DEFAULT_RETRY_CAP
     retry_on: tuple[type[BaseException], ...] | None = None
     never_retry_on: tuple[type[BaseException], ...] = ()
+    # Compared, not hashed (a mapping has no hash): a task stays hashable.
     delays: Mapping[type[BaseException], float] = field(
-        default_factory=lambda: MappingProxyType({})
+        default_factory=lambda: MappingProxyType({}), hash=False
     )
 
     def __post_init__(self) -> None:

@@ -51,3 +51,12 @@ def test_a_retry_after_that_is_not_a_sane_number_of_seconds_is_ignored(value):
 def test_a_single_class_is_a_tuple_of_one():
     on, never, delays = check_rules(TimeoutError, [ValueError, KeyError], None)
     assert on == (TimeoutError,) and never == (ValueError, KeyError) and dict(delays) == {}
+
+
+def test_a_task_with_retry_delays_stays_hashable():
+    # Tasks are put in sets and dict keys; the mapping of delays is compared, not hashed.
+    from pgjobs.tasks import make_task
+
+    task = make_task(lambda: None, name="t.hashable", retry_delays={Upstream: 3})
+    assert task in {task}
+    assert RetryPolicy(delays={Upstream: 1}) != RetryPolicy()
