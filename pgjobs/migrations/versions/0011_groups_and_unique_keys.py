@@ -183,10 +183,11 @@ def downgrade() -> None:
             "ix_queued_jobs_claim_0010",
             tuple(name for _, name, _ in NEW_INDEXES if name != "ix_queued_jobs_claim_0011"),
         )
-    # In the order a worker's statements lock them (queued_jobs first), as in 0009's downgrade.
+    # In the order a worker's statements lock them (queued_jobs first, then the archive and the
+    # dead letter its trips write), as in 0009's downgrade.
     op.execute(
-        "LOCK TABLE queued_jobs, pgjobs_queues, pgjobs_group_states, pgjobs_throttles "
-        "IN ACCESS EXCLUSIVE MODE"
+        "LOCK TABLE queued_jobs, archived_jobs, dead_letter, pgjobs_queues, pgjobs_group_states, "
+        "pgjobs_throttles IN ACCESS EXCLUSIVE MODE"
     )
     op.drop_table("pgjobs_throttles")
     op.drop_table("pgjobs_group_states")

@@ -13,9 +13,10 @@ Online safety: a NOT NULL column with a constant default is a catalog change sin
 (no rewrite of the hot table nor of the archive's partitions), in one short transaction. The
 wider reason check is added NOT VALID under a temporary name and validated outside any
 transaction, then takes the old check's name, as in 0008. Workers of the previous release go on
-working on the migrated schema (their jobs never snooze). Downgrade turns the ``snoozed_out`` rows
-into ``non_retryable`` (what the previous release would have made of a handler's exception),
-narrows the check the same way and drops the columns.
+working on the migrated schema (their jobs never snooze). Downgrade locks the three tables in the
+order a worker's statements do, turns the ``snoozed_out`` rows into ``non_retryable`` (what the
+previous release would have made of a handler's exception) and drops the columns, then narrows
+the check the same way.
 """
 
 from __future__ import annotations
@@ -71,7 +72,12 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    # In the order a worker's statements lock them (queued_jobs first, then the archive and the
+    # dead letter), before anything else: a downgrade that began with dead_letter deadlocked
+    # with a worker's trip that held queued_jobs and waited for dead_letter.
+    op.execute("LOCK TABLE queued_jobs, archived_jobs, dead_letter IN ACCESS EXCLUSIVE MODE")
     op.execute("UPDATE dead_letter SET reason = 'non_retryable' WHERE reason = 'snoozed_out'")
-    _replace_reason_check(OLD_REASONS)
     for table in reversed(TABLES):
         op.drop_column(table, "snoozes")
+    # Its own transaction, which touches dead_letter alone.
+    _replace_reason_check(OLD_REASONS)
