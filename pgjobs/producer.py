@@ -502,13 +502,7 @@ def _insert_many(rows: Sequence[PreparedJob]) -> InsertPlan:
     for _ in range(3):
         batch = [rows[i] for i in pending]
         params = {key: [row[n] for row in batch] for n, key in enumerate(keys)}
-        still: list[int] = []
-        for position, job_id in (yield Statement(statement, params)):
-            index = pending[position - 1]
-            if job_id is None:
-                still.append(index)
-            else:
-                results[index] = int(job_id)
+        still = uniqueness.resolved(pending, (yield Statement(statement, params)), results)
         if not still:
             return [r for r in results if r is not None]
         pending = still

@@ -1561,6 +1561,27 @@ _KEY_IF_FREE = """CASE WHEN unique_key IS NOT NULL
                AND h.started_at IS NULL
          ) THEN unique_key END"""
 
+_BY_ID = "\n    ORDER BY id"
+
+
+def _requeue(columns: str, source: str, order: str = "") -> str:
+    """Two CTEs, ``keyed`` and ``unkeyed``, that insert ``source``'s rows (``columns``) into
+    queued_jobs: each with its unique key (as _KEY_IF_FREE left it), or without it when an
+    enqueue took the key meanwhile. Both return (id, queue); ``order`` sorts the inserts."""
+    return f"""keyed AS (
+    INSERT INTO queued_jobs ({columns})
+    SELECT {columns} FROM {source}{order}
+    ON CONFLICT DO NOTHING
+    RETURNING id, queue
+),
+unkeyed AS (
+    INSERT INTO queued_jobs ({columns})
+    SELECT {columns.replace("unique_key", "NULL")} FROM {source}
+    WHERE id NOT IN (SELECT id FROM keyed){order}
+    RETURNING id, queue
+)"""
+
+
 _REDRIVEN_COLUMNS = (
     "id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at, "
     "expires_at, idempotency_key, redrive_count, redriven_at, replay_of, payload_version, "
@@ -1584,19 +1605,7 @@ moving AS (
            trace_context, group_key, {_KEY_IF_FREE.format(rows="gone")} AS unique_key
     FROM gone
 ),
-keyed AS (
-    INSERT INTO queued_jobs ({_REDRIVEN_COLUMNS})
-    SELECT {_REDRIVEN_COLUMNS} FROM moving ORDER BY id
-    ON CONFLICT DO NOTHING
-    RETURNING id, queue
-),
-unkeyed AS (
-    INSERT INTO queued_jobs ({_REDRIVEN_COLUMNS})
-    SELECT {_REDRIVEN_COLUMNS.replace("unique_key", "NULL")} FROM moving
-    WHERE id NOT IN (SELECT id FROM keyed)
-    ORDER BY id
-    RETURNING id, queue
-),
+{_requeue(_REDRIVEN_COLUMNS, "moving", _BY_ID)},
 requeued AS (
     SELECT * FROM keyed UNION ALL SELECT * FROM unkeyed
 ),
@@ -1730,18 +1739,7 @@ copy AS (
            {_KEY_IF_FREE.format(rows="made")} AS unique_key
     FROM made WHERE expiry IS NULL OR expiry > now()
 ),
-keyed AS (
-    INSERT INTO queued_jobs ({_REPLAYED_COLUMNS})
-    SELECT {_REPLAYED_COLUMNS} FROM copy
-    ON CONFLICT DO NOTHING
-    RETURNING id, queue
-),
-unkeyed AS (
-    INSERT INTO queued_jobs ({_REPLAYED_COLUMNS})
-    SELECT {_REPLAYED_COLUMNS.replace("unique_key", "NULL")} FROM copy
-    WHERE id NOT IN (SELECT id FROM keyed)
-    RETURNING id, queue
-),
+{_requeue(_REPLAYED_COLUMNS, "copy")},
 queued AS (
     SELECT * FROM keyed UNION ALL SELECT * FROM unkeyed
 ),

@@ -14,7 +14,7 @@ Plain jobs never come here: their statements stay those of ``pgjobs.producer``.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from pgjobs import queries
@@ -120,6 +120,22 @@ MANY_PARAMS = (
 KEYED_PARAMS = (*MANY_PARAMS, "groups", "unique_keys", "modes", "debounces", "throttles")
 
 
+def resolved(
+    pending: list[int], answer: Iterable[tuple[Any, ...]], results: list[int | None]
+) -> list[int]:
+    """Record in ``results`` the ids a round of a keyed insert answered ((position, id) rows, a
+    position counting from 1 in ``pending``); returns the indexes still to send: those answered
+    NULL (a concurrent enqueue holds their key and has not committed yet)."""
+    still: list[int] = []
+    for position, job_id in answer:
+        index = pending[position - 1]
+        if job_id is None:
+            still.append(index)
+        else:
+            results[index] = int(job_id)
+    return still
+
+
 def merged(rows: Sequence[KeyedRow]) -> tuple[list[int], list[int]]:
     """The rows of a batch that go to the database, and for each row the position (in the
     first list) of the one that stands for it: several rows with the same task and unique key
@@ -213,13 +229,7 @@ def insert_plan(rows: Sequence[KeyedRow]) -> Generator[Statement, list[tuple[Any
             keys = {"tasks": [t for t, _ in throttled], "unique_keys": [k for _, k in throttled]}
             yield queries.JOB_THROTTLE_ENSURE, keys
         params = {name: [row[n] for row in batch] for n, name in enumerate(KEYED_PARAMS)}
-        still: list[int] = []
-        for position, job_id in (yield queries.JOB_INSERT_KEYED, params):
-            index = pending[position - 1]
-            if job_id is None:
-                still.append(index)
-            else:
-                results[index] = int(job_id)
+        still = resolved(pending, (yield queries.JOB_INSERT_KEYED, params), results)
         if not still:
             return [job_id for i in stands_for if (job_id := results[i]) is not None]
         pending = still

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 import pgjobs.testing
-from pgjobs import App
+from pgjobs import App, JobSpec, producer
 from pgjobs.db.dsn import Dsn
 from pgjobs.testing import throwaway_database
 from tests.support.helpers import pgjobs_env
@@ -96,3 +96,18 @@ def no_dsn_in_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PGJOBS_DATABASE_URL", raising=False)
     monkeypatch.delenv("DATABASE_URL", raising=False)
     monkeypatch.setenv("COLUMNS", "200")
+
+
+@pytest.fixture
+def specs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[JobSpec]]:
+    """The JobSpecs a surface (the CLI, the HTTP API) hands to the producer, which then
+    enqueues them as usual."""
+    seen: list[JobSpec] = []
+    prepare = producer.prepare
+
+    def spy(spec: JobSpec, tasks: Any) -> producer.PreparedJob:
+        seen.append(spec)
+        return prepare(spec, tasks)
+
+    monkeypatch.setattr(producer, "prepare", spy)
+    yield seen

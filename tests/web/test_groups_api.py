@@ -6,13 +6,11 @@ one error shape and write nothing; the job JSON (a job, a listing) shows ``group
 from __future__ import annotations
 
 import typing
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
 
-from pgjobs import producer
 from pgjobs.submission import ON_CONFLICT, JobSpec
 from pgjobs.web import models
 from tests.support.factories import insert_dead_raw, insert_raw
@@ -25,20 +23,6 @@ OPTIONS = {
     "on_conflict": "debounce",
     "debounce": 30,
 }
-
-
-@pytest.fixture
-def specs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[JobSpec]]:
-    """The JobSpecs the API hands to the producer, which then enqueues them as usual."""
-    seen: list[JobSpec] = []
-    prepare = producer.prepare
-
-    def spy(spec: JobSpec, tasks: Any) -> producer.PreparedJob:
-        seen.append(spec)
-        return prepare(spec, tasks)
-
-    monkeypatch.setattr(producer, "prepare", spy)
-    yield seen
 
 
 def _carried(spec: JobSpec) -> tuple[Any, ...]:

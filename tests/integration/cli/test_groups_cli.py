@@ -6,32 +6,16 @@ write nothing."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
 
-from pgjobs import producer, queues
-from pgjobs.submission import JobSpec
+from pgjobs import queues
 from tests.support.factories import insert_dead_raw, insert_raw
 from tests.support.helpers import assert_one_line_error, count, run
 
 pytestmark = pytest.mark.usefixtures("no_dsn_in_env")
-
-
-@pytest.fixture
-def specs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[JobSpec]]:
-    """The JobSpecs the command hands to the producer, which then enqueues them as usual."""
-    seen: list[JobSpec] = []
-    prepare = producer.prepare
-
-    def spy(spec: JobSpec, tasks: Any) -> producer.PreparedJob:
-        seen.append(spec)
-        return prepare(spec, tasks)
-
-    monkeypatch.setattr(producer, "prepare", spy)
-    yield seen
 
 
 def test_enqueue_passes_group_and_unique_options_to_the_job(capsys, dsn, specs):
