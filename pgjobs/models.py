@@ -26,6 +26,8 @@ class JobStatus(enum.StrEnum):
 
     READY = "ready"
     SCHEDULED = "scheduled"
+    #: In queued_jobs, waiting for the jobs it was enqueued ``after`` to succeed.
+    WAITING = "waiting"
     RUNNING = "running"
     SUCCEEDED = ArchivedStatus.SUCCEEDED.value
     CANCELLED = ArchivedStatus.CANCELLED.value
@@ -55,6 +57,8 @@ class DeadReason(enum.StrEnum):
     TIMEOUT = "timeout"
     #: The handler snoozed the job more times than its task's ``max_snoozes``.
     SNOOZED_OUT = "snoozed_out"
+    #: A job it was enqueued ``after`` (or one of theirs) ended without succeeding; it never ran.
+    DEPENDENCY_FAILED = "dependency_failed"
 
 
 class Unloadable:

@@ -34,7 +34,8 @@ JOB_COLUMNS = (
 _MOVED_COLUMNS = (
     "id, queue, task, payload, priority, run_at, attempts, max_attempts, "
     "created_at, expires_at, idempotency_key, redrive_count, redriven_at, replay_of, started_at, "
-    "payload_version, trace_context, group_key, unique_key, snoozes"
+    "payload_version, trace_context, group_key, unique_key, snoozes, tags, progress, batch_id, "
+    "watched"
 )
 
 # _MOVED_COLUMNS as a row enters dead_letter: a task name too long for the (task, failed_at)

@@ -83,6 +83,26 @@ def _operations_columns(table: str) -> tuple[SchemaItem, ...]:
         # the queue for later without spending an attempt, at most the task's ``max_snoozes``
         # times. Migration 0012.
         Column("snoozes", Integer, nullable=False, server_default=text("0")),
+        # Labels to search jobs by (``enqueue(..., tags=[...])``), e.g. "customer:42". Migration
+        # 0013, as are the three columns below.
+        Column("tags", ARRAY(Text)),
+        Index(
+            f"ix_{table}_tags",
+            "tags",
+            postgresql_using="gin",
+            postgresql_where=text("tags IS NOT NULL"),
+        ),
+        # The handler's last reported progress (``current_job().progress(...)``): done, total,
+        # message and when it was reported.
+        Column("progress", JSONB),
+        # The batch the job is a member of (pgjobs_batches.id).
+        Column("batch_id", BigInteger),
+        Index(f"ix_{table}_batch_id", "batch_id", postgresql_where=text("batch_id IS NOT NULL")),
+        # Something waits for the job's end: a job that depends on it, a caller of
+        # ``app.wait``, or the job itself waits for others. When a watched row (or a batch
+        # member's) enters archived_jobs or dead_letter, the trigger pgjobs_job_ended settles
+        # what waited (see pgjobs_dependencies); every other row costs the trigger's condition.
+        Column("watched", Boolean, nullable=False, server_default=text("false")),
     )
 
 
@@ -409,6 +429,59 @@ pgjobs_throttles = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
 )
 
+# The dependencies of jobs enqueued with ``after=[...]``: one row per (job, job it depends on),
+# kept after both have ended, for a job's page. Migration 0013.
+pgjobs_dependencies = Table(
+    "pgjobs_dependencies",
+    metadata,
+    Column("job_id", BigInteger, primary_key=True),
+    Column("depends_on", BigInteger, primary_key=True),
+    # The trigger pgjobs_job_ended finds a job's dependents by it.
+    Index("ix_pgjobs_dependencies_depends_on", "depends_on"),
+)
+
+# The jobs still waiting for dependencies, one row each. A waiting job sits in queued_jobs with
+# run_at 'infinity', which no claim takes; when the last of its dependencies succeeds, the
+# trigger deletes this row and sets the job's run_at to the time kept here (or now, if that has
+# passed). Migration 0013.
+pgjobs_waiting = Table(
+    "pgjobs_waiting",
+    metadata,
+    Column("job_id", BigInteger, primary_key=True),
+    # Its dependencies that have not succeeded yet.
+    Column("waiting_on", Integer, nullable=False),
+    # The run_at it was enqueued with.
+    Column("run_at", DateTime(timezone=True), nullable=False),
+)
+
+# Batches (``app.batch(on_complete=...)``): the counts of the members' ends and the callback job
+# the trigger pgjobs_job_ended enqueues, in the transaction that ended the last member. Its lock
+# on this row serialises members ending at once, so the callback is enqueued once. Migration 0013.
+pgjobs_batches = Table(
+    "pgjobs_batches",
+    metadata,
+    Column("id", BigInteger, Identity(always=False), primary_key=True),
+    Column("total", Integer, nullable=False),
+    # Members that have not ended yet.
+    Column("pending", Integer, nullable=False),
+    Column("succeeded", Integer, nullable=False, server_default=text("0")),
+    Column("dead", Integer, nullable=False, server_default=text("0")),
+    # Cancelled or expired.
+    Column("cancelled", Integer, nullable=False, server_default=text("0")),
+    # The callback (NULL task: none): its payload gets a "batch" key with the id and counts.
+    Column("callback_task", Text),
+    Column("callback_queue", Text),
+    Column("callback_payload", JSONB),
+    Column("callback_priority", SmallInteger),
+    Column("callback_max_attempts", Integer),
+    Column("callback_payload_version", Integer),
+    Column("callback_job_id", BigInteger),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    # When the last member ended.
+    Column("completed_at", DateTime(timezone=True)),
+    CheckConstraint("pending >= 0", name="pending_not_negative"),
+)
+
 # Periodic schedules (`@app.periodic`), one row per schedule name, written by the scheduler of
 # every worker that declares it. A due row is locked (FOR UPDATE SKIP LOCKED) while its
 # occurrences are enqueued and next_run_at advanced, so each occurrence is enqueued once.
@@ -436,4 +509,8 @@ pgjobs_schedules = Table(
     # declares it); an old value means no running worker declares it any more.
     Column("declared_at", DateTime(timezone=True), nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    # `pgjobs schedule pause`: a paused schedule enqueues nothing until resumed (NULL: active);
+    # who paused it. Migration 0013.
+    Column("paused_at", DateTime(timezone=True)),
+    Column("paused_by", Text),
 )
