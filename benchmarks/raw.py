@@ -7,6 +7,13 @@ The consumers run as subprocesses, like pgjobs workers do::
     python -m benchmarks.raw trip --dsn URL [--batch 100]
     python -m benchmarks.raw listen --dsn URL --file PATH
     python -m benchmarks.raw sleep --dsn URL [--concurrency 300] [--threads]
+    python -m benchmarks.raw narrow --dsn URL [--batch 100]
+
+Two references. The first ones (``process``, ``trip``, ``listen``, ``sleep``, the enqueue
+functions) run on pgjobs' own tables: they measure what pgjobs' code costs on pgjobs' schema.
+The narrow ones (``NARROW_*``, ``narrow_*``) run on the narrowest tables that still hold a job,
+in the schema ``narrow`` of the benchmark database: the gap to them is the price of pgjobs'
+schema (its indexes, columns and partitions) as well as of its code.
 """
 
 from __future__ import annotations
@@ -119,6 +126,152 @@ def trip(dsn: str, batch: int) -> None:
             params["ids"] = [job_id for job_id, _task, _payload in jobs]
 
 
+# -- the narrowest tables -------------------------------------------------------------------------
+
+#: The narrow tables (``narrow_create``): a queue table with its primary key and ONE partial
+#: index, the claim's; an archive of the same columns plus ``finished_at`` and ``status``, and no
+#: index at all. Defaults fill what an enqueue does not send.
+NARROW_DDL = """
+CREATE SCHEMA IF NOT EXISTS narrow;
+CREATE TABLE IF NOT EXISTS narrow.queued_jobs (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    queue text NOT NULL,
+    payload jsonb NOT NULL,
+    priority smallint NOT NULL DEFAULT 0,
+    run_at timestamptz NOT NULL DEFAULT now(),
+    attempts int NOT NULL DEFAULT 0,
+    max_attempts int NOT NULL DEFAULT 5,
+    locked_until timestamptz,
+    locked_by text,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS queued_jobs_ready ON narrow.queued_jobs (queue, priority, run_at)
+    WHERE locked_until IS NULL;
+CREATE TABLE IF NOT EXISTS narrow.archived_jobs (
+    id bigint NOT NULL,
+    queue text NOT NULL,
+    payload jsonb NOT NULL,
+    priority smallint NOT NULL,
+    run_at timestamptz NOT NULL,
+    attempts int NOT NULL,
+    max_attempts int NOT NULL,
+    locked_until timestamptz,
+    locked_by text,
+    created_at timestamptz NOT NULL,
+    finished_at timestamptz NOT NULL,
+    status text NOT NULL
+)
+"""
+
+#: Enqueue one job, in its own (autocommit) transaction.
+NARROW_INSERT_ONE = "INSERT INTO narrow.queued_jobs (queue, payload) VALUES (%s, %s) RETURNING id"
+
+#: Enqueue many jobs by COPY (ids and defaults filled in by the server).
+NARROW_COPY = "COPY narrow.queued_jobs (queue, payload) FROM STDIN"
+
+#: Enqueue many jobs in one INSERT of an array of payloads (no ids sent back, as by COPY).
+NARROW_INSERT_MANY = """
+INSERT INTO narrow.queued_jobs (queue, payload)
+SELECT %(queue)s, payload::jsonb FROM unnest(%(payloads)s::text[]) AS payload
+"""
+
+#: Archive the previous batch (``ids``) and claim the next ``limit`` ready jobs, in one statement.
+#: Lower priorities first, as the claim index is ordered.
+NARROW_TRIP = """
+WITH done AS (DELETE FROM narrow.queued_jobs WHERE id = ANY(%(ids)s::bigint[]) RETURNING *),
+archived AS (
+    INSERT INTO narrow.archived_jobs (id, queue, payload, priority, run_at, attempts,
+                                      max_attempts, locked_until, locked_by, created_at,
+                                      finished_at, status)
+    SELECT id, queue, payload, priority, run_at, attempts, max_attempts, locked_until,
+           locked_by, created_at, now(), 'succeeded'
+    FROM done
+),
+claimed AS (
+    UPDATE narrow.queued_jobs
+    SET attempts = attempts + 1,
+        locked_until = now() + interval '5 minutes',
+        locked_by = %(owner)s
+    WHERE id = ANY(ARRAY(
+        SELECT id FROM narrow.queued_jobs
+        WHERE queue = %(queue)s AND locked_until IS NULL AND run_at <= now()
+        ORDER BY priority, run_at
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ))
+    RETURNING id, payload
+)
+SELECT id, payload FROM claimed
+"""
+
+
+def narrow_create(conn: psycopg.Connection[Any]) -> None:
+    """Create the narrow tables if they are not there yet (``conn`` must be autocommit)."""
+    conn.execute(NARROW_DDL)
+
+
+def narrow_reset(conn: psycopg.Connection[Any]) -> None:
+    """Empty the narrow tables (creating them first if needed)."""
+    narrow_create(conn)
+    conn.execute("TRUNCATE narrow.queued_jobs, narrow.archived_jobs")
+
+
+def narrow_fill(conn: psycopg.Connection[Any], jobs: int) -> int:
+    """Insert ``jobs`` ready jobs into the narrow queue (server-side) and vacuum; returns a
+    marker: every job inserted from now on has a larger id."""
+    row = conn.execute(
+        "SELECT nextval(pg_get_serial_sequence('narrow.queued_jobs', 'id'))"
+    ).fetchone()
+    assert row is not None
+    conn.execute(
+        "INSERT INTO narrow.queued_jobs (queue, payload) "
+        "SELECT %s, '{}'::jsonb FROM generate_series(1, %s)",
+        (QUEUE, jobs),
+    )
+    conn.execute("VACUUM ANALYZE narrow.queued_jobs")
+    return int(row[0])
+
+
+def narrow_enqueue_one_by_one(conn: psycopg.Connection[Any], payloads: Iterable[Any]) -> None:
+    """One autocommit INSERT per job into the narrow queue (``conn`` must be autocommit)."""
+    for payload in payloads:
+        conn.execute(NARROW_INSERT_ONE, (QUEUE, json.dumps(payload)), prepare=True).fetchone()
+
+
+def narrow_enqueue_copy(conn: psycopg.Connection[Any], payloads: Iterable[Any]) -> None:
+    """One COPY of all ``payloads`` into the narrow queue, in one transaction."""
+    with conn.transaction(), conn.cursor() as cursor, cursor.copy(NARROW_COPY) as copy:
+        for payload in payloads:
+            copy.write_row((QUEUE, json.dumps(payload)))
+
+
+def narrow_enqueue_unnest(conn: psycopg.Connection[Any], payloads: Iterable[Any]) -> None:
+    """One INSERT … unnest of all ``payloads`` into the narrow queue (autocommit: one
+    transaction)."""
+    params = {"queue": QUEUE, "payloads": [json.dumps(payload) for payload in payloads]}
+    conn.execute(NARROW_INSERT_MANY, params, prepare=True)
+
+
+def narrow(dsn: str, batch: int) -> None:
+    """The leanest loop on the narrow tables: one prepared statement per batch archives the
+    previous batch and claims the next (``NARROW_TRIP``); until no job is ready."""
+    params: dict[str, Any] = {
+        "owner": f"narrow:{os.getpid()}",
+        "queue": QUEUE,
+        "limit": batch,
+        "ids": [],
+    }
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while True:
+            jobs = conn.execute(NARROW_TRIP, params, prepare=True).fetchall()
+            if not jobs:
+                return
+            params["ids"] = [job_id for job_id, _payload in jobs]
+
+
+# -- the other consumers on pgjobs' tables -----------------------------------------------------
+
+
 def listen(dsn: str, path: str) -> None:
     """Wait for NOTIFY, claim what is ready, write "n time.time()" per job to ``path``, archive.
 
@@ -167,7 +320,7 @@ async def sleep(dsn: str, concurrency: int, threads: bool) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.raw", description=__doc__)
-    parser.add_argument("mode", choices=["process", "trip", "listen", "sleep"])
+    parser.add_argument("mode", choices=["process", "trip", "listen", "sleep", "narrow"])
     parser.add_argument("--dsn", required=True)
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--file")
@@ -178,6 +331,8 @@ def main() -> None:
         process(args.dsn, args.batch)
     elif args.mode == "trip":
         trip(args.dsn, args.batch)
+    elif args.mode == "narrow":
+        narrow(args.dsn, args.batch)
     elif args.mode == "listen":
         listen(args.dsn, args.file)
     else:
