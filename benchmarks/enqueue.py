@@ -1,4 +1,6 @@
-"""Group a: enqueue throughput, one job per call and 1,000 per call, beside raw INSERT and COPY.
+"""Group a: enqueue throughput, one job per call and 1,000 per call, beside raw INSERT and COPY:
+on pgjobs' own ``queued_jobs``, and on the narrowest table that holds a job (``benchmarks/raw.py``'s
+narrow reference: COPY, INSERT … unnest, one autocommit INSERT).
 
 Each call is timed from the application's side (building the jobs included). A run starts on an
 empty ``queued_jobs`` and interleaves the ways in small chunks (200 single jobs, or one batch),
@@ -22,6 +24,8 @@ from pgjobs import JobSpec, producer
 BATCH = 1_000
 #: Single jobs per chunk of a run (each way enqueues this many before the next way's turn).
 CHUNK = 200
+#: ``enqueue_many`` against the narrow COPY (performance round 3's target).
+NARROW_GOAL = 0.85
 
 
 def run(ctx: Context) -> list[Row]:
@@ -53,14 +57,33 @@ def run(ctx: Context) -> list[Row]:
     def raw_bulk() -> None:
         raw.enqueue_copy(conn, "bench.noop", ({"n": n} for n in range(BATCH)))
 
+    def narrow_single() -> None:
+        raw.narrow_enqueue_one_by_one(conn, ({"n": n} for n in range(CHUNK)))
+
+    def narrow_copy() -> None:
+        raw.narrow_enqueue_copy(conn, ({"n": n} for n in range(BATCH)))
+
+    def narrow_unnest() -> None:
+        raw.narrow_enqueue_unnest(conn, ({"n": n} for n in range(BATCH)))
+
     # Each group of ways (name: a chunk's call), the jobs of a chunk, the chunks of a run.
     groups: list[tuple[dict[str, Callable[[], None]], int, int]] = [
-        ({"pgjobs_single": pgjobs_single, "raw_single": raw_single}, CHUNK, single_chunks),
+        (
+            {
+                "pgjobs_single": pgjobs_single,
+                "raw_single": raw_single,
+                "narrow_single": narrow_single,
+            },
+            CHUNK,
+            single_chunks,
+        ),
         (
             {
                 "pgjobs_bulk": pgjobs_bulk,
                 "pgjobs_bulk_unnest": pgjobs_bulk_unnest,
                 "raw_bulk": raw_bulk,
+                "narrow_copy": narrow_copy,
+                "narrow_unnest": narrow_unnest,
             },
             BATCH,
             batches,
@@ -68,11 +91,13 @@ def run(ctx: Context) -> list[Row]:
     ]
     measured: dict[str, list[float]] = {name: [] for ways, _, _ in groups for name in ways}
     try:
+        raw.narrow_reset(conn)
         app.enqueue("bench.noop", {})  # open the pool and prepare its statements
         raw.enqueue_one_by_one(conn, "bench.noop", [{}])
+        raw.narrow_enqueue_one_by_one(conn, [{}])
         for _ in range(ctx.repeats):
             for ways, jobs, chunks in groups:
-                db.conn.execute("TRUNCATE queued_jobs")
+                db.conn.execute("TRUNCATE queued_jobs, narrow.queued_jobs")
                 for name, rate in _interleaved(ways, jobs, chunks).items():
                     measured[name].append(rate)
                     say(f"  enqueue {name}: {rate:,.0f} jobs/s")
@@ -80,6 +105,7 @@ def run(ctx: Context) -> list[Row]:
         app.close()
         conn.close()
         db.conn.execute("TRUNCATE queued_jobs")
+        raw.narrow_reset(db.conn)
 
     def figure(name: str) -> Figure:
         return Figure("jobs/s", measured[name])
@@ -97,6 +123,8 @@ def run(ctx: Context) -> list[Row]:
             ratio_target("≥ 85% of raw", ratio("pgjobs_single", "raw_single"), 0.85),
             "pgjobs also NOTIFYs and validates",
             {"jobs": single},
+            narrow=figure("narrow_single"),
+            narrow_name="one autocommit INSERT per job",
         ),
         Row(
             "enqueue",
@@ -107,6 +135,11 @@ def run(ctx: Context) -> list[Row]:
             ratio_target("≥ 70% of raw", ratio("pgjobs_bulk", "raw_bulk"), 0.70),
             "ids returned in order",
             {"jobs": batches * BATCH},
+            narrow=figure("narrow_copy"),
+            narrow_name=f"COPY of {BATCH:,} rows per commit",
+            narrow_target=ratio_target(
+                "≥ 85% of narrow raw COPY", ratio("pgjobs_bulk", "narrow_copy"), NARROW_GOAL
+            ),
         ),
         Row(
             "enqueue",
@@ -117,6 +150,8 @@ def run(ctx: Context) -> list[Row]:
             None,
             f"COPY path: {ratio('pgjobs_bulk', 'pgjobs_bulk_unnest'):.2f}x this",
             {"jobs": batches * BATCH},
+            narrow=figure("narrow_unnest"),
+            narrow_name=f"INSERT … unnest of {BATCH:,} rows per commit",
         ),
     ]
 

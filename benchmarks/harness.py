@@ -173,17 +173,20 @@ class BenchDatabase:
         for table in tables:
             self.conn.execute(sql.SQL("VACUUM ANALYZE {}").format(sql.Identifier(table)))
 
-    def archived_window(self, marker: int) -> Window:
-        """The jobs archived with ids above ``marker``, and the span of their ``finished_at``."""
+    def archived_window(self, marker: int, table: str = "archived_jobs") -> Window:
+        """The jobs archived with ids above ``marker``, and the span of their ``finished_at``
+        (``table``: pgjobs' archive, or the narrow reference's ``narrow.archived_jobs``)."""
         row = self.conn.execute(
-            """
-            WITH run AS (SELECT finished_at FROM archived_jobs WHERE id > %(marker)s)
+            sql.SQL(
+                """
+            WITH run AS (SELECT finished_at FROM {table} WHERE id > %(marker)s)
             SELECT count(*),
                    count(*) FILTER (WHERE finished_at = (SELECT min(finished_at) FROM run)),
                    coalesce(extract(epoch FROM min(finished_at)), 0)::float8,
                    coalesce(extract(epoch FROM max(finished_at)), 0)::float8
             FROM run
-            """,
+            """
+            ).format(table=sql.Identifier(*table.split("."))),
             {"marker": marker},
         ).fetchone()
         assert row is not None

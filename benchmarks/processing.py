@@ -1,5 +1,6 @@
 """Group b: processing of pre-filled no-op jobs by `pgjobs work --burst` subprocesses, beside raw
-SQL consumers (claim a batch with SKIP LOCKED, then archive it in one statement).
+SQL consumers (claim a batch with SKIP LOCKED, then archive it in one statement): on pgjobs' own
+tables, and on the narrowest tables that hold a job (``benchmarks/raw.py``'s narrow reference).
 
 Throughput is read from the database, not timed around the process: the jobs archived after the
 first batch over the span of ``finished_at``, so worker startup and shutdown do not count.
@@ -11,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks import harness
+from benchmarks import harness, raw
 from benchmarks.harness import BenchmarkError, Context, say
 from benchmarks.report import Figure, Row, limit_target, ratio_target
 
@@ -20,7 +21,8 @@ from benchmarks.report import Figure, Row, limit_target, ratio_target
 class Setup:
     """One way of processing ``jobs`` pre-filled jobs."""
 
-    #: "pgjobs" (worker processes) or "raw" (benchmarks/raw.py consumers).
+    #: "pgjobs" (worker processes), "raw" (benchmarks/raw.py consumers on pgjobs' tables) or
+    #: "narrow" (benchmarks/raw.py's narrow loop on its own tables).
     kind: str
     processes: int
     #: The worker's --concurrency, or the raw consumer's claim batch size.
@@ -33,6 +35,12 @@ class Setup:
     mode: str = "process"
 
     def label(self) -> str:
+        if self.kind == "narrow":
+            procs = "1 process" if self.processes == 1 else f"{self.processes} processes"
+            return (
+                f"archive the last {self.width} and claim {self.width} in one prepared "
+                f"statement, narrow tables; {procs}"
+            )
         if self.kind == "raw":
             conns = "1 connection" if self.processes == 1 else f"{self.processes} connections"
             if self.mode == "trip":
@@ -73,7 +81,9 @@ class Run:
 
 
 def _commands(ctx: Context, setup: Setup, burst: bool) -> list[list[str]]:
-    if setup.kind == "raw":
+    if setup.kind == "narrow":
+        command = harness.raw_client("narrow", ctx.db.url, "--batch", str(setup.width))
+    elif setup.kind == "raw":
         command = harness.raw_client(setup.mode, ctx.db.url, "--batch", str(setup.width))
     else:
         command = harness.pgjobs_worker(ctx.db.url, setup.width, burst=burst)
@@ -89,13 +99,17 @@ def run_once(ctx: Context, setup: Setup, *, reset: bool = True, burst: bool = Tr
     db = ctx.db
     if reset:
         db.reset()
-    marker = db.fill_ready(setup.jobs, setup.task)
+    if setup.kind == "narrow":
+        raw.narrow_reset(db.conn)  # the narrow tables, created on first use
+        marker = raw.narrow_fill(db.conn, setup.jobs)
+    else:
+        marker = db.fill_ready(setup.jobs, setup.task)
     pg_cpu = harness.BackendCpu(db) if db.local else None
     transactions = db.transactions()
     workers = [ctx.procs.start(command) for command in _commands(ctx, setup, burst)]
     client = harness.CpuTrace()
     deadline = time.monotonic() + 120 + setup.jobs / 300
-    stopping = setup.kind == "raw" or burst
+    stopping = setup.kind != "pgjobs" or burst
     checked = time.monotonic()
     while any(worker.poll() is None for worker in workers):
         client.sample([worker.popen.pid for worker in workers])
@@ -114,7 +128,9 @@ def run_once(ctx: Context, setup: Setup, *, reset: bool = True, burst: bool = Tr
         if worker.returncode != 0:
             raise BenchmarkError(f"{worker.describe()} exited with {worker.returncode}")
     db.wait_for_disconnects()
-    window = db.archived_window(marker)
+    window = db.archived_window(
+        marker, "narrow.archived_jobs" if setup.kind == "narrow" else "archived_jobs"
+    )
     if window.count != setup.jobs:
         raise BenchmarkError(
             f"{setup.label()}: {window.count} of {setup.jobs} jobs archived; "
@@ -154,12 +170,15 @@ def _median(values: list[float]) -> float:
     return sorted(values)[len(values) // 2]
 
 
+def _client_us(runs: list[Run]) -> str:
+    known = [x for run in runs if (x := run.client_us_per_job) is not None]
+    return f"{_median(known):.0f} µs" if known else "? µs"
+
+
 def client_note(pgjobs: list[Run], raw: list[Run]) -> str:
     """Where the time goes: client CPU per job, and jobs per database transaction."""
 
-    def us(runs: list[Run]) -> str:
-        known = [x for run in runs if (x := run.client_us_per_job) is not None]
-        return f"{_median(known):.0f} µs" if known else "? µs"
+    us = _client_us
 
     def per_xact(runs: list[Run]) -> float:
         return _median([run.jobs / max(run.transactions, 1) for run in runs])
@@ -206,11 +225,18 @@ def setups(ctx: Context) -> dict[str, Setup]:
         "raw_2": Setup("raw", 2, 100, jobs),
         "trip_1": Setup("raw", 1, 100, ctx.size(50_000, 10_000), mode="trip"),
         "trip_2": Setup("raw", 2, 100, jobs, mode="trip"),
+        "narrow_1": Setup("narrow", 1, 100, ctx.size(50_000, 10_000)),
+        "narrow_2": Setup("narrow", 2, 100, jobs),
     }
 
 
 #: The issue's targets: one process, and two, against the one-trip loop on as many connections.
 GOALS = {"c32": 0.70, "2x32": 0.70}
+#: Performance round 3's targets: one process, and two, against the narrow loop in as many
+#: processes.
+NARROW_GOALS = {"c32": 0.85, "2x32": 0.75}
+#: The narrow loop beside each row that has one (as many processes).
+NARROW_PAIRS = {"c32": "narrow_1", "c32_sync": "narrow_1", "2x32": "narrow_2"}
 #: Client CPU per no-op job (µs) at --concurrency 32, async and sync handlers.
 CLIENT_GOALS = {"c32": 20.0, "c32_sync": 30.0}
 
@@ -224,7 +250,7 @@ def run(ctx: Context) -> list[Row]:
         ("c32_sync", "trip_1"),
         ("2x32", "trip_2"),
     )
-    wanted = dict.fromkeys(name for pair in pairs for name in pair)
+    wanted = dict.fromkeys([*(name for pair in pairs for name in pair), *NARROW_PAIRS.values()])
     results = measure(ctx, [named[name] for name in wanted])
     runs = {name: results[named[name]] for name in wanted}
     rows = []
@@ -238,18 +264,19 @@ def run(ctx: Context) -> list[Row]:
                 figure.median / reference.median,
                 GOALS[name],
             )
-        rows.append(
-            Row(
-                "processing",
-                named[name].label(),
-                figure,
-                reference,
-                named[raw_name].label(),
-                target,
-                client_note(runs[name], runs[raw_name]),
-                {"pgjobs": details(runs[name]), "raw": details(runs[raw_name])},
-            )
+        row = Row(
+            "processing",
+            named[name].label(),
+            figure,
+            reference,
+            named[raw_name].label(),
+            target,
+            client_note(runs[name], runs[raw_name]),
+            {"pgjobs": details(runs[name]), "raw": details(runs[raw_name])},
         )
+        if name in NARROW_PAIRS:
+            _add_narrow(row, named[NARROW_PAIRS[name]], runs[NARROW_PAIRS[name]], name)
+        rows.append(row)
     for name, goal in CLIENT_GOALS.items():
         client = client_figure(runs[name])
         rows.append(
@@ -260,9 +287,28 @@ def run(ctx: Context) -> list[Row]:
                 client_figure(runs["trip_1"]),
                 named["trip_1"].label(),
                 limit_target(f"≤ {goal:.0f} µs", client, goal),
+                narrow=client_figure(runs["narrow_1"]),
+                narrow_name=named["narrow_1"].label(),
             )
         )
+    # PostgreSQL's CPU per job, from these same runs, beside both references (group f).
+    from benchmarks import pgcpu
+
+    rows += pgcpu.rows(ctx, named, runs)
     return rows
+
+
+def _add_narrow(row: Row, setup: Setup, runs: list[Run], name: str) -> None:
+    """Put the narrow loop's figure (``setup``, ``runs``) beside ``row``, with its target."""
+    row.narrow = rates(runs)
+    row.narrow_name = setup.label()
+    row.details["narrow"] = details(runs)
+    if name in NARROW_GOALS and row.pgjobs is not None:
+        goal = NARROW_GOALS[name]
+        row.narrow_target = ratio_target(
+            f"≥ {goal:.0%} of narrow raw", row.pgjobs.median / row.narrow.median, goal
+        )
+    row.note += f"; narrow raw client CPU/job {_client_us(runs)}"
 
 
 def client_figure(runs: list[Run]) -> Figure | None:

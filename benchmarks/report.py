@@ -83,13 +83,22 @@ class Row:
     #: What the reference column holds for this row: raw SQL, or (the api group) pgjobs' own
     #: Python API measured in the same run.
     reference: str = "raw"
+    #: The second reference of the processing, enqueue and PostgreSQL CPU rows: the narrowest
+    #: raw SQL (``benchmarks/raw.py``'s narrow tables), what it does, and the issue's target
+    #: against it.
+    narrow: Figure | None = None
+    narrow_name: str = ""
+    narrow_target: Target | None = None
 
     @property
     def ratio(self) -> float | None:
         """pgjobs' median over the raw median."""
-        if self.pgjobs is None or self.raw is None or not self.raw.median:
-            return None
-        return self.pgjobs.median / self.raw.median
+        return _ratio(self.pgjobs, self.raw)
+
+    @property
+    def narrow_ratio(self) -> float | None:
+        """pgjobs' median over the narrow reference's median."""
+        return _ratio(self.pgjobs, self.narrow)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -101,9 +110,19 @@ class Row:
             "reference": self.reference,
             "ratio": self.ratio,
             "target": self.target.to_json() if self.target else None,
+            "narrow": self.narrow.to_json() if self.narrow else None,
+            "narrow_name": self.narrow_name,
+            "narrow_ratio": self.narrow_ratio,
+            "narrow_target": self.narrow_target.to_json() if self.narrow_target else None,
             "note": self.note,
             "details": self.details,
         }
+
+
+def _ratio(figure: Figure | None, reference: Figure | None) -> float | None:
+    if figure is None or reference is None or not reference.median:
+        return None
+    return figure.median / reference.median
 
 
 def ratio_target(goal: str, ratio: float | None, at_least: float) -> Target:
@@ -163,8 +182,7 @@ def format_figure(figure: Figure | None) -> Text:
     return text
 
 
-def _format_ratio(row: Row) -> Text:
-    ratio = row.ratio
+def _format_ratio(row: Row, ratio: float | None) -> Text:
     if ratio is None or row.pgjobs is None:
         return Text("—", style="dim")
     better = HIGHER_IS_BETTER.get(row.pgjobs.unit, True)
@@ -172,13 +190,17 @@ def _format_ratio(row: Row) -> Text:
     return Text(f"{ratio:.2f}x", style="" if better else "italic")
 
 
-def _format_target(target: Target | None) -> Text:
-    if target is None:
-        return Text("")
-    mark, style = {True: ("✓", "green"), False: ("✗", "red"), None: ("?", "yellow")}[target.met]
-    text = Text(f"{mark} ", style=style)
-    text.append(target.goal)
-    text.append(f"\n{target.shown}", style="dim")
+def _format_target(*targets: Target | None) -> Text:
+    text = Text("")
+    for target in targets:
+        if target is None:
+            continue
+        if text:
+            text.append("\n")
+        mark, style = {True: ("✓", "green"), False: ("✗", "red"), None: ("?", "yellow")}[target.met]
+        text.append(f"{mark} ", style=style)
+        text.append(target.goal)
+        text.append(f"\n{target.shown}", style="dim")
     return text
 
 
@@ -192,19 +214,26 @@ def render(rows: list[Row], machine: list[str], console: Console) -> None:
     table.add_column("pgjobs", justify="right")
     table.add_column("raw SQL", justify="right")
     table.add_column("pgjobs/raw", justify="right")
+    narrow = any(row.narrow is not None or row.narrow_name for row in rows)
+    if narrow:
+        table.add_column("narrow raw", justify="right")
+        table.add_column("pgjobs/narrow", justify="right")
     table.add_column("target")
     table.add_column("notes", style="dim")
     for row in rows:
         name = Text(row.name)
         if row.raw_name:
             name.append(f"\n{row.reference}: {row.raw_name}", style="dim")
+        if row.narrow_name:
+            name.append(f"\nnarrow raw: {row.narrow_name}", style="dim")
+        cells = [format_figure(row.pgjobs), format_figure(row.raw), _format_ratio(row, row.ratio)]
+        if narrow:
+            cells += [format_figure(row.narrow), _format_ratio(row, row.narrow_ratio)]
         table.add_row(
             row.group,
             name,
-            format_figure(row.pgjobs),
-            format_figure(row.raw),
-            _format_ratio(row),
-            _format_target(row.target),
+            *cells,
+            _format_target(row.target, row.narrow_target),
             row.note,
         )
     console.print(table)
