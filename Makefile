@@ -96,11 +96,12 @@ bench: install
 	$(PY) -m benchmarks $(BENCH_ARGS)
 
 # The peers pgjobs is compared with are not its dependencies: they get a venv of their own, with
-# pgjobs installed beside them. PEERS pins the versions of the README's figures.
-PEERS ?= pgqueuer==1.6.0 procrastinate==3.10.0
+# pgjobs installed beside them. PEERS pins the versions of the README's figures; asyncpg is the
+# driver PgQueuer's docs recommend for throughput (its psycopg driver runs beside it, labelled).
+PEERS ?= pgqueuer==1.6.0 procrastinate==3.10.0 asyncpg==0.32.0
 PEERS_VENV ?= $(VENV)/peers
 
-$(PEERS_VENV)/.installed: pyproject.toml
+$(PEERS_VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(PEERS_VENV)
 	$(PEERS_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(PEERS_VENV)/bin/python -m pip install --quiet -e . $(PEERS)

@@ -4,6 +4,14 @@ worker process at the setting each does best with (pgjobs ``--concurrency 32``, 
 of 100, procrastinate ``concurrency=32``); jobs/s and the client's CPU per job, medians of
 ``--repeats`` runs, each figure with its ratio to pgjobs'.
 
+Each peer runs on the driver its own documentation recommends for throughput, and the table
+says which. PgQueuer: asyncpg (its performance guide: a direct asyncpg connection for the
+``QueueManager``, ``AsyncpgDriver``, and a pool for producers, ``AsyncpgPoolDriver``; its own
+benchmarks put asyncpg at 1.7x its psycopg driver), with ``batch_size`` raised from its default
+of 10 to 100 as the guide advises for short jobs. PgQueuer on its psycopg driver
+(``PsycopgDriver``) runs too, as its own column. procrastinate: its psycopg 3 connector
+(``PsycopgConnector``), the one its docs recommend.
+
 The peers are not pgjobs dependencies: ``make bench-peers`` installs them into a venv of their
 own (``.venv/peers``) beside pgjobs, and runs ``python -m benchmarks.peers`` there. Each system
 gets a database of its own (created, installed and dropped here) on the benchmark server.
@@ -45,7 +53,16 @@ from benchmarks.harness import BenchDatabase, BenchmarkError, say
 from pgjobs.db.dsn import Dsn, normalize_dsn, resolve_dsn
 
 #: The systems compared, in the table's order.
-SYSTEMS = ("pgjobs", "pgqueuer", "procrastinate")
+SYSTEMS = ("pgjobs", "pgqueuer", "pgqueuer-psycopg", "procrastinate")
+#: The driver each system runs on, as the table's header says.
+DRIVERS = {
+    "pgjobs": "psycopg 3 + libpq",
+    "pgqueuer": "asyncpg: AsyncpgDriver",
+    "pgqueuer-psycopg": "psycopg 3: PsycopgDriver",
+    "procrastinate": "psycopg 3: PsycopgConnector",
+}
+#: The peers' packages (not pgjobs dependencies: checked before the run).
+PACKAGES = ("pgqueuer", "asyncpg", "procrastinate")
 #: Each system's worker setting: jobs in flight in one process.
 PGJOBS_CONCURRENCY = 32
 PGQUEUER_BATCH = 100
@@ -95,9 +112,14 @@ async def _noop(*_: Any, **__: Any) -> None:
     """The no-op handler of every system: what is left is the queue's own cost."""
 
 
-async def _pgqueuer_queries(url: str) -> Any:
-    conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
-    return _peer("pgqueuer.queries").Queries(_peer("pgqueuer.db").PsycopgDriver(conn))
+async def _pgqueuer_queries(url: str, driver: str = "asyncpg") -> Any:
+    """PgQueuer's queries on one connection: asyncpg's (``AsyncpgDriver``) or, for the
+    psycopg column, psycopg's (``PsycopgDriver``)."""
+    db = _peer("pgqueuer.db")
+    if driver == "psycopg":
+        conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+        return _peer("pgqueuer.queries").Queries(db.PsycopgDriver(conn))
+    return _peer("pgqueuer.queries").Queries(db.AsyncpgDriver(await _peer("asyncpg").connect(url)))
 
 
 async def pgqueuer_install(url: str) -> None:
@@ -105,14 +127,27 @@ async def pgqueuer_install(url: str) -> None:
 
 
 async def pgqueuer_enqueue(url: str, jobs: int) -> tuple[float, float]:
-    queries = await _pgqueuer_queries(url)
+    """One batch call from a producer on asyncpg's pool (``AsyncpgPoolDriver``), as PgQueuer's
+    performance guide advises for producers."""
+    pool = await _peer("asyncpg").create_pool(url, min_size=1, max_size=2)
+    try:
+        queries = _peer("pgqueuer.queries").Queries(_peer("pgqueuer.db").AsyncpgPoolDriver(pool))
+        with _timed() as took:
+            await queries.enqueue(["noop"] * jobs, [None] * jobs, [0] * jobs)
+    finally:
+        await pool.close()
+    return took[0], took[1]
+
+
+async def pgqueuer_psycopg_enqueue(url: str, jobs: int) -> tuple[float, float]:
+    queries = await _pgqueuer_queries(url, "psycopg")
     with _timed() as took:
         await queries.enqueue(["noop"] * jobs, [None] * jobs, [0] * jobs)
     return took[0], took[1]
 
 
-async def pgqueuer_work(url: str) -> None:
-    manager = _peer("pgqueuer.qm").QueueManager(await _pgqueuer_queries(url))
+async def pgqueuer_work(url: str, driver: str = "asyncpg") -> None:
+    manager = _peer("pgqueuer.qm").QueueManager(await _pgqueuer_queries(url, driver))
     manager.entrypoint("noop")(_noop)
     await manager.run(
         batch_size=PGQUEUER_BATCH,
@@ -121,6 +156,10 @@ async def pgqueuer_work(url: str) -> None:
         # No folding of the log into statistics while it is measured (the log is what is read).
         log_aggregation_interval=timedelta(0),
     )
+
+
+async def pgqueuer_psycopg_work(url: str) -> None:
+    await pgqueuer_work(url, "psycopg")
 
 
 def pgqueuer_left(url: str) -> int:
@@ -237,6 +276,7 @@ def _clear_finished(url: str, system: str) -> None:
     table = {
         "pgjobs": "archived_jobs",
         "pgqueuer": "pgqueuer_log",
+        "pgqueuer-psycopg": "pgqueuer_log",
         "procrastinate": "procrastinate_jobs CASCADE",
     }[system]
     with psycopg.connect(url, autocommit=True) as conn:
@@ -257,6 +297,7 @@ def _enqueue(system: str, url: str, jobs: int) -> tuple[float, float]:
     enqueue = {
         "pgjobs": pgjobs_enqueue,
         "pgqueuer": pgqueuer_enqueue,
+        "pgqueuer-psycopg": pgqueuer_psycopg_enqueue,
         "procrastinate": procrastinate_enqueue,
     }[system]
     wall, cpu = asyncio.run(enqueue(url, jobs))
@@ -313,9 +354,10 @@ def run_system(system: str, server: Dsn, jobs: int, repeats: int) -> Figures:
             db.drop()
     install, left, finished = {
         "pgqueuer": (pgqueuer_install, pgqueuer_left, PGQUEUER_FINISHED),
+        "pgqueuer-psycopg": (pgqueuer_install, pgqueuer_left, PGQUEUER_FINISHED),
         "procrastinate": (procrastinate_install, procrastinate_left, PROCRASTINATE_FINISHED),
     }[system]
-    with _scratch_database(server, f"pgjobs_bench_{system}") as url:
+    with _scratch_database(server, f"pgjobs_bench_{system.replace('-', '_')}") as url:
         asyncio.run(install(url))
         return measure(system, url, jobs, repeats, left, finished)
 
@@ -332,8 +374,9 @@ def render(results: dict[str, Figures], jobs: int, repeats: int) -> Table:
         title=f"pgjobs beside its peers: {jobs:,} no-op jobs, one worker process, "
         f"median of {repeats}",
     )
-    for column in ("", *results):
-        table.add_column(column, justify="right" if column else "left")
+    table.add_column("")
+    for system in results:
+        table.add_column(f"{system.removesuffix('-psycopg')}\n{DRIVERS[system]}", justify="right")
     base = results["pgjobs"]
     rows: list[tuple[str, Callable[[Figures], list[float]], str, bool]] = [
         ("enqueue, one batch (jobs/s)", lambda f: f.enqueue, ",.0f", True),
@@ -379,10 +422,14 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     if args.work is not None:  # one peer's worker process (started by _process)
-        work = {"pgqueuer": pgqueuer_work, "procrastinate": procrastinate_work}[args.work]
+        work = {
+            "pgqueuer": pgqueuer_work,
+            "pgqueuer-psycopg": pgqueuer_psycopg_work,
+            "procrastinate": procrastinate_work,
+        }[args.work]
         asyncio.run(work(args.dsn))
         return 0
-    missing = [name for name in SYSTEMS[1:] if not _installed(name)]
+    missing = [name for name in PACKAGES if not _installed(name)]
     if missing:
         print(
             f"benchmarks.peers: {', '.join(missing)} not installed here: run `make bench-peers`, "
