@@ -1637,7 +1637,8 @@ WITH found AS (
            expires_at, idempotency_key, last_error, lease_owner, lease_expires_at,
            NULL::jsonb AS result, NULL::text AS worker, NULL::timestamptz AS finished_at,
            NULL::text AS reason, NULL::text AS error_type, NULL::text AS traceback,
-           redrive_count, redriven_at, replay_of, started_at, group_key, unique_key
+           redrive_count, redriven_at, replay_of, started_at, group_key, unique_key,
+           snoozes, progress
     FROM queued_jobs WHERE id = %(id)s
     UNION ALL
     SELECT id, 'archived_jobs', status,
@@ -1645,7 +1646,8 @@ WITH found AS (
            expires_at, idempotency_key, last_error, NULL, NULL,
            result, worker, finished_at,
            NULL, NULL, NULL,
-           redrive_count, redriven_at, replay_of, started_at, group_key, unique_key
+           redrive_count, redriven_at, replay_of, started_at, group_key, unique_key,
+           snoozes, progress
     FROM archived_jobs WHERE id = %(id)s
     UNION ALL
     SELECT id, 'dead_letter', '{JobStatus.DEAD}',
@@ -1653,7 +1655,8 @@ WITH found AS (
            expires_at, idempotency_key, last_error, NULL, NULL,
            NULL, worker, failed_at,
            reason, error_type, traceback,
-           redrive_count, redriven_at, replay_of, started_at, group_key, unique_key
+           redrive_count, redriven_at, replay_of, started_at, group_key, unique_key,
+           snoozes, progress
     FROM dead_letter WHERE id = %(id)s
 )
 SELECT found.*, ARRAY(
@@ -2202,7 +2205,8 @@ SELECT id, 'queued_jobs' AS "table",
        idempotency_key, last_error, lease_owner, lease_expires_at, NULL::jsonb AS result,
        NULL::text AS worker, NULL::timestamptz AS finished_at, NULL::text AS reason,
        NULL::text AS error_type, {{traceback}} AS traceback, redrive_count, redriven_at,
-       replay_of, started_at, group_key, unique_key, coalesce(redriven_at, created_at) AS at
+       replay_of, started_at, group_key, unique_key, snoozes, progress,
+       coalesce(redriven_at, created_at) AS at
 FROM queued_jobs
 """
 
@@ -2212,7 +2216,8 @@ SELECT id, 'archived_jobs' AS "table", status,
        idempotency_key, last_error, NULL::text AS lease_owner,
        NULL::timestamptz AS lease_expires_at, {result} AS result, worker, finished_at,
        NULL::text AS reason, NULL::text AS error_type, {traceback} AS traceback, redrive_count,
-       redriven_at, replay_of, started_at, group_key, unique_key, finished_at AS at
+       redriven_at, replay_of, started_at, group_key, unique_key, snoozes, progress,
+       finished_at AS at
 FROM archived_jobs
 """
 
@@ -2222,7 +2227,8 @@ SELECT id, 'dead_letter' AS "table", '{JobStatus.DEAD}' AS status,
        idempotency_key, last_error, NULL::text AS lease_owner,
        NULL::timestamptz AS lease_expires_at, NULL::jsonb AS result, worker,
        failed_at AS finished_at, reason, error_type, {{traceback}} AS traceback, redrive_count,
-       redriven_at, replay_of, started_at, group_key, unique_key, failed_at AS at
+       redriven_at, replay_of, started_at, group_key, unique_key, snoozes, progress,
+       failed_at AS at
 FROM dead_letter
 """
 
