@@ -18,7 +18,7 @@ from pgjobs import App, NonRetryableError
 from pgjobs.errors import ConfigurationError
 from tests.support.external import run_worker_while
 from tests.support.helpers import scalar, wait_until
-from tests.support.stopping import block_until
+from tests.support.stopping import block_until, run_worker, sleep_until_over
 
 #: Counts the writes that change a queued job's progress (one row per write).
 COUNTER = """
@@ -101,7 +101,8 @@ def test_an_async_handlers_progress_stays_with_its_dead_letter(make_app, conn, w
     async def fails() -> None:
         context = pgjobs.current_job()
         context.progress(1, 10)
-        await asyncio.sleep(0)
+        while (progress_of(conn, "queued_jobs", job_id) or {}).get("done") != 1:
+            await asyncio.sleep(0.02)  # written at once
         context.progress(3, 10, "third")  # within the second: written with the outcome
         raise NonRetryableError("gave up")
 
@@ -171,3 +172,26 @@ def test_progress_outside_a_worker_is_kept_in_memory_only() -> None:
     context = JobContext(None, nothing)  # type: ignore[arg-type]
     context.progress(1)
     assert context.progress_pending
+
+
+def test_a_timed_out_job_keeps_its_last_progress(make_app, conn):
+    app: App = make_app()
+
+    @app.task(name="t.slow", max_attempts=1, timeout=0.8)
+    async def slow() -> None:
+        context = pgjobs.current_job()
+        context.progress(1, 3)
+        while (progress_of(conn, "queued_jobs", job_id) or {}).get("done") != 1:
+            await asyncio.sleep(0.02)  # written at once
+        context.progress(2, 3, "stuck")  # within the second: written with the timeout
+        await sleep_until_over(30)
+
+    job_id = app.enqueue("t.slow")
+
+    def scenario(_: Any) -> None:
+        with pytest.raises(pgjobs.JobFailed, match=r"\(timeout\)"):
+            app.wait(job_id, timeout=30)
+
+    run_worker(app, scenario)
+    progress = progress_of(conn, "dead_letter", job_id)
+    assert (progress["done"], progress["message"]) == (2, "stuck")
