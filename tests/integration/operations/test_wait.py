@@ -197,9 +197,12 @@ def test_a_thousand_sync_waiters_share_one_listen_connection(make_app, conn):
             <= 10 + 1 + 1
         )
         conn.execute("UPDATE queued_jobs SET run_at = now()")
-        run_worker_while(
-            app, lambda _: [future.result(timeout=120) for future in futures], concurrency=16
-        )
+
+        def scenario(_: Worker) -> None:
+            for future in futures:
+                future.result(timeout=120)
+
+        run_worker_while(app, scenario, concurrency=16)
         assert [future.result() for future in futures] == [n + 2 for n in range(1000)]
     app.close()
     wait_until(lambda: listeners(conn) == 0, what="the listener closed with the app")
