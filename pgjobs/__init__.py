@@ -8,6 +8,9 @@ from pgjobs.errors import (
     ConfigurationError,
     DatabaseUnavailable,
     InvalidPayload,
+    JobCancelled,
+    JobExpired,
+    JobFailed,
     JobNotFound,
     JobStateConflict,
     NonRetryableError,
@@ -16,6 +19,7 @@ from pgjobs.errors import (
     SchemaMissing,
     Snooze,
     UnknownTask,
+    WaitTimeout,
 )
 from pgjobs.models import DeadGroup, DeadJob, Job, JobHistory, JobStatus, QueueStats
 from pgjobs.rates import Rate
@@ -32,7 +36,10 @@ __all__ = [
     "DeadJob",
     "InvalidPayload",
     "Job",
+    "JobCancelled",
     "JobContext",
+    "JobExpired",
+    "JobFailed",
     "JobHistory",
     "JobNotFound",
     "JobSpec",
@@ -48,6 +55,7 @@ __all__ = [
     "Snooze",
     "Task",
     "UnknownTask",
+    "WaitTimeout",
     "Worker",
     "WorkerConfig",
     "current_job",

@@ -3,13 +3,14 @@ own pool or the caller's connection."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any, Concatenate, ParamSpec, TypeVar, Unpack
 
 import psycopg
 
-from pgjobs import admin, producer, queues
+from pgjobs import admin, producer, queues, results
 from pgjobs.db.dsn import Dsn, normalize_dsn, resolve_dsn
 from pgjobs.db.pooler import Pooler, parse_pooler
 from pgjobs.errors import ConfigurationError
@@ -73,6 +74,8 @@ class App(Registry):
             resolve_dsn(dsn, source=DSN_SOURCE) if dsn else None, pool_size, mode, listen
         )
         self._read_dsn = normalize_dsn(read_dsn, READ_DSN_SOURCE) if read_dsn else None
+        #: The waiters of ``wait`` / ``wait_async`` and their one LISTEN connection.
+        self._waiters = results.Waiters(self._pools)
 
     @property
     def dsn(self) -> Dsn:
@@ -217,11 +220,33 @@ class App(Registry):
             return await producer.insert_async(connection, rows)
         return await self._pools.run_async(lambda conn, dsn: producer.insert_async(conn, rows, dsn))
 
+    def wait(self, job_id: int, *, timeout: float = 30) -> Any:
+        """Wait for job ``job_id`` to end and return its result (None when its handler
+        returned none). Raises ``JobFailed`` for a job in dead_letter, ``JobCancelled`` for one
+        cancelled (``JobExpired``, a subclass, for one expired), ``WaitTimeout`` when it has not
+        ended within ``timeout`` seconds, ``JobNotFound`` for an unknown id. A job that ended
+        before the call answers at once. Woken by a notification: every waiter of the app
+        shares one LISTEN connection (see ``pgjobs.results``).
+
+        Example: ``total = app.wait(app.enqueue("add", {"a": 1, "b": 2}), timeout=10)``
+        """
+        job_id, seconds = results.check_wait(job_id, timeout)
+        return self._waiters.wait(job_id, seconds)
+
+    async def wait_async(self, job_id: int, *, timeout: float = 30) -> Any:
+        """``wait`` for asyncio applications, without blocking the event loop.
+
+        Example: ``total = await app.wait_async(job_id, timeout=10)``
+        """
+        job_id, seconds = results.check_wait(job_id, timeout)
+        return await self._waiters.wait_async(job_id, seconds)
+
     async def aclose(self) -> None:
         """Close the app's async pool (opened by ``enqueue_async``) and its sync pool.
 
         Example: ``await app.aclose()`` in a FastAPI lifespan's shutdown.
         """
+        await asyncio.to_thread(self._waiters.close)
         await self._pools.aclose()
 
     async def __aenter__(self) -> App:
@@ -377,6 +402,7 @@ class App(Registry):
 
     def close(self) -> None:
         """Close the app's connection pool (a later enqueue opens a new one)."""
+        self._waiters.close()
         self._pools.close()
 
     def __enter__(self) -> App:

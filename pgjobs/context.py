@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import json
+import math
+import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 from pgjobs.errors import ConfigurationError, PgjobsError, Snooze
@@ -16,6 +20,11 @@ from pgjobs.models import Job
 
 #: Longest lease extension (seconds): a year. A job that runs longer extends again.
 MAX_EXTENSION = 365 * 86400.0
+#: Seconds between two writes of a job's progress: a call sooner is kept until then (the last
+#: value always lands, at the latest with the job's outcome).
+PROGRESS_INTERVAL = 1.0
+#: Longest progress message, in characters.
+MAX_PROGRESS_MESSAGE = 1000
 
 
 class JobContext:
@@ -36,10 +45,35 @@ class JobContext:
                 write(row)
     """
 
-    __slots__ = ("_extend", "cancelled", "job", "lease_lost", "stopped")
+    __slots__ = (
+        "_extend",
+        "_progress",
+        "_progress_asked",
+        "_progress_last",
+        "_progress_sent",
+        "_report",
+        "cancelled",
+        "job",
+        "lease_lost",
+        "stopped",
+    )
 
-    def __init__(self, job: Job, extend: Callable[[JobContext, float], None]) -> None:
+    def __init__(
+        self,
+        job: Job,
+        extend: Callable[[JobContext, float], None],
+        report: Callable[[JobContext, float], None] | None = None,
+    ) -> None:
         self.job = job
+        #: Called with (this context, seconds) from the handler's thread: write this job's
+        #: progress in that many seconds (None: progress is kept here only).
+        self._report = report
+        #: The latest progress (JSON text), the one last taken to be written, whether a write is
+        #: asked for already, and when the last one was taken (time.monotonic()).
+        self._progress: str | None = None
+        self._progress_sent: str | None = None
+        self._progress_asked = False
+        self._progress_last = -math.inf
         #: Called with (this context, seconds) from the handler's thread; the worker sends the
         #: extension on its next round trip.
         self._extend = extend
@@ -70,6 +104,35 @@ class JobContext:
             )
         self._extend(self, value)
 
+    def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
+        """Report how far the handler got: ``done`` (a number >= 0) of ``total`` (None, or a
+        number > 0), with an optional ``message`` (at most 1,000 characters). Returns at once;
+        stored on the job's row at most once a second (a call sooner is kept and written then,
+        or with the job's outcome at the latest), and kept in its archive or dead letter.
+        ``pgjobs job show``, the API and the dashboard show it. Bad input raises
+        ``ConfigurationError``.
+
+        Example: ``pgjobs.current_job().progress(40, 100, "resizing")``
+        """
+        value = progress_json(done, total, message)
+        self._progress = value
+        if self._report is None or self._progress_asked:
+            return  # a write is due already: it takes the latest value
+        self._progress_asked = True
+        self._report(self, max(0.0, self._progress_last + PROGRESS_INTERVAL - time.monotonic()))
+
+    @property
+    def progress_pending(self) -> bool:
+        """A progress was reported that no write has taken yet."""
+        return self._progress is not self._progress_sent
+
+    def take_progress(self) -> str | None:
+        """The latest progress (JSON text), now being written: on the worker's loop."""
+        self._progress_last = time.monotonic()
+        self._progress_asked = False
+        value = self._progress_sent = self._progress
+        return value
+
     def snooze(self, seconds: float) -> NoReturn:
         """Put this job back in the queue for ``seconds`` without spending an attempt: raises
         ``pgjobs.Snooze(seconds)``, which ends the handler (let it propagate).
@@ -77,6 +140,40 @@ class JobContext:
         Example: ``pgjobs.current_job().snooze(30)``
         """
         raise Snooze(seconds)
+
+
+def progress_json(done: object, total: object = None, message: object = None) -> str:
+    """A progress as stored: ``{"done", "total", "message", "at"}`` (JSON text), its input
+    checked (``ConfigurationError``).
+
+    Example: ``json.loads(progress_json(1, 4))["total"] == 4``
+    """
+    if not _number(done) or done < 0:  # type: ignore[operator]
+        raise ConfigurationError(f"progress done must be a number >= 0, got {done!r}")
+    if total is not None and (not _number(total) or total <= 0):  # type: ignore[operator]
+        raise ConfigurationError(f"progress total must be None or a number > 0, got {total!r}")
+    if message is not None:
+        if not isinstance(message, str):
+            raise ConfigurationError(
+                f"progress message must be a string, got {type(message).__name__}"
+            )
+        if len(message) > MAX_PROGRESS_MESSAGE or "\x00" in message:
+            raise ConfigurationError(
+                f"progress message must be at most {MAX_PROGRESS_MESSAGE:,} characters "
+                f"without NUL, got {len(message):,} characters"
+            )
+    at = datetime.now(UTC).isoformat()
+    return json.dumps({"done": done, "total": total, "message": message, "at": at})
+
+
+def _number(value: object) -> bool:
+    """A finite int or float (not a bool), one that a float can hold."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond any float
+        return False
 
 
 _current_job: contextvars.ContextVar[JobContext] = contextvars.ContextVar("pgjobs_current_job")

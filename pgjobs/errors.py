@@ -106,3 +106,54 @@ class NotExternal(JobStateConflict):
 class LockTimeout(QueryFailed):
     """A statement waited for a lock longer than its ``lock_timeout`` and was cancelled; nothing
     changed, and it may be tried again."""
+
+
+class JobFailed(PgjobsError):
+    """The job ``app.wait`` waited for is in ``dead_letter``: ``reason`` (a ``DeadReason``
+    value), ``error_type`` and ``last_error`` are its dead letter's.
+
+    Example::
+
+        try:
+            app.wait(job_id)
+        except pgjobs.JobFailed as exc:
+            print(exc.job_id, exc.reason, exc.last_error)
+    """
+
+    def __init__(
+        self, job_id: int, reason: str, error_type: str | None, last_error: str | None
+    ) -> None:
+        error = " ".join((last_error or "").split())[:200]  # one line
+        said = f"{error_type}: {error}" if error_type else error
+        super().__init__(f"job {job_id} failed ({reason})" + (f": {said}" if said else ""))
+        self.job_id = job_id
+        self.reason = reason
+        self.error_type = error_type
+        self.last_error = last_error
+
+
+class JobCancelled(PgjobsError):
+    """The job ``app.wait`` waited for was archived unrun or stopped: ``status`` is
+    ``"cancelled"``, or ``"expired"`` (then it is the subclass ``JobExpired``)."""
+
+    def __init__(self, job_id: int, status: str = "cancelled") -> None:
+        super().__init__(f"job {job_id} was {status}")
+        self.job_id = job_id
+        self.status = status
+
+
+class JobExpired(JobCancelled):
+    """The job ``app.wait`` waited for expired (its ``expires_at`` passed before it ran)."""
+
+    def __init__(self, job_id: int) -> None:
+        super().__init__(job_id, "expired")
+
+
+class WaitTimeout(PgjobsError):
+    """``app.wait`` gave up: the job had not ended within its ``timeout``. It goes on; wait
+    again to see its end."""
+
+    def __init__(self, job_id: int, timeout: float) -> None:
+        super().__init__(f"job {job_id} has not ended within {timeout:g}s")
+        self.job_id = job_id
+        self.timeout = timeout

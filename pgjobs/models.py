@@ -271,6 +271,10 @@ class JobHistory:
     #: The group it belongs to, and the unique key it was enqueued with (None: none).
     group_key: str | None
     unique_key: str | None
+    #: How many times its handler snoozed it (``pgjobs.Snooze``).
+    snoozes: int
+    #: Its handler's last reported progress: {"done", "total", "message", "at"}; None: none.
+    progress: dict[str, Any] | None
     #: Ids of the jobs that replay this one, oldest first.
     replays: tuple[int, ...]
 

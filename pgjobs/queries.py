@@ -1637,7 +1637,8 @@ WITH found AS (
            expires_at, idempotency_key, last_error, lease_owner, lease_expires_at,
            NULL::jsonb AS result, NULL::text AS worker, NULL::timestamptz AS finished_at,
            NULL::text AS reason, NULL::text AS error_type, NULL::text AS traceback,
-           redrive_count, redriven_at, replay_of, started_at, group_key, unique_key
+           redrive_count, redriven_at, replay_of, started_at, group_key, unique_key,
+           snoozes, progress
     FROM queued_jobs WHERE id = %(id)s
     UNION ALL
     SELECT id, 'archived_jobs', status,
@@ -1645,7 +1646,8 @@ WITH found AS (
            expires_at, idempotency_key, last_error, NULL, NULL,
            result, worker, finished_at,
            NULL, NULL, NULL,
-           redrive_count, redriven_at, replay_of, started_at, group_key, unique_key
+           redrive_count, redriven_at, replay_of, started_at, group_key, unique_key,
+           snoozes, progress
     FROM archived_jobs WHERE id = %(id)s
     UNION ALL
     SELECT id, 'dead_letter', '{JobStatus.DEAD}',
@@ -1653,7 +1655,8 @@ WITH found AS (
            expires_at, idempotency_key, last_error, NULL, NULL,
            NULL, worker, failed_at,
            reason, error_type, traceback,
-           redrive_count, redriven_at, replay_of, started_at, group_key, unique_key
+           redrive_count, redriven_at, replay_of, started_at, group_key, unique_key,
+           snoozes, progress
     FROM dead_letter WHERE id = %(id)s
 )
 SELECT found.*, ARRAY(
@@ -2202,7 +2205,8 @@ SELECT id, 'queued_jobs' AS "table",
        idempotency_key, last_error, lease_owner, lease_expires_at, NULL::jsonb AS result,
        NULL::text AS worker, NULL::timestamptz AS finished_at, NULL::text AS reason,
        NULL::text AS error_type, {{traceback}} AS traceback, redrive_count, redriven_at,
-       replay_of, started_at, group_key, unique_key, coalesce(redriven_at, created_at) AS at
+       replay_of, started_at, group_key, unique_key, snoozes, progress,
+       coalesce(redriven_at, created_at) AS at
 FROM queued_jobs
 """
 
@@ -2212,7 +2216,8 @@ SELECT id, 'archived_jobs' AS "table", status,
        idempotency_key, last_error, NULL::text AS lease_owner,
        NULL::timestamptz AS lease_expires_at, {result} AS result, worker, finished_at,
        NULL::text AS reason, NULL::text AS error_type, {traceback} AS traceback, redrive_count,
-       redriven_at, replay_of, started_at, group_key, unique_key, finished_at AS at
+       redriven_at, replay_of, started_at, group_key, unique_key, snoozes, progress,
+       finished_at AS at
 FROM archived_jobs
 """
 
@@ -2222,7 +2227,8 @@ SELECT id, 'dead_letter' AS "table", '{JobStatus.DEAD}' AS status,
        idempotency_key, last_error, NULL::text AS lease_owner,
        NULL::timestamptz AS lease_expires_at, NULL::jsonb AS result, worker,
        failed_at AS finished_at, reason, error_type, {{traceback}} AS traceback, redrive_count,
-       redriven_at, replay_of, started_at, group_key, unique_key, failed_at AS at
+       redriven_at, replay_of, started_at, group_key, unique_key, snoozes, progress,
+       failed_at AS at
 FROM dead_letter
 """
 
@@ -2708,4 +2714,50 @@ LEFT JOIN LATERAL (
 ) h ON true
 WHERE r.rank <= greatest(%(top)s, 1)
 ORDER BY r.queue, r.rank, h.nth, h.task
+"""
+
+
+# -- Results: waiting for a job's end, and its progress (pgjobs.results, JobContext.progress) ----
+
+#: Channel the trigger ``pgjobs_job_ended`` NOTIFYs (payload: the job id) when a watched job
+#: enters archived_jobs or dead_letter.
+ENDED_CHANNEL = "pgjobs_ended"
+
+#: Subscribe this session to ENDED_CHANNEL.
+RESULT_LISTEN = f'LISTEN "{ENDED_CHANNEL}"'
+
+#: Ask for a notification when queued job ``id`` ends (a row already watched is not written).
+RESULT_WATCH = "UPDATE queued_jobs SET watched = true WHERE id = %(id)s AND NOT watched"
+
+#: Where job ``id`` is and how it ended: (table, status, result, reason, error_type,
+#: last_error); no row when the id is in no table. One snapshot: a job moving meanwhile is
+#: found in exactly one of them.
+RESULT_LOOKUP = f"""
+SELECT 'archived_jobs', status, result, NULL::text, NULL::text, NULL::text
+FROM archived_jobs WHERE id = %(id)s
+UNION ALL
+SELECT 'dead_letter', '{JobStatus.DEAD}', NULL::jsonb, reason, error_type, last_error
+FROM dead_letter WHERE id = %(id)s
+UNION ALL
+SELECT 'queued_jobs', NULL::text, NULL::jsonb, NULL::text, NULL::text, NULL::text
+FROM queued_jobs WHERE id = %(id)s
+"""
+
+#: Which of the jobs ``ids`` have ended (are in archived_jobs or dead_letter): the one batched
+#: re-check of every pending waiter.
+RESULT_ENDED = """
+SELECT id FROM archived_jobs WHERE id = ANY(%(ids)s::bigint[])
+UNION ALL
+SELECT id FROM dead_letter WHERE id = ANY(%(ids)s::bigint[])
+"""
+
+#: Store the handlers' latest progress of the running jobs ``ids`` (jsonb texts), each only
+#: while this worker holds its lease (a job that lost it is left alone). Sent in the worker's
+#: trip before the outcomes, so that a job ending in the same trip takes it into its table.
+JOB_SET_PROGRESS = """
+UPDATE queued_jobs q
+SET progress = p.progress::jsonb
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(progress)s::text[])
+    AS p(id, attempts, progress)
+WHERE q.id = p.id AND q.attempts = p.attempts AND q.lease_owner = %(owner)s
 """

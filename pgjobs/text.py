@@ -174,3 +174,24 @@ def storable(text: str) -> str:
         except UnicodeEncodeError:
             text = text.encode("utf-8", "backslashreplace").decode()
     return text.replace("\x00", "\\x00") if "\x00" in text else text
+
+
+def progress_text(progress: object) -> str | None:
+    """A job's progress (``current_job().progress``) in one line; None for none.
+
+    Example: ``progress_text({"done": 40, "total": 100, "message": "resizing", "at": "..."})``
+    is ``"40 of 100 (40%): resizing, at ..."``
+    """
+    if not isinstance(progress, dict):
+        return None if progress is None else printable(progress)
+    done, total = progress.get("done"), progress.get("total")
+    line = f"{done}"
+    if total is not None:
+        line += f" of {total}"
+        if isinstance(done, int | float) and isinstance(total, int | float) and total > 0:
+            line += f" ({done / total:.0%})"
+    if progress.get("message"):
+        line += f": {progress['message']}"
+    if progress.get("at"):
+        line += f", at {progress['at']}"
+    return printable(line)

@@ -15,6 +15,7 @@ from pgjobs.cli.options import DsnOption, JobIdArgument, JsonFlag, database
 from pgjobs.errors import ConfigurationError
 from pgjobs.models import JobHistory, JobStatus
 from pgjobs.submission import check_seconds
+from pgjobs.text import progress_text
 
 job_cli = typer.Typer(help="Look up one job wherever it is.", no_args_is_help=True)
 
@@ -46,6 +47,8 @@ def job_show_command(
             ("run at", render.when(job.run_at)),
             ("expires", render.when(job.expires_at) if job.expires_at else None),
             ("attempts", f"{job.attempts} of {job.max_attempts}"),
+            ("snoozes", job.snoozes or None),
+            ("progress", progress_text(job.progress)),
             ("started", _started(job)),
             ("running", running),
             ("finished" if job.status is not JobStatus.DEAD else "failed", finished),

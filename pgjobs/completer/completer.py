@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import psycopg
 
 from pgjobs.completer.outcomes import TIMEOUT_ERROR_TYPE, Outcome, Outcomes, timeout_error
-from pgjobs.completer.params import ClaimParams, ClaimStatus, ExtendParams
+from pgjobs.completer.params import ClaimParams, ClaimStatus, ExtendParams, ProgressParams
 from pgjobs.completer.trip import report_stale, settle_and_claim, settle_apart, unloadable_jobs
 from pgjobs.context import JobContext
 from pgjobs.errors import (
@@ -83,6 +83,8 @@ class Completer:
         self.claim = claim
         self.outcomes = Outcomes(claim.owner)
         self._extensions: dict[int, tuple[JobContext, float]] = {}
+        #: Jobs whose handler's latest progress is to be written on the next trip.
+        self._progress: dict[int, JobContext] = {}
         # Some of the worker's queues are limited (the last claim said so): every claim is one
         # under limits (all of those queues' jobs are).
         self._queue_limits = False
@@ -128,8 +130,8 @@ class Completer:
 
     @property
     def pending(self) -> bool:
-        """Something waits to be sent: an outcome or a lease extension."""
-        return bool(len(self.outcomes) or self._extensions)
+        """Something waits to be sent: an outcome, a lease extension or a progress."""
+        return bool(len(self.outcomes) or self._extensions or self._progress)
 
     @property
     def extensions_pending(self) -> bool:
@@ -203,6 +205,7 @@ class Completer:
         """``job`` was cancelled while it ran (``pgjobs cancel --force`` archived it): send
         nothing more for it, not even a lease extension."""
         self._extensions.pop(job.id, None)
+        self._progress.pop(job.id, None)
 
     def unknown_task(self, job: Job) -> Outcome:
         """No task of ``job``'s name is registered here: to dead_letter (``DEAD``)."""
@@ -240,6 +243,11 @@ class Completer:
         """Send a lease extension for ``context``'s job on the next trip."""
         self._extensions[context.job.id] = (context, seconds)
 
+    def progress(self, context: JobContext) -> None:
+        """Write ``context``'s latest progress on the next trip (before any outcome of its job
+        in that trip, which then carries it into archived_jobs or dead_letter)."""
+        self._progress[context.job.id] = context
+
     async def trip(
         self, conn: psycopg.AsyncConnection[Any], limit: int, *, ahead: int = 0
     ) -> Claimed:
@@ -253,6 +261,8 @@ class Completer:
         settle = self.outcomes.drain() if len(self.outcomes) else None
         extensions, self._extensions = self._extensions, {}
         extend = ExtendParams.of(self.owner, extensions.values()) if extensions else None
+        reports, self._progress = self._progress, {}
+        progress = ProgressParams.of(self.owner, reports.values()) if reports else None
         # Under limits only for free slots: a claim of jobs ahead alone stays a plain one.
         under_limits = self._claim_under_limits(limit)
         slots = limit
@@ -260,12 +270,20 @@ class Completer:
             limit += ahead
         try:
             done = await settle_and_claim(
-                conn, settle, extend, self.claim, limit, limited=under_limits, slots=slots
+                conn,
+                settle,
+                extend,
+                self.claim,
+                limit,
+                limited=under_limits,
+                slots=slots,
+                progress=progress,
             )
         except (DatabaseUnavailable, SchemaMissing):
             if settle is not None:
                 self.outcomes.restore(settle)
             self._extensions = {**extensions, **self._extensions}
+            self._progress = {**reports, **self._progress}
             raise
         except QueryFailed as exc:
             # Not a connection problem, so the same trip would be refused again: apply the
@@ -280,6 +298,7 @@ class Completer:
                 log.debug("%s", refused)
                 return Claimed([], None, 0, refused=refused)
             self._extensions = {**extensions, **self._extensions}
+            self._progress = {**reports, **self._progress}
             log.warning("%s; applying the %d outcome(s) of the batch apart", exc, len(settle))
             await settle_apart(conn, settle, self.claim, self.outcomes)
             return Claimed([], None, 0)

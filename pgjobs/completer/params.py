@@ -180,6 +180,35 @@ class ExtendParams:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class ProgressParams:
+    """Bind parameters of ``queries.JOB_SET_PROGRESS``: each job's latest progress (JSON text),
+    written while ``owner`` still holds its lease for that attempt."""
+
+    owner: str
+    ids: list[int]
+    attempts: list[int]
+    progress: list[str | None]
+
+    @classmethod
+    def of(cls, owner: str, contexts: Iterable[JobContext]) -> ProgressParams:
+        taken = [(c, c.take_progress()) for c in contexts]
+        return cls(
+            owner,
+            [c.job.id for c, _ in taken],
+            [c.job.attempts for c, _ in taken],
+            [value for _, value in taken],
+        )
+
+    def bind(self) -> dict[str, Any]:
+        return {
+            "owner": self.owner,
+            "ids": self.ids,
+            "attempts": self.attempts,
+            "progress": self.progress,
+        }
+
+
 @dataclass(slots=True)
 class SettleParams:
     """Bind parameters of ``queries.JOB_SETTLE_MANY``: outcomes as parallel arrays, one group

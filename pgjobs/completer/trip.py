@@ -12,7 +12,13 @@ import psycopg
 from pgjobs import db, queries
 from pgjobs.completer.arrays import int_array, text_array
 from pgjobs.completer.outcomes import Outcomes
-from pgjobs.completer.params import ClaimParams, ClaimStatus, ExtendParams, SettleParams
+from pgjobs.completer.params import (
+    ClaimParams,
+    ClaimStatus,
+    ExtendParams,
+    ProgressParams,
+    SettleParams,
+)
 from pgjobs.db import libpq
 from pgjobs.errors import DatabaseUnavailable, QueryFailed, SchemaMissing
 from pgjobs.models import DeadReason, Job
@@ -61,6 +67,7 @@ async def settle_and_claim(
     *,
     limited: bool = False,
     slots: int | None = None,
+    progress: ProgressParams | None = None,
 ) -> TripResult:
     """One round trip and one transaction of a worker: apply ``settle``'s outcomes, extend
     leases, and claim up to ``limit`` jobs (0 claims none), of which those beyond ``slots`` are
@@ -69,12 +76,14 @@ async def settle_and_claim(
 
     The usual trip, successes only and no extension, is one statement
     (``JOB_SUCCEED_AND_CLAIM``); any other pipelines ``JOB_SETTLE_MANY``, ``JOB_EXTEND_LEASES``
-    and ``JOB_CLAIM`` in one transaction, skipping the parts not needed.
+    and ``JOB_CLAIM`` in one transaction, skipping the parts not needed; ``progress`` (the
+    handlers' latest progress, ``JOB_SET_PROGRESS``) goes first, so that a job settled in the
+    same trip takes it into its table.
 
     Example: ``await settle_and_claim(conn, outcomes.drain(), None, ClaimParams("w", ["q"]), 8)``
     """
     limited = limited and limit > 0  # claiming nothing, nothing to limit
-    if extend is None and (settle is None or settle.only_successes):
+    if extend is None and progress is None and (settle is None or settle.only_successes):
         return await _succeed_and_claim(
             conn, settle, claim.bind(limit, limited=limited, slots=slots), limited=limited
         )
@@ -82,6 +91,8 @@ async def settle_and_claim(
         # One transaction, so one commit (the unit of cost) for the whole trip.
         async with conn.pipeline(), conn.transaction():
             settled = extended = claimed = None
+            if progress:
+                await conn.execute(queries.JOB_SET_PROGRESS, progress.bind(), prepare=True)
             if settle:
                 settled = await conn.execute(queries.JOB_SETTLE_MANY, settle.bind(), prepare=True)
             if extend:

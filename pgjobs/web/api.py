@@ -9,6 +9,7 @@ model. Validation beyond types and bounds is pgjobs' own; its errors become the 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from datetime import datetime
 from typing import Annotated, Any
@@ -16,10 +17,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 
 from pgjobs import admin, browse, db
 from pgjobs import stats as read_model
-from pgjobs.errors import ConfigurationError
+from pgjobs.errors import ConfigurationError, JobCancelled, JobFailed, WaitTimeout
 from pgjobs.maintenance.registry import STALE_AFTER
 from pgjobs.models import JobHistory, JobStatus
 from pgjobs.submission import MAX_JOB_ID, MAX_KEY_BYTES, JobSpec
@@ -182,14 +184,39 @@ def list_jobs(
     )
 
 
+#: The longest ``?wait`` of ``GET /jobs/{id}``, in seconds.
+MAX_WAIT = 60.0
+
+
 @router.get(
     "/jobs/{job_id}",
     response_model=models.Job,
     responses=responses(404),
     summary="A job, wherever it is",
 )
-def get_job(job_id: JobIdPath, server: Server) -> models.Job:
-    """A job queued, running, archived or dead, with its whole record, as `pgjobs job show`."""
+async def get_job(
+    job_id: JobIdPath,
+    server: Server,
+    wait: Annotated[
+        float,
+        Query(
+            ge=0,
+            le=MAX_WAIT,
+            description="Long poll: answer when the job has ended (succeeded, dead, cancelled "
+            "or expired), or after this many seconds (at most 60) with the job as it is then, "
+            "200 either way. 0: at once.",
+        ),
+    ] = 0,
+) -> models.Job:
+    """A job queued, running, archived or dead, with its whole record, as `pgjobs job show`.
+    With ``?wait=30``, answered when the job ends, or after 30 seconds as it is then."""
+    if wait > 0:
+        with contextlib.suppress(JobFailed, JobCancelled, WaitTimeout):  # ended, or not yet
+            await server.waiting_app().wait_async(job_id, timeout=wait)
+    return await run_in_threadpool(_job_now, server, job_id)
+
+
+def _job_now(server: Backend, job_id: int) -> models.Job:
     with server.connection() as conn:
         return _job(admin.job(conn, job_id))
 

@@ -126,6 +126,7 @@ def create_app(
             yield
         finally:
             state.close()
+            await state.aclose()  # the waiters of ``?wait`` and their pools
 
     web = FastAPI(
         title="pgjobs",

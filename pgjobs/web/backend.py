@@ -75,6 +75,8 @@ class Backend:
         self._pool: psycopg_pool.ConnectionPool[Any] | None = None
         self._read_pool: psycopg_pool.ConnectionPool[Any] | None = None
         self._lock = threading.Lock()
+        #: The App of ``waiting_app`` when the server's is bound elsewhere.
+        self._waiting: App | None = None
 
     def pool(self) -> psycopg_pool.ConnectionPool[Any]:
         """The pool, opened on first use; ``DatabaseUnavailable`` while the database cannot be
@@ -117,6 +119,22 @@ class Backend:
         """How far behind the read DSN is, read on ``conn`` (one of ``reading()``); None
         without a read DSN."""
         return None if self.read_dsn is None else db.replica_status(conn)
+
+    def waiting_app(self) -> App:
+        """The App whose ``wait_async`` serves ``GET /jobs/{id}?wait=``: the server's when it
+        uses the server's database, else one bound to that database (created on first use)."""
+        if self.app.settled_dsn == self.dsn:
+            return self.app
+        with self._lock:
+            if self._waiting is None or self._waiting.settled_dsn != self.dsn:
+                self._waiting = App()
+                self._waiting.bind(self.dsn)
+            return self._waiting
+
+    async def aclose(self) -> None:
+        """Close what ``?wait`` opened: the waiters' LISTEN connection and async pools."""
+        for app in {id(a): a for a in (self.app, self._waiting) if a is not None}.values():
+            await app.aclose()
 
     def close(self) -> None:
         with self._lock:

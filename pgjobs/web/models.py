@@ -247,6 +247,15 @@ Time = Annotated[datetime | str, BeforeValidator(_as_stored)]
 Payload = Annotated[Any, Field(description="A JSON object, as enqueued")]
 
 
+class Progress(BaseModel):
+    """A handler's last reported progress (``current_job().progress(done, total, message)``)."""
+
+    done: int | float
+    total: int | float | None = None
+    message: str | None = None
+    at: str | None = Field(None, description="When the handler reported it (ISO 8601).")
+
+
 class JobSummary(_Response):
     """A job wherever it is. Columns its table does not have are null (``lease_*`` outside
     queued_jobs, ``worker``/``finished_at`` in queued_jobs, ``reason``/``error_type`` outside
@@ -278,6 +287,8 @@ class JobSummary(_Response):
     started_at: Time | None = None
     group_key: str | None = Field(None, description="The group it belongs to (`group`).")
     unique_key: str | None = None
+    snoozes: int = Field(0, description="How many times its handler snoozed it.")
+    progress: Progress | None = Field(None, description="Its handler's last reported progress.")
 
 
 class Job(JobSummary):

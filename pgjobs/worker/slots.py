@@ -159,7 +159,7 @@ class Slots:
             self.completer.invalid_payload(job, problem)
             self._not_run(job)
             return
-        context = JobContext(job, self._request_extension)
+        context = JobContext(job, self._request_extension, self._request_progress)
         fn = task.fn
         if task.external is None and tracing.enabled():  # a delivery is not a handler run
             fn = tracing.process(fn, job, is_async=task.is_async)
@@ -324,6 +324,8 @@ class Slots:
             # cancel archived the job): whatever the handler did after that does not count.
             log.debug("job %d: stopped (%s); its handler ended", job.id, entry[0].stopped)
             return
+        if entry[0].progress_pending:  # the last progress goes with the outcome
+            self.completer.progress(entry[0])
         if cancelled:
             outcome = self.completer.cancelled(job)
         elif exc is None and task.external is not None:
@@ -349,6 +351,16 @@ class Slots:
             self.completer.extend(context, seconds)
             self.changed.set()
 
+    def _request_progress(self, context: JobContext, delay: float) -> None:
+        """Called from any thread: write ``context``'s progress in ``delay`` seconds."""
+        self._loop.call_soon_threadsafe(self._loop.call_later, delay, self._queue_progress, context)
+
+    def _queue_progress(self, context: JobContext) -> None:
+        entry = self._running.get(context.job.id)
+        if entry is not None and entry[0] is context and context.stopped is None:
+            self.completer.progress(context)
+            self.changed.set()
+
     def _timed_out(self, context: JobContext, task: Task) -> None:
         """``context``'s run reached its task's timeout: the attempt fails now (retried or sent
         to dead_letter with reason timeout) and the handler is stopped: an async one cancelled
@@ -362,6 +374,8 @@ class Slots:
         context.cancelled = True
         if context.stopped is None:  # a force-cancelled job's record is the cancel's
             context.stopped = "timeout"
+            if context.progress_pending:  # the last progress goes with the outcome
+                self.completer.progress(context)
             assert task.timeout is not None
             outcome = self.completer.timed_out(job, task, task.timeout)
             if self.metrics is not None:
