@@ -98,6 +98,8 @@ bench: install
 # The peers pgjobs is compared with are not its dependencies: they get a venv of their own, with
 # pgjobs installed beside them. PEERS pins the versions of the README's figures; asyncpg is the
 # driver PgQueuer's docs recommend for throughput (its psycopg driver runs beside it, labelled).
+# `make bench`'s group n (tenants: pgbench beside a queue) runs PgQueuer from this venv when it
+# is there (`make $(PEERS_VENV)/.installed` builds it alone).
 PEERS ?= pgqueuer==1.6.0 procrastinate==3.10.0 asyncpg==0.32.0
 PEERS_VENV ?= $(VENV)/peers
 

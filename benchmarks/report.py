@@ -19,6 +19,7 @@ HIGHER_IS_BETTER = {
     "CPU s/1k jobs": False,
     "CPU ms/s": False,
     "µs/job": False,
+    "TPS": True,
 }
 
 
@@ -89,6 +90,8 @@ class Row:
     narrow: Figure | None = None
     narrow_name: str = ""
     narrow_target: Target | None = None
+    #: Further targets of the row (the tenants group's "smaller drop than beside PgQueuer").
+    more_targets: list[Target] = field(default_factory=list)
 
     @property
     def ratio(self) -> float | None:
@@ -114,6 +117,7 @@ class Row:
             "narrow_name": self.narrow_name,
             "narrow_ratio": self.narrow_ratio,
             "narrow_target": self.narrow_target.to_json() if self.narrow_target else None,
+            "more_targets": [target.to_json() for target in self.more_targets],
             "note": self.note,
             "details": self.details,
         }
@@ -159,11 +163,13 @@ def format_value(value: float, unit: str) -> str:
         return f"{value:.1f} MiB"
     if unit == "µs/job":
         return f"{value:.1f} µs"
+    if unit == "TPS":
+        return f"{value:,.0f} TPS"
     return f"{value:g} {unit}"
 
 
 def _compact(value: float, unit: str) -> str:
-    if unit == "jobs/s":
+    if unit in ("jobs/s", "TPS"):
         return f"{value / 1000:.1f}k" if value >= 10_000 else f"{value:,.0f}"
     if unit == "CPU s/1k jobs":
         return f"{value:.3f}"
@@ -233,7 +239,7 @@ def render(rows: list[Row], machine: list[str], console: Console) -> None:
             row.group,
             name,
             *cells,
-            _format_target(row.target, row.narrow_target),
+            _format_target(row.target, row.narrow_target, *row.more_targets),
             row.note,
         )
     console.print(table)
