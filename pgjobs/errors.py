@@ -106,3 +106,7 @@ class NotExternal(JobStateConflict):
 class LockTimeout(QueryFailed):
     """A statement waited for a lock longer than its ``lock_timeout`` and was cancelled; nothing
     changed, and it may be tried again."""
+
+
+class BatchNotFound(PgjobsError):
+    """No batch with this id (``app.batch_status``, ``pgjobs batch show``)."""
