@@ -33,6 +33,7 @@ from benchmarks import (
     processing,
     prune,
     supervise,
+    workflows,
 )
 from benchmarks.harness import BenchDatabase, BenchmarkError, Context, say
 from benchmarks.report import Row, render
@@ -55,6 +56,7 @@ GROUPS: dict[str, tuple[str, Callable[[Context], list[Row]]]] = {
     "supervise": ("k", supervise.run),  # issue 16: --processes start-up, burst exit
     "pooler": ("l", pooler.run),  # issue 25: through PgBouncer in transaction mode
     "groups": ("m", groups.run),  # issue 26: a limit per group, turns between groups
+    "workflows": ("n", workflows.run),  # issue 27: a batch with a callback
 }
 #: Environment variable naming the server to benchmark on (before pgjobs' own variables).
 ENV_DSN = "PGJOBS_BENCH_DSN"
@@ -77,7 +79,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         action="append",
         metavar="NAME",
         help=f"run only this group (repeatable, or comma-separated): {', '.join(GROUPS)} "
-        "(or their letters a-m)",
+        "(or their letters a-n)",
     )
     parser.add_argument(
         "--repeats",
