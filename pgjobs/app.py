@@ -228,13 +228,21 @@ class App(Registry):
                     batch.enqueue("reports.render", {"page": page})
         """
         callback = batches.callback(on_complete, self._known_tasks)
-        return batches.Batch(callback, self._known_tasks, self._write_batch, connection)
+        return batches.Batch(
+            callback, self._known_tasks, self._write_batch, connection, self._write_batch_async
+        )
 
     def _write_batch(self, batch: batches.Batch, connection: Any) -> None:
         if connection is not None:
             batches.write(connection, batch)
         else:
             self._pools.run(lambda conn, dsn: batches.write(conn, batch, dsn))
+
+    async def _write_batch_async(self, batch: batches.Batch, connection: Any) -> None:
+        if connection is not None:
+            await batches.write_async(connection, batch)
+        else:
+            await self._pools.run_async(lambda conn, dsn: batches.write_async(conn, batch, dsn))
 
     def batch_status(self, batch_id: int) -> batches.BatchStatus:
         """Batch ``batch_id``: its counts, its callback, its members by status (``BatchNotFound``
@@ -245,12 +253,16 @@ class App(Registry):
         return self._on_pool(batches.status, batch_id)
 
     async def enqueue_many_async(
-        self, jobs: Iterable[JobSpec], *, connection: Any = None
+        self, jobs: Iterable[JobSpec], *, connection: Any = None, batch: batches.Batch | None = None
     ) -> list[int]:
-        """``enqueue_many`` for asyncio applications (see ``enqueue_async``).
+        """``enqueue_many`` for asyncio applications (see ``enqueue_async``), ``batch`` too.
 
         Example: ``await app.enqueue_many_async(JobSpec("resize", {"image": n}) for n in ids)``
         """
+        if batch is not None:
+            batch.add(jobs)
+            await self._write_batch_async(batch, connection or batch.connection)
+            return batch.ids
         rows = producer.prepare_many(jobs, self._known_tasks)
         return await self._insert_async(rows, connection)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -171,11 +171,13 @@ class Batch:
         tasks: Mapping[str, Task] | None,
         write: Callable[[Batch, Any], None],
         connection: Any = None,
+        write_async: Callable[[Batch, Any], Awaitable[None]] | None = None,
     ) -> None:
         self.callback = callback
         self.connection = connection
         self._tasks = tasks
         self._write = write
+        self._write_async = write_async
         self._rows: list[producer.PreparedJob] = []
         self._id: int | None = None
         self._ids: list[int] = []
@@ -235,6 +237,17 @@ class Batch:
         if kind is None:
             self._write(self, self.connection)
 
+    async def __aenter__(self) -> Batch:
+        """``async with app.batch(...) as batch``: written without blocking the event loop, on
+        the app's async pool or the caller's async connection."""
+        return self.__enter__()
+
+    async def __aexit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        if kind is None:
+            if self._write_async is None:
+                raise ConfigurationError("this batch is written by `with`, not `async with`")
+            await self._write_async(self, self.connection)
+
 
 def write(conn: Any, batch: Batch, dsn: Dsn | None = None) -> None:
     """Write ``batch`` (its row, its members, its seal) on ``conn``: in one transaction on
@@ -243,6 +256,17 @@ def write(conn: Any, batch: Batch, dsn: Dsn | None = None) -> None:
         ((batch_id,),) = producer._execute(conn, (queries.BATCH_INSERT, _params(batch)))
         ids = _insert_members(conn, batch.rows, batch_id)
         producer._execute(conn, (queries.BATCH_SEAL, {"id": batch_id}))
+    batch.written(batch_id, ids)
+
+
+async def write_async(conn: Any, batch: Batch, dsn: Dsn | None = None) -> None:
+    """``write`` on an async connection (psycopg's or SQLAlchemy's)."""
+    with translate_errors(dsn):
+        async with _transaction_async(conn):
+            params = _params(batch)
+            ((batch_id,),) = await producer._execute_async(conn, (queries.BATCH_INSERT, params))
+            ids = await _insert_members_async(conn, batch.rows, batch_id)
+            await producer._execute_async(conn, (queries.BATCH_SEAL, {"id": batch_id}))
     batch.written(batch_id, ids)
 
 
@@ -272,6 +296,35 @@ def _insert_members(conn: Any, rows: list[producer.PreparedJob], batch_id: int) 
         statement = next(plan)
         while True:
             statement = plan.send(producer._execute(conn, statement))
+    except StopIteration as done:
+        ids: list[int] = done.value
+        return ids
+
+
+@contextlib.asynccontextmanager
+async def _transaction_async(conn: Any) -> AsyncIterator[None]:
+    if isinstance(conn, psycopg.AsyncConnection) and conn.autocommit:
+        async with conn.transaction():
+            yield
+    else:
+        yield
+
+
+async def _insert_members_async(
+    conn: Any, rows: list[producer.PreparedJob], batch_id: int
+) -> list[int]:
+    """``_insert_members`` on an async connection."""
+    if not rows:
+        return []
+    if isinstance(conn, psycopg.AsyncConnection) and producer._by_copy(rows):
+        return await producer._copy_many_async(conn, rows, batch_id)
+    plan = producer._plan(
+        rows, in_callers_transaction=producer._in_callers_transaction(conn), batch_id=batch_id
+    )
+    try:
+        statement = next(plan)
+        while True:
+            statement = plan.send(await producer._execute_async(conn, statement))
     except StopIteration as done:
         ids: list[int] = done.value
         return ids

@@ -3,6 +3,7 @@ trigger, and the callback enqueued once with the counts in its payload."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -361,3 +362,27 @@ def test_a_sqlalchemy_connection_writes_the_batch_in_its_transaction(app, dsn, c
         engine.dispose()
     assert batch_ids_of(conn, batch.ids) == {batch.id}
     assert batch_row(conn, batch.id)["total"] == 2
+
+
+def test_async_with_and_enqueue_many_async_write_the_batch(app, dsn, conn):
+    async def enqueue() -> tuple[Any, Any, list[int]]:
+        async with app.batch(on_complete=("reports.summarise", {"report": 7})) as first:
+            first.enqueue("reports.render", {"page": 1})
+            first.enqueue("reports.render", {"page": 2})
+        second = app.batch()
+        specs = [JobSpec("reports.render", {"page": n}) for n in range(COPY_MIN_ROWS)]
+        ids = await app.enqueue_many_async(specs, batch=second)
+        async with await psycopg.AsyncConnection.connect(dsn.url) as tx:
+            third = app.batch()
+            await app.enqueue_many_async(specs[:3], batch=third, connection=tx)
+            await tx.rollback()
+        await app.aclose()
+        return first, second, ids
+
+    first, second, ids = asyncio.run(enqueue())
+    assert batch_ids_of(conn, first.ids) == {first.id}
+    assert ids == second.ids and batch_ids_of(conn, ids) == {second.id}
+    assert batch_row(conn, first.id)["total"] == 2
+    assert batch_row(conn, second.id)["total"] == COPY_MIN_ROWS
+    assert scalar(conn, "SELECT count(*) FROM pgjobs_batches") == 2
+    assert counts(conn)["queued_jobs"] == 2 + COPY_MIN_ROWS
