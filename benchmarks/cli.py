@@ -34,6 +34,7 @@ from benchmarks import (
     prune,
     supervise,
     tenants,
+    workflows,
 )
 from benchmarks.harness import BenchDatabase, BenchmarkError, Context, say
 from benchmarks.report import Row, render
@@ -57,6 +58,7 @@ GROUPS: dict[str, tuple[str, Callable[[Context], list[Row]]]] = {
     "pooler": ("l", pooler.run),  # issue 25: through PgBouncer in transaction mode
     "groups": ("m", groups.run),  # issue 26: a limit per group, turns between groups
     "tenants": ("n", tenants.run),  # issue 28: pgbench beside a queue at 2,000 jobs/s
+    "workflows": ("o", workflows.run),  # issue 27: a batch with a callback
 }
 #: Environment variable naming the server to benchmark on (before pgjobs' own variables).
 ENV_DSN = "PGJOBS_BENCH_DSN"

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from pgjobs.app import App
+from pgjobs.batches import Batch, BatchStatus
 from pgjobs.context import JobContext, current_job
 from pgjobs.errors import (
+    BatchNotFound,
     ConfigurationError,
     DatabaseUnavailable,
     InvalidPayload,
@@ -30,6 +32,9 @@ from pgjobs.worker import Worker, WorkerConfig
 
 __all__ = [
     "App",
+    "Batch",
+    "BatchNotFound",
+    "BatchStatus",
     "ConfigurationError",
     "DatabaseUnavailable",
     "DeadGroup",

@@ -10,7 +10,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, Unpack
 
 import psycopg
 
-from pgjobs import admin, producer, queues, results
+from pgjobs import admin, batches, producer, queues, results
 from pgjobs.db.dsn import Dsn, normalize_dsn, resolve_dsn
 from pgjobs.db.pooler import Pooler, parse_pooler
 from pgjobs.errors import ConfigurationError
@@ -196,22 +196,76 @@ class App(Registry):
         row = self._prepare_one(task, payload, options, "enqueue_async")
         return (await self._insert_async([row], connection))[0]
 
-    def enqueue_many(self, jobs: Iterable[JobSpec], *, connection: Any = None) -> list[int]:
+    def enqueue_many(
+        self, jobs: Iterable[JobSpec], *, connection: Any = None, batch: batches.Batch | None = None
+    ) -> list[int]:
         """Enqueue many jobs in one statement; returns their ids in order. All or nothing. Jobs
-        of one task with the same unique key act as if enqueued one after the other.
+        of one task with the same unique key act as if enqueued one after the other. With
+        ``batch`` (made by ``App.batch``, not written yet) they are its members, written with
+        it in one transaction (``batch.id`` is its id afterwards).
 
         Example: ``app.enqueue_many(JobSpec("resize", {"image": n}) for n in range(1000))``
         """
+        if batch is not None:
+            batch.add(jobs)
+            self._write_batch(batch, connection or batch.connection)
+            return batch.ids
         rows = producer.prepare_many(jobs, self._known_tasks)
         return self._insert(rows, connection)
 
+    def batch(
+        self, on_complete: batches.OnComplete = None, *, connection: Any = None
+    ) -> batches.Batch:
+        """A batch: jobs enqueued together (``batch.enqueue``, or ``enqueue_many(...,
+        batch=...)``) and a callback enqueued once when every one of them has ended (succeeded,
+        dead, cancelled or expired), with ``{"batch": {"id", "total", "succeeded", "dead",
+        "cancelled"}}`` added to its payload. ``on_complete``: a task, a (task, payload) pair, a
+        ``JobSpec`` for its queue, priority or max_attempts, or None (no callback). With
+        ``connection``, the batch is written in the caller's transaction. See
+        ``pgjobs.batches``.
+
+        Example::
+
+            with app.batch(on_complete=("reports.summarise", {"report": 7})) as batch:
+                for page in range(40):
+                    batch.enqueue("reports.render", {"page": page})
+        """
+        callback = batches.callback(on_complete, self._known_tasks)
+        return batches.Batch(
+            callback, self._known_tasks, self._write_batch, connection, self._write_batch_async
+        )
+
+    def _write_batch(self, batch: batches.Batch, connection: Any) -> None:
+        if connection is not None:
+            batches.write(connection, batch)
+        else:
+            self._pools.run(lambda conn, dsn: batches.write(conn, batch, dsn))
+
+    async def _write_batch_async(self, batch: batches.Batch, connection: Any) -> None:
+        if connection is not None:
+            await batches.write_async(connection, batch)
+        else:
+            await self._pools.run_async(lambda conn, dsn: batches.write_async(conn, batch, dsn))
+
+    def batch_status(self, batch_id: int) -> batches.BatchStatus:
+        """Batch ``batch_id``: its counts, its callback, its members by status (``BatchNotFound``
+        for an unknown id).
+
+        Example: ``app.batch_status(7).pending``
+        """
+        return self._on_pool(batches.status, batch_id)
+
     async def enqueue_many_async(
-        self, jobs: Iterable[JobSpec], *, connection: Any = None
+        self, jobs: Iterable[JobSpec], *, connection: Any = None, batch: batches.Batch | None = None
     ) -> list[int]:
-        """``enqueue_many`` for asyncio applications (see ``enqueue_async``).
+        """``enqueue_many`` for asyncio applications (see ``enqueue_async``), ``batch`` too.
 
         Example: ``await app.enqueue_many_async(JobSpec("resize", {"image": n}) for n in ids)``
         """
+        if batch is not None:
+            batch.add(jobs)
+            await self._write_batch_async(batch, connection or batch.connection)
+            return batch.ids
         rows = producer.prepare_many(jobs, self._known_tasks)
         return await self._insert_async(rows, connection)
 

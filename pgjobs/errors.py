@@ -157,3 +157,7 @@ class WaitTimeout(PgjobsError):
         super().__init__(f"job {job_id} has not ended within {timeout:g}s")
         self.job_id = job_id
         self.timeout = timeout
+
+
+class BatchNotFound(PgjobsError):
+    """No batch with this id (``app.batch_status``, ``pgjobs batch show``)."""

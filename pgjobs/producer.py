@@ -309,18 +309,21 @@ async def insert_async(conn: Any, rows: Sequence[PreparedJob], dsn: Dsn | None =
             return ids
 
 
-def _plan(rows: Sequence[PreparedJob], *, in_callers_transaction: bool) -> InsertPlan:
-    """The statements that insert ``rows`` (at least one), whatever the connection."""
+def _plan(
+    rows: Sequence[PreparedJob], *, in_callers_transaction: bool, batch_id: int | None = None
+) -> InsertPlan:
+    """The statements that insert ``rows`` (at least one), whatever the connection; the members
+    of batch ``batch_id`` (``pgjobs.batches``) by the many or keyed statements with its id."""
     keyed = _keyed(rows)
-    if len(rows) == 1 and rows[0].idempotency_key is None and not keyed:
+    if batch_id is None and len(rows) == 1 and rows[0].idempotency_key is None and not keyed:
         ((job_id,),) = yield _insert_one(rows[0])
         return [int(job_id)]
     if in_callers_transaction and any(row.idempotency_key or row.unique_key for row in rows):
         ((level,),) = yield Statement(queries.JOB_INSERT_ISOLATION, {})
         uniqueness.check_isolation(level, rows)
     if keyed:
-        return (yield from uniqueness.insert_plan(rows))
-    return (yield from _insert_many(rows))
+        return (yield from uniqueness.insert_plan(rows, batch_id))
+    return (yield from _insert_many(rows, batch_id))
 
 
 def _keyed(rows: Sequence[PreparedJob]) -> bool:
@@ -394,7 +397,9 @@ def _ready_now(row: PreparedJob) -> bool:
     )
 
 
-def _copy_many(conn: psycopg.Connection[Any], rows: Sequence[PreparedJob]) -> list[int]:
+def _copy_many(
+    conn: psycopg.Connection[Any], rows: Sequence[PreparedJob], batch_id: int | None = None
+) -> list[int]:
     """Insert ``rows`` (none with an idempotency key) by COPY, all or nothing."""
     reserve = _reserve_ids(rows)
     # On pgjobs' autocommit connection the block is one transaction: the id reservation inside it
@@ -408,7 +413,7 @@ def _copy_many(conn: psycopg.Connection[Any], rows: Sequence[PreparedJob]) -> li
         ((now, ids, _),) = conn.execute(reserve.sql, reserve.params, prepare=True).fetchall()
         if not own:
             stack.enter_context(conn.transaction())
-        statement, lines = _copy_rows(rows, now, ids)
+        statement, lines = _copy_rows(rows, now, ids, batch_id)
         with conn.cursor() as cursor, cursor.copy(statement) as copy:
             for line in lines:
                 copy.write_row(line)
@@ -416,7 +421,7 @@ def _copy_many(conn: psycopg.Connection[Any], rows: Sequence[PreparedJob]) -> li
 
 
 async def _copy_many_async(
-    conn: psycopg.AsyncConnection[Any], rows: Sequence[PreparedJob]
+    conn: psycopg.AsyncConnection[Any], rows: Sequence[PreparedJob], batch_id: int | None = None
 ) -> list[int]:
     """``_copy_many`` on an async psycopg connection."""
     reserve = _reserve_ids(rows)
@@ -428,7 +433,7 @@ async def _copy_many_async(
         ((now, ids, _),) = await cursor.fetchall()
         if not own:
             await stack.enter_async_context(conn.transaction())
-        statement, lines = _copy_rows(rows, now, ids)
+        statement, lines = _copy_rows(rows, now, ids, batch_id)
         async with conn.cursor() as copier, copier.copy(statement) as copy:
             for line in lines:
                 await copy.write_row(line)
@@ -442,9 +447,13 @@ def _reserve_ids(rows: Sequence[PreparedJob]) -> Statement:
 
 
 def _copy_rows(
-    rows: Sequence[PreparedJob], now: datetime, ids: list[int]
+    rows: Sequence[PreparedJob], now: datetime, ids: list[int], batch_id: int | None = None
 ) -> tuple[str, Iterator[tuple[Any, ...]]]:
-    """The COPY statement for ``rows`` and the rows it writes, with the reserved ``ids``."""
+    """The COPY statement for ``rows`` and the rows it writes, with the reserved ``ids`` (and
+    ``batch_id`` on each, for a batch's members)."""
+    if batch_id is not None:
+        timed = _copy_rows_timed(rows, now, ids, versioned=True)
+        return queries.BATCH_COPY_MEMBERS, ((*line, batch_id) for line in timed)
     if all(map(_ready_now, rows)):
         # The usual batch: neither timestamp travels (run_at defaults to the transaction's
         # now(), as JOB_INSERT_MANY would set it).
@@ -491,17 +500,20 @@ def _expires_at(row: PreparedJob, now: datetime) -> datetime | None:
     return now + timedelta(seconds=row.expires_in)
 
 
-def _insert_many(rows: Sequence[PreparedJob]) -> InsertPlan:
+def _insert_many(rows: Sequence[PreparedJob], batch_id: int | None = None) -> InsertPlan:
     results: list[int | None] = [None] * len(rows)
     pending = list(range(len(rows)))
-    versioned = _versioned(rows)
+    versioned = _versioned(rows) or batch_id is not None
     statement = queries.JOB_INSERT_MANY_VERSIONED if versioned else queries.JOB_INSERT_MANY
+    member = {} if batch_id is None else {"batch_id": batch_id}
+    if batch_id is not None:
+        statement = queries.BATCH_INSERT_MEMBERS
     keys: tuple[str, ...] = _MANY_KEYS if versioned else _MANY_KEYS[:-2]
     # A NULL id means a concurrent enqueue took the key while this statement ran; its commit is
     # visible to the next statement, so one more round resolves it.
     for _ in range(3):
         batch = [rows[i] for i in pending]
-        params = {key: [row[n] for row in batch] for n, key in enumerate(keys)}
+        params = {key: [row[n] for row in batch] for n, key in enumerate(keys)} | member
         still = uniqueness.resolved(pending, (yield Statement(statement, params)), results)
         if not still:
             return [r for r in results if r is not None]

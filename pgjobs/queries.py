@@ -107,8 +107,10 @@ _EXISTING_KEYS = """existing AS (
 )"""
 
 
-def _job_insert_many(versioned: bool) -> str:
+def _job_insert_many(versioned: bool, batch: bool = False) -> str:
     extra = _VERSIONED_COLUMNS if versioned else ""
+    # A batch's members carry its id (BATCH_INSERT_MEMBERS).
+    member, member_id = (", batch_id", ", %(batch_id)s::bigint") if batch else ("", "")
     arrays = (
         ", %(payload_versions)s::int[], %(trace_contexts)s::text[]::jsonb[]" if versioned else ""
     )
@@ -126,12 +128,12 @@ WITH input AS (
 {_EXISTING_KEYS},
 inserted AS (
     INSERT INTO queued_jobs (id, queue, task, payload, priority, run_at, max_attempts,
-                             expires_at, idempotency_key{extra})
+                             expires_at, idempotency_key{extra}{member})
     SELECT i.id, i.queue, i.task, i.payload, i.priority,
            coalesce(i.run_at, now() + i.run_in * interval '1 second'),
            i.max_attempts,
            coalesce(i.expires_at, now() + i.expires_in * interval '1 second'),
-           i.idempotency_key{extra.replace(", ", ", i.")}
+           i.idempotency_key{extra.replace(", ", ", i.")}{member_id}
     FROM input i
     LEFT JOIN existing e ON e.position = i.position
     WHERE e.id IS NULL
@@ -168,6 +170,7 @@ _KEYED_COLUMNS = (
     "payload_version, trace_context, group_key, unique_key"
 )
 
+
 #: Insert many jobs of which some have a group or a unique key (pgjobs.uniqueness), from parallel
 #: arrays as JOB_INSERT_MANY (idempotency keys keep their meaning there), plus each job's group,
 #: unique key, on_conflict mode, debounce and its task's throttle (seconds). In one statement:
@@ -184,7 +187,11 @@ _KEYED_COLUMNS = (
 #: The caller merges rows of one batch with the same (task, unique key). Rows: (position, id),
 #: where id is the holder's for a key held; NULL when a concurrent enqueue holds a key but has not
 #: committed yet (the caller sends those rows again: the next statement sees the commit).
-JOB_INSERT_KEYED = f"""
+def _job_insert_keyed(batch: bool) -> str:
+    # A batch's members carry its id (BATCH_INSERT_MEMBERS_KEYED).
+    columns = _KEYED_COLUMNS + (", batch_id" if batch else "")
+    values = _KEYED_COLUMNS + (", %(batch_id)s::bigint" if batch else "")
+    return f"""
 WITH input AS (
     SELECT nextval(pg_get_serial_sequence('queued_jobs', 'id')) AS id, r.*
     FROM unnest(
@@ -277,16 +284,16 @@ fresh AS (
     WHERE e.id IS NULL AND i.position NOT IN (SELECT position FROM stale)
 ),
 kept AS (
-    INSERT INTO queued_jobs ({_KEYED_COLUMNS})
-    SELECT {_KEYED_COLUMNS} FROM fresh
+    INSERT INTO queued_jobs ({columns})
+    SELECT {values} FROM fresh
     WHERE mode IS NULL OR mode = 'keep'
     ORDER BY position
     ON CONFLICT DO NOTHING
     RETURNING id, queue, task, unique_key, idempotency_key, true AS inserted
 ),
 replaced AS (
-    INSERT INTO queued_jobs AS q ({_KEYED_COLUMNS})
-    SELECT {_KEYED_COLUMNS} FROM fresh
+    INSERT INTO queued_jobs AS q ({columns})
+    SELECT {values} FROM fresh
     WHERE mode IN ('replace', 'debounce')
     ORDER BY position
     ON CONFLICT (task, unique_key) WHERE unique_key IS NOT NULL AND started_at IS NULL
@@ -330,6 +337,10 @@ LEFT JOIN written twin ON twin.idempotency_key = i.idempotency_key
 CROSS JOIN notified
 ORDER BY i.position
 """
+
+
+#: The keyed insert described above ``_job_insert_keyed``.
+JOB_INSERT_KEYED = _job_insert_keyed(batch=False)
 
 #: Make sure each throttled key (``tasks``, ``unique_keys``) has its pgjobs_throttles row before
 #: JOB_INSERT_KEYED locks it (a row that does not exist cannot be locked): a new key's row names
@@ -1586,7 +1597,7 @@ unkeyed AS (
 _REDRIVEN_COLUMNS = (
     "id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at, "
     "expires_at, idempotency_key, redrive_count, redriven_at, replay_of, payload_version, "
-    "trace_context, group_key, unique_key"
+    "trace_context, group_key, unique_key, batch_id"
 )
 
 #: Move one batch of up to ``limit`` dead jobs matching the filters back to queued_jobs, ready now
@@ -1603,7 +1614,7 @@ moving AS (
     SELECT id, queue, task, payload, priority, now() AS run_at, 0 AS attempts, max_attempts,
            last_error, created_at, expires_at, idempotency_key,
            redrive_count + 1 AS redrive_count, now() AS redriven_at, replay_of, payload_version,
-           trace_context, group_key, {_KEY_IF_FREE.format(rows="gone")} AS unique_key
+           trace_context, group_key, {_KEY_IF_FREE.format(rows="gone")} AS unique_key, batch_id
     FROM gone
 ),
 {_requeue(_REDRIVEN_COLUMNS, "moving", _BY_ID)},
@@ -2760,4 +2771,122 @@ SET progress = p.progress::jsonb
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(progress)s::text[])
     AS p(id, attempts, progress)
 WHERE q.id = p.id AND q.attempts = p.attempts AND q.lease_owner = %(owner)s
+"""
+
+
+# -- Batches (pgjobs.batches) --------------------------------------------------------------------
+# A batch is written in one transaction: its row (BATCH_INSERT), its members (the insert paths
+# above with the batch's id, BATCH_INSERT_MEMBERS*), then BATCH_SEAL. The trigger
+# pgjobs_job_ended counts each member's first end and enqueues the callback once (migration 0013).
+
+#: The batch's counts and its callback as a JSON object: the "batch" key of the callback's payload.
+_BATCH_COUNTS = """jsonb_build_object(
+    'id', b.id, 'total', b.total, 'succeeded', b.succeeded, 'dead', b.dead,
+    'cancelled', b.cancelled)"""
+
+#: Create a batch, members not counted yet (BATCH_SEAL counts them), with its callback (NULL task:
+#: none). Rows: (id,).
+BATCH_INSERT = """
+INSERT INTO pgjobs_batches (total, pending, callback_task, callback_queue, callback_payload,
+                            callback_priority, callback_max_attempts, callback_payload_version)
+VALUES (0, 0, %(task)s, %(queue)s, %(payload)s::jsonb, %(priority)s, %(max_attempts)s,
+        %(payload_version)s)
+RETURNING id
+"""
+
+#: JOB_INSERT_MANY_VERSIONED for the members of batch ``batch_id``.
+BATCH_INSERT_MEMBERS = _job_insert_many(versioned=True, batch=True)
+
+#: JOB_INSERT_KEYED for the members of batch ``batch_id``: a member whose key is held is the
+#: holder, which stays out of the batch.
+BATCH_INSERT_MEMBERS_KEYED = _job_insert_keyed(batch=True)
+
+#: JOB_COPY_MANY_VERSIONED for the members of a batch (its id on every row).
+BATCH_COPY_MEMBERS = """
+COPY queued_jobs (id, queue, task, payload, priority, run_at, max_attempts, expires_at,
+                  payload_version, trace_context, batch_id) FROM STDIN
+"""
+
+#: Count batch ``id``'s members (the jobs its inserts wrote, not the holders of keys they met) as
+#: its total and pending; a batch with none is complete at once, its callback enqueued now with
+#: counts of 0 (as the trigger would: its id reserved first, to be named by the batch's row).
+#: Rows: (total, callback job id).
+BATCH_SEAL = f"""
+WITH members AS (
+    SELECT count(*)::int AS n FROM queued_jobs WHERE batch_id = %(id)s
+),
+sealed AS (
+    UPDATE pgjobs_batches b
+    SET total = m.n, pending = m.n,
+        completed_at = CASE WHEN m.n = 0 THEN now() END,
+        callback_job_id = CASE WHEN m.n = 0 AND b.callback_task IS NOT NULL
+                               THEN nextval(pg_get_serial_sequence('queued_jobs', 'id')) END
+    FROM members m
+    WHERE b.id = %(id)s
+    RETURNING b.*
+),
+callback AS (
+    INSERT INTO queued_jobs (id, queue, task, payload, priority, max_attempts, payload_version)
+    SELECT b.callback_job_id, b.callback_queue, b.callback_task,
+           b.callback_payload || jsonb_build_object('batch', {_BATCH_COUNTS}),
+           b.callback_priority, b.callback_max_attempts, b.callback_payload_version
+    FROM sealed b
+    WHERE b.callback_job_id IS NOT NULL
+    RETURNING id, queue
+),
+notified AS (
+    SELECT count(pg_notify('{NOTIFY_CHANNEL}', queue)) AS n FROM callback
+)
+SELECT s.total, (SELECT id FROM callback)
+FROM sealed s CROSS JOIN notified
+"""
+
+#: Batch ``id`` in the order of batches.BatchStatus, then its members' count per status as a JSON
+#: object, read from the three tables through their batch_id indexes. No row: no such batch.
+BATCH_STATUS = f"""
+SELECT b.id, b.total, b.pending, b.succeeded, b.dead, b.cancelled, b.created_at, b.completed_at,
+       b.callback_task, b.callback_queue, b.callback_job_id,
+       (SELECT coalesce(jsonb_object_agg(m.status, m.n), '{{}}') FROM (
+            SELECT status, count(*) AS n FROM (
+                SELECT CASE WHEN run_at = 'infinity' THEN '{JobStatus.WAITING}'
+                            WHEN lease_expires_at IS NOT NULL THEN '{JobStatus.RUNNING}'
+                            WHEN run_at > now() THEN '{JobStatus.SCHEDULED}'
+                            ELSE '{JobStatus.READY}' END AS status
+                FROM queued_jobs WHERE batch_id = b.id
+                UNION ALL
+                SELECT status FROM archived_jobs WHERE batch_id = b.id
+                UNION ALL
+                SELECT '{JobStatus.DEAD}' FROM dead_letter WHERE batch_id = b.id
+            ) s GROUP BY status
+        ) m)
+FROM pgjobs_batches b
+WHERE b.id = %(id)s
+"""
+
+#: Up to ``limit`` member ids of batch ``id`` per status, lowest first, as a JSON object of
+#: arrays (the batch page's links).
+BATCH_MEMBERS = f"""
+SELECT coalesce(jsonb_object_agg(status, ids), '{{}}') FROM (
+    SELECT status, (array_agg(id ORDER BY id))[1:%(limit)s] AS ids FROM (
+        SELECT id, CASE WHEN run_at = 'infinity' THEN '{JobStatus.WAITING}'
+                        WHEN lease_expires_at IS NOT NULL THEN '{JobStatus.RUNNING}'
+                        WHEN run_at > now() THEN '{JobStatus.SCHEDULED}'
+                        ELSE '{JobStatus.READY}' END AS status
+        FROM queued_jobs WHERE batch_id = %(id)s
+        UNION ALL
+        SELECT id, status FROM archived_jobs WHERE batch_id = %(id)s
+        UNION ALL
+        SELECT id, '{JobStatus.DEAD}' FROM dead_letter WHERE batch_id = %(id)s
+    ) s GROUP BY status
+) m
+"""
+
+#: The batch job ``id`` is a member of, wherever the job is. Rows: (batch_id,) or none.
+BATCH_OF_JOB = """
+SELECT batch_id FROM queued_jobs WHERE id = %(id)s AND batch_id IS NOT NULL
+UNION ALL
+SELECT batch_id FROM archived_jobs WHERE id = %(id)s AND batch_id IS NOT NULL
+UNION ALL
+SELECT batch_id FROM dead_letter WHERE id = %(id)s AND batch_id IS NOT NULL
+LIMIT 1
 """

@@ -212,10 +212,15 @@ def _lock_order(row: KeyedRow) -> tuple[bool, str, str]:
     return (row.unique_key is None, row.task, row.unique_key or "")
 
 
-def insert_plan(rows: Sequence[KeyedRow]) -> Generator[Statement, list[tuple[Any, ...]], list[int]]:
+def insert_plan(
+    rows: Sequence[KeyedRow], batch_id: int | None = None
+) -> Generator[Statement, list[tuple[Any, ...]], list[int]]:
     """The statements that insert ``rows`` (each with a group or a unique key, or beside such
     rows in one batch): it yields ``(sql, params)``, is sent back the rows, and returns the ids
-    in the order of ``rows`` (for a key held, the holder's id)."""
+    in the order of ``rows`` (for a key held, the holder's id). The rows it inserts are members
+    of batch ``batch_id`` when one is given."""
+    statement = queries.JOB_INSERT_KEYED if batch_id is None else queries.BATCH_INSERT_MEMBERS_KEYED
+    member = {} if batch_id is None else {"batch_id": batch_id}
     sent, stands_for = merged(rows)
     results: list[int | None] = [None] * len(sent)
     # In (task, unique key) order: concurrent batches that replace the same keys lock their
@@ -228,8 +233,8 @@ def insert_plan(rows: Sequence[KeyedRow]) -> Generator[Statement, list[tuple[Any
             # The keys' throttle rows exist before the insert locks them (JOB_THROTTLE_ENSURE).
             keys = {"tasks": [t for t, _ in throttled], "unique_keys": [k for _, k in throttled]}
             yield queries.JOB_THROTTLE_ENSURE, keys
-        params = {name: [row[n] for row in batch] for n, name in enumerate(KEYED_PARAMS)}
-        still = resolved(pending, (yield queries.JOB_INSERT_KEYED, params), results)
+        params = {name: [row[n] for row in batch] for n, name in enumerate(KEYED_PARAMS)} | member
+        still = resolved(pending, (yield statement, params), results)
         if not still:
             return [job_id for i in stands_for if (job_id := results[i]) is not None]
         pending = still

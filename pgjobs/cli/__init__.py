@@ -18,6 +18,7 @@ from typing import Annotated
 import typer
 
 from pgjobs.cli import (
+    batch,
     completion,
     dead,
     doctor,
@@ -103,6 +104,7 @@ cli.command("replay")(job.replay_command)
 cli.command("cancel")(job.cancel_command)
 cli.add_typer(dead.dead_cli, name="dead")
 cli.add_typer(job.job_cli, name="job")
+cli.add_typer(batch.batch_cli, name="batch")
 cli.add_typer(queue.queue_cli, name="queue")
 
 

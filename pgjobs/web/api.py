@@ -19,7 +19,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from pgjobs import admin, browse, db
+from pgjobs import admin, batches, browse, db
 from pgjobs import stats as read_model
 from pgjobs.errors import ConfigurationError, JobCancelled, JobFailed, WaitTimeout
 from pgjobs.maintenance.registry import STALE_AFTER
@@ -219,6 +219,21 @@ async def get_job(
 def _job_now(server: Backend, job_id: int) -> models.Job:
     with server.connection() as conn:
         return _job(admin.job(conn, job_id))
+
+
+@router.get(
+    "/batches/{batch_id}",
+    response_model=models.Batch,
+    responses=responses(404),
+    summary="A batch: its counts, callback and members by status",
+)
+def get_batch(
+    batch_id: Annotated[int, Path(ge=1, le=MAX_JOB_ID, description="The batch id.")],
+    server: Server,
+) -> models.Batch:
+    """A batch of jobs with a callback (``app.batch``), as `pgjobs batch show --json`."""
+    with server.connection() as conn:
+        return models.Batch.model_validate(batches.status(conn, batch_id))
 
 
 @router.post(

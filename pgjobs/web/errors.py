@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from pgjobs.errors import (
+    BatchNotFound,
     ConfigurationError,
     DatabaseUnavailable,
     InvalidPayload,
@@ -46,6 +47,7 @@ _PGJOBS_ERRORS: tuple[tuple[type[PgjobsError], int, str], ...] = (
     (InvalidPayload, 422, "invalid_payload"),
     (ConfigurationError, 422, "invalid_value"),
     (JobNotFound, 404, "job_not_found"),
+    (BatchNotFound, 404, "batch_not_found"),
     (StaleOutcome, 409, "stale_outcome"),
     (NotExternal, 409, "not_external"),
     (JobStateConflict, 409, "job_state_conflict"),

@@ -374,6 +374,25 @@ class Worker(_Response):
     last_seen_age: float
 
 
+class Batch(_Response):
+    """A batch (``app.batch``), as `pgjobs batch show --json`: ``succeeded``, ``dead`` and
+    ``cancelled`` (expired included) count the members' first ends, as the callback's payload
+    does; ``members`` counts them by their status now."""
+
+    id: int
+    total: int
+    pending: int = Field(description="Members that have not ended yet.")
+    succeeded: int
+    dead: int
+    cancelled: int
+    created_at: datetime
+    completed_at: datetime | None = Field(description="When the last member ended.")
+    callback_task: str | None
+    callback_queue: str | None
+    callback_job_id: int | None = Field(description="The callback job, once enqueued.")
+    members: dict[str, int] = Field(description="Members per status now.")
+
+
 class WorkerList(BaseModel):
     workers: list[Worker]
 

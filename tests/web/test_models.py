@@ -13,6 +13,7 @@ import pytest
 from pydantic import BaseModel
 
 from pgjobs import models as domain
+from pgjobs.batches import BatchStatus
 from pgjobs.web import models as api
 
 #: (response model, domain row, fields only the response has, fields only the row has).
@@ -27,6 +28,7 @@ PAIRS: list[tuple[type[BaseModel], type[Any], set[str], set[str]]] = [
     (api.GroupHold, domain.GroupHold, set(), set()),
     (api.GroupLoad, domain.GroupLoad, set(), set()),
     (api.QueueGroups, domain.QueueGroups, set(), set()),
+    (api.Batch, BatchStatus, set(), set()),
     # The row's two properties, written out by `pgjobs stats --json`.
     (api.QueueStats, domain.QueueStats, {"throughput_per_second", "retry_rate"}, set()),
 ]

@@ -30,6 +30,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from pgjobs import db
 from pgjobs.errors import (
+    BatchNotFound,
     ConfigurationError,
     DatabaseUnavailable,
     JobNotFound,
@@ -151,7 +152,7 @@ PostedForm = Annotated[Posted, Depends(_posted)]
 def _status_of(exc: PgjobsError) -> int:
     if isinstance(exc, ConfigurationError):
         return 422
-    if isinstance(exc, JobNotFound):
+    if isinstance(exc, JobNotFound | BatchNotFound):
         return 404
     if isinstance(exc, JobStateConflict):
         return 409

@@ -12,6 +12,7 @@ from fastapi.responses import HTMLResponse
 
 from pgjobs.web.auth import Tokens
 from pgjobs.web.dashboard.frame import GET, ConnectionSource, Frame, Route
+from pgjobs.web.dashboard.pages.batches import BatchPages
 from pgjobs.web.dashboard.pages.dead import DeadPages
 from pgjobs.web.dashboard.pages.jobs import JobPages
 from pgjobs.web.dashboard.pages.login import LoginPages
@@ -35,6 +36,7 @@ class Dashboard:
             OverviewPages(self.frame),
             self.dead,
             JobPages(self.frame),
+            BatchPages(self.frame),
             QueuePages(self.frame),
             LoginPages(self.frame),
         )
@@ -72,7 +74,8 @@ def dashboard_router(
     ordered_tasks: Mapping[str, bool | str] | None = None,
 ) -> APIRouter:
     """The dashboard's routes for ``create_app`` to include: pages at ``/``, ``/dead``,
-    ``/dead/actions/{id}`` (a bulk action's progress), ``/jobs``, ``/queues/{name}``,
+    ``/dead/actions/{id}`` (a bulk action's progress), ``/jobs``, ``/batches/{id}``,
+    ``/queues/{name}``,
     ``/login``, assets under ``/static``. Its lifespan (merged into the app's by
     ``include_router``) stops the running bulk actions when the server stops. ``sessions`` and
     ``throttle``: the server's, when it shares them (new ones otherwise). ``reading``: where

@@ -9,7 +9,7 @@ import psycopg
 from fastapi import Request
 from fastapi.responses import Response
 
-from pgjobs import admin, browse
+from pgjobs import admin, batches, browse
 from pgjobs.admin import DeadFilter
 from pgjobs.errors import ConfigurationError, JobNotFound
 from pgjobs.maintenance.registry import STALE_AFTER
@@ -109,6 +109,7 @@ class JobPages:
                 "job.html",
                 page="jobs",
                 job=found,
+                batch_id=batches.batch_of(conn, number),
                 now=data.now(conn),
                 stale_after=STALE_AFTER,
             )
