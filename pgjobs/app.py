@@ -3,7 +3,7 @@ own pool or the caller's connection."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Concatenate, ParamSpec, TypeVar, Unpack
 
@@ -18,6 +18,7 @@ from pgjobs.pools import Pools
 from pgjobs.rates import Rate
 from pgjobs.registry import Registry
 from pgjobs.submission import JobOptions, JobSpec
+from pgjobs.tags import check as tags_filter
 from pgjobs.tasks import Task
 
 P = ParamSpec("P")
@@ -311,13 +312,15 @@ class App(Registry):
         until: datetime | None = None,
         error: str | None = None,
         fingerprint: str | None = None,
+        tags: Sequence[str] | None = None,
         everything: bool = False,
         batch_size: int = admin.DEFAULT_BATCH_SIZE,
     ) -> int:
         """Move dead jobs back to the queue with fresh attempts; returns how many moved.
 
         Pass ids, or filters (as ``pgjobs dead redrive``), or ``everything=True`` for every dead
-        job. Named ids must all be dead, else ``JobNotFound`` and nothing moves.
+        job. Named ids must all be dead, else ``JobNotFound`` and nothing moves. ``tags``: the
+        jobs carrying every one of them.
 
         Example: ``app.redrive(task="images.resize", error="timeout")``
         """
@@ -329,6 +332,7 @@ class App(Registry):
             until=until,
             error=error,
             fingerprint=fingerprint,
+            tags=tags_filter(tags),
         )
         if where.matches_all and not everything:
             raise ConfigurationError(

@@ -213,6 +213,8 @@ class DeadJob:
     fingerprint: str
     #: The first 8 hex digits of the fingerprint's MD5: a short handle for `--fingerprint`.
     fingerprint_id: str
+    #: Its tags (``enqueue(..., tags=[...])``), empty when it has none.
+    tags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,6 +273,8 @@ class JobHistory:
     #: The group it belongs to, and the unique key it was enqueued with (None: none).
     group_key: str | None
     unique_key: str | None
+    #: Its tags (``enqueue(..., tags=[...])``), empty when it has none.
+    tags: tuple[str, ...]
     #: Ids of the jobs that replay this one, oldest first.
     replays: tuple[int, ...]
 

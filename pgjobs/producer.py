@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import psycopg
 
-from pgjobs import queries, tracing, uniqueness
+from pgjobs import queries, tags, tracing, uniqueness
 from pgjobs.db import libpq, translate_errors
 from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError, InvalidPayload, PgjobsError, UnknownTask
@@ -32,6 +32,7 @@ from pgjobs.submission import (
     check_priority,
     check_seconds,
 )
+from pgjobs.tags import Tags
 from pgjobs.tasks import Task
 
 #: Bytes of serialised JSON one payload may take; larger payloads are refused at enqueue.
@@ -91,6 +92,8 @@ class PreparedJob(NamedTuple):
     on_conflict: str | None = None
     debounce: float | None = None
     throttle: float | None = None
+    #: Its tags (``pgjobs.tags``), None for none: only then do the tagged statements apply.
+    tags: Tags | None = None
 
 
 # PreparedJob's fields of a job with a group or a unique key, which the plain inserts leave out.
@@ -165,6 +168,7 @@ def prepare(spec: JobSpec, tasks: Mapping[str, Task] | None) -> PreparedJob:
         version,
         trace,
         *keys,
+        tags.check(spec.tags),
     )
 
 
@@ -312,7 +316,7 @@ async def insert_async(conn: Any, rows: Sequence[PreparedJob], dsn: Dsn | None =
 def _plan(rows: Sequence[PreparedJob], *, in_callers_transaction: bool) -> InsertPlan:
     """The statements that insert ``rows`` (at least one), whatever the connection."""
     keyed = _keyed(rows)
-    if len(rows) == 1 and rows[0].idempotency_key is None and not keyed:
+    if len(rows) == 1 and rows[0].idempotency_key is None and not keyed and rows[0].tags is None:
         ((job_id,),) = yield _insert_one(rows[0])
         return [int(job_id)]
     if in_callers_transaction and any(row.idempotency_key or row.unique_key for row in rows):
@@ -391,6 +395,7 @@ def _ready_now(row: PreparedJob) -> bool:
         and row.expires_in is None
         and row.payload_version is None
         and row.trace_context is None
+        and row.tags is None
     )
 
 
@@ -452,6 +457,9 @@ def _copy_rows(
             (job_id, row.queue, row.task, row.payload, row.priority, row.max_attempts)
             for job_id, row in zip(ids, rows, strict=True)
         )
+    if tags.tagged(rows):
+        lines = _copy_rows_timed(rows, now, ids, versioned=True)
+        return queries.JOB_COPY_MANY_TAGGED, tags.copy_lines(lines, rows)
     if _versioned(rows):
         return queries.JOB_COPY_MANY_VERSIONED, _copy_rows_timed(rows, now, ids, versioned=True)
     return queries.JOB_COPY_MANY, _copy_rows_timed(rows, now, ids, versioned=False)
@@ -494,14 +502,18 @@ def _expires_at(row: PreparedJob, now: datetime) -> datetime | None:
 def _insert_many(rows: Sequence[PreparedJob]) -> InsertPlan:
     results: list[int | None] = [None] * len(rows)
     pending = list(range(len(rows)))
-    versioned = _versioned(rows)
+    tagged = tags.tagged(rows)
+    versioned = tagged or _versioned(rows)
     statement = queries.JOB_INSERT_MANY_VERSIONED if versioned else queries.JOB_INSERT_MANY
+    statement = queries.JOB_INSERT_MANY_TAGGED if tagged else statement
     keys: tuple[str, ...] = _MANY_KEYS if versioned else _MANY_KEYS[:-2]
     # A NULL id means a concurrent enqueue took the key while this statement ran; its commit is
     # visible to the next statement, so one more round resolves it.
     for _ in range(3):
         batch = [rows[i] for i in pending]
-        params = {key: [row[n] for row in batch] for n, key in enumerate(keys)}
+        params: dict[str, list[Any]] = {k: [row[n] for row in batch] for n, k in enumerate(keys)}
+        if tagged:
+            params["tags"] = tags.column(batch)
         still = uniqueness.resolved(pending, (yield Statement(statement, params)), results)
         if not still:
             return [r for r in results if r is not None]

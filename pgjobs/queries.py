@@ -1458,6 +1458,7 @@ _DEAD_WHERE_BUT_FINGERPRINT = """
 (%(ids)s::bigint[] IS NULL OR d.id = ANY(%(ids)s::bigint[]))
 AND (%(queue)s::text IS NULL OR d.queue = %(queue)s::text)
 AND (%(task)s::text IS NULL OR d.task = %(task)s::text)
+AND (%(tags)s::text[] IS NULL OR d.tags @> %(tags)s::text[])
 AND (%(since)s::timestamptz IS NULL OR d.failed_at >= %(since)s::timestamptz)
 AND (%(until)s::timestamptz IS NULL OR d.failed_at < %(until)s::timestamptz)
 AND (%(error)s::text IS NULL
@@ -1474,7 +1475,7 @@ _DEAD_JOB_COLUMNS = """
 d.id, d.queue, d.task, d.payload, d.priority, d.run_at, d.attempts, d.max_attempts, d.reason,
 d.error_type, d.last_error, {traceback}, d.worker, d.created_at, d.failed_at, d.expires_at,
 d.idempotency_key, d.redrive_count, d.redriven_at, d.replay_of, d.started_at, f.fingerprint,
-f.id
+f.id, d.tags
 """
 
 
@@ -1586,7 +1587,7 @@ unkeyed AS (
 _REDRIVEN_COLUMNS = (
     "id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at, "
     "expires_at, idempotency_key, redrive_count, redriven_at, replay_of, payload_version, "
-    "trace_context, group_key, unique_key"
+    "trace_context, group_key, unique_key, tags"
 )
 
 #: Move one batch of up to ``limit`` dead jobs matching the filters back to queued_jobs, ready now
@@ -1603,7 +1604,7 @@ moving AS (
     SELECT id, queue, task, payload, priority, now() AS run_at, 0 AS attempts, max_attempts,
            last_error, created_at, expires_at, idempotency_key,
            redrive_count + 1 AS redrive_count, now() AS redriven_at, replay_of, payload_version,
-           trace_context, group_key, {_KEY_IF_FREE.format(rows="gone")} AS unique_key
+           trace_context, group_key, {_KEY_IF_FREE.format(rows="gone")} AS unique_key, tags
     FROM gone
 ),
 {_requeue(_REDRIVEN_COLUMNS, "moving", _BY_ID)},
@@ -1637,7 +1638,7 @@ WITH found AS (
            expires_at, idempotency_key, last_error, lease_owner, lease_expires_at,
            NULL::jsonb AS result, NULL::text AS worker, NULL::timestamptz AS finished_at,
            NULL::text AS reason, NULL::text AS error_type, NULL::text AS traceback,
-           redrive_count, redriven_at, replay_of, started_at, group_key, unique_key
+           redrive_count, redriven_at, replay_of, started_at, group_key, unique_key, tags
     FROM queued_jobs WHERE id = %(id)s
     UNION ALL
     SELECT id, 'archived_jobs', status,
@@ -1645,7 +1646,7 @@ WITH found AS (
            expires_at, idempotency_key, last_error, NULL, NULL,
            result, worker, finished_at,
            NULL, NULL, NULL,
-           redrive_count, redriven_at, replay_of, started_at, group_key, unique_key
+           redrive_count, redriven_at, replay_of, started_at, group_key, unique_key, tags
     FROM archived_jobs WHERE id = %(id)s
     UNION ALL
     SELECT id, 'dead_letter', '{JobStatus.DEAD}',
@@ -1653,7 +1654,7 @@ WITH found AS (
            expires_at, idempotency_key, last_error, NULL, NULL,
            NULL, worker, failed_at,
            reason, error_type, traceback,
-           redrive_count, redriven_at, replay_of, started_at, group_key, unique_key
+           redrive_count, redriven_at, replay_of, started_at, group_key, unique_key, tags
     FROM dead_letter WHERE id = %(id)s
 )
 SELECT found.*, ARRAY(
@@ -1704,7 +1705,7 @@ FOR UPDATE
 
 _REPLAYED_COLUMNS = (
     "id, queue, task, payload, priority, max_attempts, expires_at, replay_of, payload_version, "
-    "group_key, unique_key"
+    "group_key, unique_key, tags"
 )
 
 #: Enqueue a finished (archived) or dead job again as a new job linked by replay_of: same queue,
@@ -1718,13 +1719,13 @@ _REPLAYED_COLUMNS = (
 JOB_REPLAY = f"""
 WITH original AS (
     SELECT id, queue, task, payload, priority, max_attempts, payload_version, group_key,
-           unique_key,
+           unique_key, tags,
            CASE WHEN status = '{ArchivedStatus.EXPIRED}' THEN coalesce(expires_at, now()) END
                AS lapsed_at
     FROM archived_jobs WHERE id = %(id)s
     UNION ALL
     SELECT id, queue, task, payload, priority, max_attempts, payload_version, group_key,
-           unique_key, NULL
+           unique_key, tags, NULL
     FROM dead_letter WHERE id = %(id)s
 ),
 made AS MATERIALIZED (
@@ -1737,7 +1738,7 @@ made AS MATERIALIZED (
 copy AS (
     SELECT new_id AS id, queue, task, payload, priority, max_attempts, expiry AS expires_at,
            id AS replay_of, payload_version, group_key,
-           {_KEY_IF_FREE.format(rows="made")} AS unique_key
+           {_KEY_IF_FREE.format(rows="made")} AS unique_key, tags
     FROM made WHERE expiry IS NULL OR expiry > now()
 ),
 {_requeue(_REPLAYED_COLUMNS, "copy")},
@@ -1748,9 +1749,10 @@ grouped AS ({_GROUPS_TOUCHED.format(rows="copy")}),
 expired AS (
     INSERT INTO archived_jobs (id, queue, task, payload, priority, run_at, attempts, max_attempts,
                                status, created_at, expires_at, replay_of, payload_version,
-                               group_key, unique_key)
+                               group_key, unique_key, tags)
     SELECT new_id, queue, task, payload, priority, now(), 0, max_attempts,
-           '{ArchivedStatus.EXPIRED}', now(), expiry, id, payload_version, group_key, unique_key
+           '{ArchivedStatus.EXPIRED}', now(), expiry, id, payload_version, group_key, unique_key,
+           tags
     FROM made WHERE expiry <= now()
     RETURNING id
 )
@@ -2202,7 +2204,7 @@ SELECT id, 'queued_jobs' AS "table",
        idempotency_key, last_error, lease_owner, lease_expires_at, NULL::jsonb AS result,
        NULL::text AS worker, NULL::timestamptz AS finished_at, NULL::text AS reason,
        NULL::text AS error_type, {{traceback}} AS traceback, redrive_count, redriven_at,
-       replay_of, started_at, group_key, unique_key, coalesce(redriven_at, created_at) AS at
+       replay_of, started_at, group_key, unique_key, tags, coalesce(redriven_at, created_at) AS at
 FROM queued_jobs
 """
 
@@ -2212,7 +2214,7 @@ SELECT id, 'archived_jobs' AS "table", status,
        idempotency_key, last_error, NULL::text AS lease_owner,
        NULL::timestamptz AS lease_expires_at, {result} AS result, worker, finished_at,
        NULL::text AS reason, NULL::text AS error_type, {traceback} AS traceback, redrive_count,
-       redriven_at, replay_of, started_at, group_key, unique_key, finished_at AS at
+       redriven_at, replay_of, started_at, group_key, unique_key, tags, finished_at AS at
 FROM archived_jobs
 """
 
@@ -2222,7 +2224,7 @@ SELECT id, 'dead_letter' AS "table", '{JobStatus.DEAD}' AS status,
        idempotency_key, last_error, NULL::text AS lease_owner,
        NULL::timestamptz AS lease_expires_at, NULL::jsonb AS result, worker,
        failed_at AS finished_at, reason, error_type, {{traceback}} AS traceback, redrive_count,
-       redriven_at, replay_of, started_at, group_key, unique_key, failed_at AS at
+       redriven_at, replay_of, started_at, group_key, unique_key, tags, failed_at AS at
 FROM dead_letter
 """
 
@@ -2231,6 +2233,7 @@ FROM dead_letter
 _BROWSE_WHERE = """
 (%(queue)s::text IS NULL OR queue = %(queue)s::text)
 AND (%(task)s::text IS NULL OR task = %(task)s::text)
+AND (%(tags)s::text[] IS NULL OR tags @> %(tags)s::text[])
 AND (%(since)s::timestamptz IS NULL OR {at} >= %(since)s::timestamptz)
 AND (%(until)s::timestamptz IS NULL OR {at} < %(until)s::timestamptz)
 AND (%(before_at)s::timestamptz IS NULL
@@ -2709,3 +2712,73 @@ LEFT JOIN LATERAL (
 WHERE r.rank <= greatest(%(top)s, 1)
 ORDER BY r.queue, r.rank, h.nth, h.task
 """
+
+
+# -- Tags (pgjobs.tags) -------------------------------------------------------------------------
+# Jobs without tags keep the statements above; a call in which some job has tags takes these,
+# derived from them (``_edited`` refuses an edit that no longer finds its text, so a change to a
+# base statement cannot leave its tagged twin silently stale). Tags travel as one JSON array per
+# row (``%(tags)s``, NULL for a row without), an array of arrays being no unnest input.
+
+# A row's tags as text[] from ``{row}.tags`` (jsonb): NULL stays NULL, never an empty array.
+_TAG_ARRAY = (
+    "CASE WHEN {row}.tags IS NOT NULL THEN ARRAY(SELECT t FROM jsonb_array_elements_text({row}.tags)"
+    " WITH ORDINALITY AS e(t, n) ORDER BY n) END"
+)
+
+
+def _edited(sql: str, *edits: tuple[str, str, int]) -> str:
+    """``sql`` with each (old, new, count) edit made; ``old`` must occur exactly ``count`` times."""
+    for old, new, count in edits:
+        if sql.count(old) != count:
+            raise AssertionError(f"a tagged statement's base changed: {old!r} is not found")
+        sql = sql.replace(old, new)
+    return sql
+
+
+#: JOB_INSERT_MANY_VERSIONED with each job's tags (``tags``: JSON arrays or NULLs).
+JOB_INSERT_MANY_TAGGED = _edited(
+    JOB_INSERT_MANY_VERSIONED,
+    (
+        "%(trace_contexts)s::text[]::jsonb[]\n",
+        "%(trace_contexts)s::text[]::jsonb[], %(tags)s::text[]::jsonb[]\n",
+        1,
+    ),
+    (", trace_context, position)", ", trace_context, tags, position)", 1),
+    (
+        "idempotency_key, payload_version, trace_context)",
+        "idempotency_key, payload_version, trace_context, tags)",
+        1,
+    ),
+    (
+        "i.trace_context\n    FROM input i",
+        f"i.trace_context, {_TAG_ARRAY.format(row='i')}\n    FROM input i",
+        1,
+    ),
+)
+
+#: JOB_INSERT_KEYED with each job's tags. A replace or debounce gives the holder the new job's
+#: tags when it has some (a new job without tags leaves the holder's, as its trace context).
+JOB_INSERT_KEYED_TAGGED = _edited(
+    JOB_INSERT_KEYED,
+    ("%(throttles)s::float8[]\n", "%(throttles)s::float8[], %(tags)s::text[]::jsonb[]\n", 1),
+    ("throttle,\n                           position)", "throttle, tags, position)", 1),
+    (
+        "i.mode, i.throttle, i.position, w.floor\n",
+        f"i.mode, i.throttle, i.position, w.floor, {_TAG_ARRAY.format(row='i')} AS tags\n",
+        1,
+    ),
+    (_KEYED_COLUMNS, _KEYED_COLUMNS + ", tags", 4),
+    (
+        "expires_at = coalesce(excluded.expires_at, q.expires_at)\n",
+        "expires_at = coalesce(excluded.expires_at, q.expires_at),\n"
+        "                  tags = coalesce(excluded.tags, q.tags)\n",
+        1,
+    ),
+)
+
+#: JOB_COPY_MANY_VERSIONED with each job's tags.
+JOB_COPY_MANY_TAGGED = _edited(
+    JOB_COPY_MANY_VERSIONED,
+    ("payload_version, trace_context)", "payload_version, trace_context, tags)", 1),
+)
