@@ -9,7 +9,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, Unpack
 
 import psycopg
 
-from pgjobs import admin, producer, queues
+from pgjobs import admin, producer, queues, schedules
 from pgjobs.db.dsn import Dsn, normalize_dsn, resolve_dsn
 from pgjobs.db.pooler import Pooler, parse_pooler
 from pgjobs.errors import ConfigurationError
@@ -128,6 +128,22 @@ class App(Registry):
         Example: ``app.resume_queue("emails")``
         """
         return self._on_pool(queues.resume, name)
+
+    def pause_schedule(self, name: str, *, reason: str | None = None) -> schedules.ScheduleChange:
+        """Pause periodic schedule ``name``: none of its occurrences is enqueued until it is
+        resumed. See ``pgjobs.schedules.pause``.
+
+        Example: ``app.pause_schedule("reports.hourly", reason="warehouse migration")``
+        """
+        return self._on_pool(schedules.pause, name, reason=reason)
+
+    def resume_schedule(self, name: str) -> schedules.ScheduleChange:
+        """Resume periodic schedule ``name``; the occurrences it missed while paused run as its
+        ``catch_up`` rule says. See ``pgjobs.schedules.resume``.
+
+        Example: ``app.resume_schedule("reports.hourly")``
+        """
+        return self._on_pool(schedules.resume, name)
 
     def limit_queue(
         self,

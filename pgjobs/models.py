@@ -448,6 +448,15 @@ class ScheduleInfo:
     #: Whether a worker declared it within the last minute: False when no running worker's app
     #: declares it any more (its row stays, and nothing is enqueued for it).
     declared: bool
+    #: When it was paused (`pgjobs schedule pause`: none of its occurrences is enqueued until it
+    #: is resumed), None when it is not; who paused it, and why after ": " when a reason was given.
+    paused_at: datetime | None = None
+    paused_by: str | None = None
+
+    @property
+    def paused(self) -> bool:
+        """Whether it is paused."""
+        return self.paused_at is not None
 
 
 class HoldReason(enum.StrEnum):

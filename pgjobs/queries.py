@@ -1306,7 +1306,8 @@ SELECT name FROM resumed, pg_notify('{NOTIFY_CHANNEL}', resumed.name)
 # the schedule within ``stale_after`` seconds.
 _SCHEDULE_COLUMNS = """
 name, task, queue, schedule, timezone, catch_up, next_run_at, last_run_at, last_enqueued_at,
-last_job_id, declared_at, declared_at > now() - %(stale_after)s * interval '1 second'
+last_job_id, declared_at, declared_at > now() - %(stale_after)s * interval '1 second',
+paused_at, paused_by
 """
 
 #: The database's clock, from which every scheduler computes the occurrences (workers' clocks
@@ -1339,14 +1340,14 @@ SET task = excluded.task,
 RETURNING name
 """
 
-#: Lock the schedules among ``names`` that are due and that no other worker holds (SKIP LOCKED:
-#: another worker enqueueing them now is left alone). Held until the transaction ends, in which
-#: the occurrences are enqueued and SCHEDULE_ADVANCE moves next_run_at. Rows: (name,
-#: next_run_at, the transaction's now()).
+#: Lock the schedules among ``names`` that are due, not paused (`pgjobs schedule pause`), and
+#: that no other worker holds (SKIP LOCKED: another worker enqueueing them now is left alone).
+#: Held until the transaction ends, in which the occurrences are enqueued and SCHEDULE_ADVANCE
+#: moves next_run_at. Rows: (name, next_run_at, the transaction's now()).
 SCHEDULE_LOCK_DUE = """
 SELECT name, next_run_at, now()
 FROM pgjobs_schedules
-WHERE name = ANY(%(names)s::text[]) AND next_run_at <= now()
+WHERE name = ANY(%(names)s::text[]) AND next_run_at <= now() AND paused_at IS NULL
 ORDER BY name
 FOR UPDATE SKIP LOCKED
 """
@@ -2782,3 +2783,37 @@ JOB_COPY_MANY_TAGGED = _edited(
     JOB_COPY_MANY_VERSIONED,
     ("payload_version, trace_context)", "payload_version, trace_context, tags)", 1),
 )
+
+
+# -- Pausing periodic schedules (pgjobs.schedules) ---------------------------------------------
+
+#: Schedule ``name`` (models.ScheduleInfo); no row when the database has none of that name.
+SCHEDULE_GET = f"SELECT {_SCHEDULE_COLUMNS} FROM pgjobs_schedules WHERE name = %(name)s"
+
+#: Pause schedule ``name``: from the scheduler's next round on, none of its occurrences is
+#: enqueued (SCHEDULE_LOCK_DUE skips it). A paused schedule stays paused as it was (since, by
+#: whom). ``by`` NULL records the database role; ``reason`` follows it after ": ". Rows:
+#: (whether this statement paused it); none when there is no such schedule.
+SCHEDULE_PAUSE = """
+WITH before AS (SELECT paused_at FROM pgjobs_schedules WHERE name = %(name)s FOR UPDATE)
+UPDATE pgjobs_schedules s
+SET paused_at = coalesce(s.paused_at, now()),
+    paused_by = CASE WHEN s.paused_at IS NULL
+                     THEN coalesce(%(by)s::text, session_user) || coalesce(': ' || %(reason)s::text, '')
+                     ELSE s.paused_by END
+FROM before
+WHERE s.name = %(name)s
+RETURNING before.paused_at IS NULL
+"""
+
+#: Resume schedule ``name``: its occurrences missed while paused are due at once, and its
+#: catch_up rule decides how many run (as for occurrences missed while no worker ran). Rows:
+#: (whether it was paused); none when there is no such schedule.
+SCHEDULE_RESUME = """
+WITH before AS (SELECT paused_at FROM pgjobs_schedules WHERE name = %(name)s FOR UPDATE)
+UPDATE pgjobs_schedules s
+SET paused_at = NULL, paused_by = NULL
+FROM before
+WHERE s.name = %(name)s
+RETURNING before.paused_at IS NOT NULL
+"""
