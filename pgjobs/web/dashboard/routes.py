@@ -17,6 +17,7 @@ from pgjobs.web.dashboard.pages.jobs import JobPages
 from pgjobs.web.dashboard.pages.login import LoginPages
 from pgjobs.web.dashboard.pages.overview import OverviewPages
 from pgjobs.web.dashboard.pages.queues import QueuePages
+from pgjobs.web.dashboard.pages.schedules import SchedulePages
 from pgjobs.web.dashboard.sessions import Sessions
 from pgjobs.web.throttle import SignInThrottle
 
@@ -36,6 +37,7 @@ class Dashboard:
             self.dead,
             JobPages(self.frame),
             QueuePages(self.frame),
+            SchedulePages(self.frame),
             LoginPages(self.frame),
         )
 
@@ -73,7 +75,7 @@ def dashboard_router(
 ) -> APIRouter:
     """The dashboard's routes for ``create_app`` to include: pages at ``/``, ``/dead``,
     ``/dead/actions/{id}`` (a bulk action's progress), ``/jobs``, ``/queues/{name}``,
-    ``/login``, assets under ``/static``. Its lifespan (merged into the app's by
+    ``/schedules``, ``/login``, assets under ``/static``. Its lifespan (merged into the app's by
     ``include_router``) stops the running bulk actions when the server stops. ``sessions`` and
     ``throttle``: the server's, when it shares them (new ones otherwise). ``reading``: where
     the pages read, a standby (``pgjobs serve --read-dsn``), whose lag each page then shows;
