@@ -15,7 +15,9 @@ from pgjobs.cli.queue import _who
 from pgjobs.text import printable
 
 schedule_cli = typer.Typer(
-    help="Periodic schedules (@app.periodic): list them, pause or resume one.",
+    help="Periodic schedules (@app.periodic). Without a command: list them (expression, "
+    "timezone, next and last run in UTC, whether a running worker declares them, paused or "
+    "not). Pause or resume one with its command.",
     invoke_without_command=True,
 )
 
