@@ -27,6 +27,7 @@ from pgjobs.errors import ConfigurationError, JobNotFound, JobStateConflict, Sta
 from pgjobs.models import DeadGroup, DeadJob, JobHistory, JobStatus
 from pgjobs.retry import RetryPolicy
 from pgjobs.submission import check_moment, check_seconds, in_nfc
+from pgjobs.tags import check_filter
 
 #: Dead jobs moved (or deleted) per statement and transaction by a redrive or purge.
 DEFAULT_BATCH_SIZE = 1000
@@ -58,6 +59,8 @@ class DeadFilter:
     until: datetime | None = None
     error: str | None = None
     fingerprint: str | None = None
+    #: Jobs carrying every one of these tags (``tags @> ARRAY[...]``).
+    tags: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.ids is not None and not self.ids:
@@ -69,6 +72,10 @@ class DeadFilter:
         for name in ("queue", "task", "error", "fingerprint"):
             if getattr(self, name) == "":
                 raise ConfigurationError(f"{name} is empty: leave it out to match every value")
+        if self.tags is not None:
+            if not self.tags:
+                raise ConfigurationError("tags is empty: leave it out to match every value")
+            check_filter(self.tags)
 
     @property
     def matches_all(self) -> bool:
@@ -88,6 +95,7 @@ class DeadFilter:
             "until": self.until,
             "error": self.error,
             "fingerprint": fingerprint,
+            "tags": check_filter(self.tags),
         }
 
 

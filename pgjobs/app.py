@@ -4,13 +4,13 @@ own pool or the caller's connection."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Concatenate, ParamSpec, TypeVar, Unpack
 
 import psycopg
 
-from pgjobs import admin, batches, producer, queues, results
+from pgjobs import admin, batches, producer, queues, results, schedules
 from pgjobs.db.dsn import Dsn, normalize_dsn, resolve_dsn
 from pgjobs.db.pooler import Pooler, parse_pooler
 from pgjobs.errors import ConfigurationError
@@ -19,6 +19,7 @@ from pgjobs.pools import Pools
 from pgjobs.rates import Rate
 from pgjobs.registry import Registry
 from pgjobs.submission import JobOptions, JobSpec
+from pgjobs.tags import check as tags_filter
 from pgjobs.tasks import Task
 
 P = ParamSpec("P")
@@ -130,6 +131,22 @@ class App(Registry):
         Example: ``app.resume_queue("emails")``
         """
         return self._on_pool(queues.resume, name)
+
+    def pause_schedule(self, name: str, *, reason: str | None = None) -> schedules.ScheduleChange:
+        """Pause periodic schedule ``name``: none of its occurrences is enqueued until it is
+        resumed. See ``pgjobs.schedules.pause``.
+
+        Example: ``app.pause_schedule("reports.hourly", reason="warehouse migration")``
+        """
+        return self._on_pool(schedules.pause, name, reason=reason)
+
+    def resume_schedule(self, name: str) -> schedules.ScheduleChange:
+        """Resume periodic schedule ``name``; the occurrences it missed while paused run as its
+        ``catch_up`` rule says. See ``pgjobs.schedules.resume``.
+
+        Example: ``app.resume_schedule("reports.hourly")``
+        """
+        return self._on_pool(schedules.resume, name)
 
     def limit_queue(
         self,
@@ -390,13 +407,15 @@ class App(Registry):
         until: datetime | None = None,
         error: str | None = None,
         fingerprint: str | None = None,
+        tags: Sequence[str] | None = None,
         everything: bool = False,
         batch_size: int = admin.DEFAULT_BATCH_SIZE,
     ) -> int:
         """Move dead jobs back to the queue with fresh attempts; returns how many moved.
 
         Pass ids, or filters (as ``pgjobs dead redrive``), or ``everything=True`` for every dead
-        job. Named ids must all be dead, else ``JobNotFound`` and nothing moves.
+        job. Named ids must all be dead, else ``JobNotFound`` and nothing moves. ``tags``: the
+        jobs carrying every one of them.
 
         Example: ``app.redrive(task="images.resize", error="timeout")``
         """
@@ -408,6 +427,7 @@ class App(Registry):
             until=until,
             error=error,
             fingerprint=fingerprint,
+            tags=tags_filter(tags),
         )
         if where.matches_all and not everything:
             raise ConfigurationError(

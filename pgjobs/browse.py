@@ -30,6 +30,7 @@ from pgjobs import db, queries
 from pgjobs.errors import ConfigurationError
 from pgjobs.models import DeadReason, JobHistory, JobStatus, Unloadable
 from pgjobs.submission import check_name
+from pgjobs.tags import check_filter
 
 #: Jobs per page unless told otherwise, and at most.
 DEFAULT_PAGE_SIZE = 50
@@ -60,10 +61,12 @@ def jobs(
     until: datetime | None = None,
     limit: int = DEFAULT_PAGE_SIZE,
     cursor: str | None = None,
+    tags: Sequence[str] | None = None,
 ) -> Page:
     """A page of jobs in ``states`` (all states when None) matching the filters, newest first.
     ``since``/``until`` bound the moment each job entered its table (``until`` exclusive);
-    ``cursor`` is the ``next_cursor`` of the previous page, with the same filters.
+    ``cursor`` is the ``next_cursor`` of the previous page, with the same filters; ``tags``:
+    jobs carrying every one of them.
 
     Example::
 
@@ -96,6 +99,7 @@ def jobs(
         "states": wanted,
         "queue": names.get("queue"),
         "task": names.get("task"),
+        "tags": check_filter(tags),
         "since": since,
         "until": until,
         "before_at": before_at,
@@ -171,6 +175,7 @@ def _history(row: dict[str, Any]) -> JobHistory:
     if values["reason"] is not None:
         values["reason"] = DeadReason(values["reason"])
     values["replays"] = tuple(values["replays"] or ())
+    values["tags"] = tuple(values["tags"] or ())
     return JobHistory(**values)
 
 

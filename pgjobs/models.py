@@ -213,6 +213,8 @@ class DeadJob:
     fingerprint: str
     #: The first 8 hex digits of the fingerprint's MD5: a short handle for `--fingerprint`.
     fingerprint_id: str
+    #: Its tags (``enqueue(..., tags=[...])``), empty when it has none.
+    tags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,6 +277,8 @@ class JobHistory:
     snoozes: int
     #: Its handler's last reported progress: {"done", "total", "message", "at"}; None: none.
     progress: dict[str, Any] | None
+    #: Its tags (``enqueue(..., tags=[...])``), empty when it has none.
+    tags: tuple[str, ...]
     #: Ids of the jobs that replay this one, oldest first.
     replays: tuple[int, ...]
 
@@ -448,6 +452,15 @@ class ScheduleInfo:
     #: Whether a worker declared it within the last minute: False when no running worker's app
     #: declares it any more (its row stays, and nothing is enqueued for it).
     declared: bool
+    #: When it was paused (`pgjobs schedule pause`: none of its occurrences is enqueued until it
+    #: is resumed), None when it is not; who paused it, and why after ": " when a reason was given.
+    paused_at: datetime | None = None
+    paused_by: str | None = None
+
+    @property
+    def paused(self) -> bool:
+        """Whether it is paused."""
+        return self.paused_at is not None
 
 
 class HoldReason(enum.StrEnum):

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import psycopg
 
-from pgjobs import queries, tracing, uniqueness
+from pgjobs import queries, tags, tracing, uniqueness
 from pgjobs.db import libpq, translate_errors
 from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError, InvalidPayload, PgjobsError, UnknownTask
@@ -32,6 +32,7 @@ from pgjobs.submission import (
     check_priority,
     check_seconds,
 )
+from pgjobs.tags import Tags
 from pgjobs.tasks import Task
 
 #: Bytes of serialised JSON one payload may take; larger payloads are refused at enqueue.
@@ -91,6 +92,8 @@ class PreparedJob(NamedTuple):
     on_conflict: str | None = None
     debounce: float | None = None
     throttle: float | None = None
+    #: Its tags (``pgjobs.tags``), None for none: only then do the tagged statements apply.
+    tags: Tags | None = None
 
 
 # PreparedJob's fields of a job with a group or a unique key, which the plain inserts leave out.
@@ -165,6 +168,7 @@ def prepare(spec: JobSpec, tasks: Mapping[str, Task] | None) -> PreparedJob:
         version,
         trace,
         *keys,
+        tags.check(spec.tags),
     )
 
 
@@ -315,7 +319,8 @@ def _plan(
     """The statements that insert ``rows`` (at least one), whatever the connection; the members
     of batch ``batch_id`` (``pgjobs.batches``) by the many or keyed statements with its id."""
     keyed = _keyed(rows)
-    if batch_id is None and len(rows) == 1 and rows[0].idempotency_key is None and not keyed:
+    plain = len(rows) == 1 and rows[0].idempotency_key is None and rows[0].tags is None
+    if batch_id is None and plain and not keyed:
         ((job_id,),) = yield _insert_one(rows[0])
         return [int(job_id)]
     if in_callers_transaction and any(row.idempotency_key or row.unique_key for row in rows):
@@ -394,6 +399,7 @@ def _ready_now(row: PreparedJob) -> bool:
         and row.expires_in is None
         and row.payload_version is None
         and row.trace_context is None
+        and row.tags is None
     )
 
 
@@ -453,7 +459,10 @@ def _copy_rows(
     ``batch_id`` on each, for a batch's members)."""
     if batch_id is not None:
         timed = _copy_rows_timed(rows, now, ids, versioned=True)
-        return queries.BATCH_COPY_MEMBERS, ((*line, batch_id) for line in timed)
+        members = ((*line, batch_id) for line in timed)
+        if tags.tagged(rows):
+            return queries.BATCH_COPY_MEMBERS_TAGGED, tags.copy_lines(members, rows)
+        return queries.BATCH_COPY_MEMBERS, members
     if all(map(_ready_now, rows)):
         # The usual batch: neither timestamp travels (run_at defaults to the transaction's
         # now(), as JOB_INSERT_MANY would set it).
@@ -461,6 +470,9 @@ def _copy_rows(
             (job_id, row.queue, row.task, row.payload, row.priority, row.max_attempts)
             for job_id, row in zip(ids, rows, strict=True)
         )
+    if tags.tagged(rows):
+        lines = _copy_rows_timed(rows, now, ids, versioned=True)
+        return queries.JOB_COPY_MANY_TAGGED, tags.copy_lines(lines, rows)
     if _versioned(rows):
         return queries.JOB_COPY_MANY_VERSIONED, _copy_rows_timed(rows, now, ids, versioned=True)
     return queries.JOB_COPY_MANY, _copy_rows_timed(rows, now, ids, versioned=False)
@@ -503,17 +515,26 @@ def _expires_at(row: PreparedJob, now: datetime) -> datetime | None:
 def _insert_many(rows: Sequence[PreparedJob], batch_id: int | None = None) -> InsertPlan:
     results: list[int | None] = [None] * len(rows)
     pending = list(range(len(rows)))
-    versioned = _versioned(rows) or batch_id is not None
+    tagged = tags.tagged(rows)
+    versioned = tagged or batch_id is not None or _versioned(rows)
     statement = queries.JOB_INSERT_MANY_VERSIONED if versioned else queries.JOB_INSERT_MANY
     member = {} if batch_id is None else {"batch_id": batch_id}
     if batch_id is not None:
         statement = queries.BATCH_INSERT_MEMBERS
+    if tagged:
+        statement = (
+            queries.JOB_INSERT_MANY_TAGGED
+            if batch_id is None
+            else queries.BATCH_INSERT_MEMBERS_TAGGED
+        )
     keys: tuple[str, ...] = _MANY_KEYS if versioned else _MANY_KEYS[:-2]
     # A NULL id means a concurrent enqueue took the key while this statement ran; its commit is
     # visible to the next statement, so one more round resolves it.
     for _ in range(3):
         batch = [rows[i] for i in pending]
-        params = {key: [row[n] for row in batch] for n, key in enumerate(keys)} | member
+        params: dict[str, Any] = {k: [row[n] for row in batch] for n, k in enumerate(keys)} | member
+        if tagged:
+            params["tags"] = tags.column(batch)
         still = uniqueness.resolved(pending, (yield Statement(statement, params)), results)
         if not still:
             return [r for r in results if r is not None]

@@ -1317,7 +1317,8 @@ SELECT name FROM resumed, pg_notify('{NOTIFY_CHANNEL}', resumed.name)
 # the schedule within ``stale_after`` seconds.
 _SCHEDULE_COLUMNS = """
 name, task, queue, schedule, timezone, catch_up, next_run_at, last_run_at, last_enqueued_at,
-last_job_id, declared_at, declared_at > now() - %(stale_after)s * interval '1 second'
+last_job_id, declared_at, declared_at > now() - %(stale_after)s * interval '1 second',
+paused_at, paused_by
 """
 
 #: The database's clock, from which every scheduler computes the occurrences (workers' clocks
@@ -1350,14 +1351,14 @@ SET task = excluded.task,
 RETURNING name
 """
 
-#: Lock the schedules among ``names`` that are due and that no other worker holds (SKIP LOCKED:
-#: another worker enqueueing them now is left alone). Held until the transaction ends, in which
-#: the occurrences are enqueued and SCHEDULE_ADVANCE moves next_run_at. Rows: (name,
-#: next_run_at, the transaction's now()).
+#: Lock the schedules among ``names`` that are due, not paused (`pgjobs schedule pause`), and
+#: that no other worker holds (SKIP LOCKED: another worker enqueueing them now is left alone).
+#: Held until the transaction ends, in which the occurrences are enqueued and SCHEDULE_ADVANCE
+#: moves next_run_at. Rows: (name, next_run_at, the transaction's now()).
 SCHEDULE_LOCK_DUE = """
 SELECT name, next_run_at, now()
 FROM pgjobs_schedules
-WHERE name = ANY(%(names)s::text[]) AND next_run_at <= now()
+WHERE name = ANY(%(names)s::text[]) AND next_run_at <= now() AND paused_at IS NULL
 ORDER BY name
 FOR UPDATE SKIP LOCKED
 """
@@ -1469,6 +1470,7 @@ _DEAD_WHERE_BUT_FINGERPRINT = """
 (%(ids)s::bigint[] IS NULL OR d.id = ANY(%(ids)s::bigint[]))
 AND (%(queue)s::text IS NULL OR d.queue = %(queue)s::text)
 AND (%(task)s::text IS NULL OR d.task = %(task)s::text)
+AND (%(tags)s::text[] IS NULL OR d.tags @> %(tags)s::text[])
 AND (%(since)s::timestamptz IS NULL OR d.failed_at >= %(since)s::timestamptz)
 AND (%(until)s::timestamptz IS NULL OR d.failed_at < %(until)s::timestamptz)
 AND (%(error)s::text IS NULL
@@ -1485,7 +1487,7 @@ _DEAD_JOB_COLUMNS = """
 d.id, d.queue, d.task, d.payload, d.priority, d.run_at, d.attempts, d.max_attempts, d.reason,
 d.error_type, d.last_error, {traceback}, d.worker, d.created_at, d.failed_at, d.expires_at,
 d.idempotency_key, d.redrive_count, d.redriven_at, d.replay_of, d.started_at, f.fingerprint,
-f.id
+f.id, d.tags
 """
 
 
@@ -1597,7 +1599,7 @@ unkeyed AS (
 _REDRIVEN_COLUMNS = (
     "id, queue, task, payload, priority, run_at, attempts, max_attempts, last_error, created_at, "
     "expires_at, idempotency_key, redrive_count, redriven_at, replay_of, payload_version, "
-    "trace_context, group_key, unique_key, batch_id"
+    "trace_context, group_key, unique_key, batch_id, tags"
 )
 
 #: Move one batch of up to ``limit`` dead jobs matching the filters back to queued_jobs, ready now
@@ -1614,7 +1616,7 @@ moving AS (
     SELECT id, queue, task, payload, priority, now() AS run_at, 0 AS attempts, max_attempts,
            last_error, created_at, expires_at, idempotency_key,
            redrive_count + 1 AS redrive_count, now() AS redriven_at, replay_of, payload_version,
-           trace_context, group_key, {_KEY_IF_FREE.format(rows="gone")} AS unique_key, batch_id
+           trace_context, group_key, {_KEY_IF_FREE.format(rows="gone")} AS unique_key, batch_id, tags
     FROM gone
 ),
 {_requeue(_REDRIVEN_COLUMNS, "moving", _BY_ID)},
@@ -1649,7 +1651,7 @@ WITH found AS (
            NULL::jsonb AS result, NULL::text AS worker, NULL::timestamptz AS finished_at,
            NULL::text AS reason, NULL::text AS error_type, NULL::text AS traceback,
            redrive_count, redriven_at, replay_of, started_at, group_key, unique_key,
-           snoozes, progress
+           snoozes, progress, tags
     FROM queued_jobs WHERE id = %(id)s
     UNION ALL
     SELECT id, 'archived_jobs', status,
@@ -1658,7 +1660,7 @@ WITH found AS (
            result, worker, finished_at,
            NULL, NULL, NULL,
            redrive_count, redriven_at, replay_of, started_at, group_key, unique_key,
-           snoozes, progress
+           snoozes, progress, tags
     FROM archived_jobs WHERE id = %(id)s
     UNION ALL
     SELECT id, 'dead_letter', '{JobStatus.DEAD}',
@@ -1667,7 +1669,7 @@ WITH found AS (
            NULL, worker, failed_at,
            reason, error_type, traceback,
            redrive_count, redriven_at, replay_of, started_at, group_key, unique_key,
-           snoozes, progress
+           snoozes, progress, tags
     FROM dead_letter WHERE id = %(id)s
 )
 SELECT found.*, ARRAY(
@@ -1718,7 +1720,7 @@ FOR UPDATE
 
 _REPLAYED_COLUMNS = (
     "id, queue, task, payload, priority, max_attempts, expires_at, replay_of, payload_version, "
-    "group_key, unique_key"
+    "group_key, unique_key, tags"
 )
 
 #: Enqueue a finished (archived) or dead job again as a new job linked by replay_of: same queue,
@@ -1732,13 +1734,13 @@ _REPLAYED_COLUMNS = (
 JOB_REPLAY = f"""
 WITH original AS (
     SELECT id, queue, task, payload, priority, max_attempts, payload_version, group_key,
-           unique_key,
+           unique_key, tags,
            CASE WHEN status = '{ArchivedStatus.EXPIRED}' THEN coalesce(expires_at, now()) END
                AS lapsed_at
     FROM archived_jobs WHERE id = %(id)s
     UNION ALL
     SELECT id, queue, task, payload, priority, max_attempts, payload_version, group_key,
-           unique_key, NULL
+           unique_key, tags, NULL
     FROM dead_letter WHERE id = %(id)s
 ),
 made AS MATERIALIZED (
@@ -1751,7 +1753,7 @@ made AS MATERIALIZED (
 copy AS (
     SELECT new_id AS id, queue, task, payload, priority, max_attempts, expiry AS expires_at,
            id AS replay_of, payload_version, group_key,
-           {_KEY_IF_FREE.format(rows="made")} AS unique_key
+           {_KEY_IF_FREE.format(rows="made")} AS unique_key, tags
     FROM made WHERE expiry IS NULL OR expiry > now()
 ),
 {_requeue(_REPLAYED_COLUMNS, "copy")},
@@ -1762,9 +1764,10 @@ grouped AS ({_GROUPS_TOUCHED.format(rows="copy")}),
 expired AS (
     INSERT INTO archived_jobs (id, queue, task, payload, priority, run_at, attempts, max_attempts,
                                status, created_at, expires_at, replay_of, payload_version,
-                               group_key, unique_key)
+                               group_key, unique_key, tags)
     SELECT new_id, queue, task, payload, priority, now(), 0, max_attempts,
-           '{ArchivedStatus.EXPIRED}', now(), expiry, id, payload_version, group_key, unique_key
+           '{ArchivedStatus.EXPIRED}', now(), expiry, id, payload_version, group_key, unique_key,
+           tags
     FROM made WHERE expiry <= now()
     RETURNING id
 )
@@ -2216,7 +2219,7 @@ SELECT id, 'queued_jobs' AS "table",
        idempotency_key, last_error, lease_owner, lease_expires_at, NULL::jsonb AS result,
        NULL::text AS worker, NULL::timestamptz AS finished_at, NULL::text AS reason,
        NULL::text AS error_type, {{traceback}} AS traceback, redrive_count, redriven_at,
-       replay_of, started_at, group_key, unique_key, snoozes, progress,
+       replay_of, started_at, group_key, unique_key, snoozes, progress, tags,
        coalesce(redriven_at, created_at) AS at
 FROM queued_jobs
 """
@@ -2227,7 +2230,7 @@ SELECT id, 'archived_jobs' AS "table", status,
        idempotency_key, last_error, NULL::text AS lease_owner,
        NULL::timestamptz AS lease_expires_at, {result} AS result, worker, finished_at,
        NULL::text AS reason, NULL::text AS error_type, {traceback} AS traceback, redrive_count,
-       redriven_at, replay_of, started_at, group_key, unique_key, snoozes, progress,
+       redriven_at, replay_of, started_at, group_key, unique_key, snoozes, progress, tags,
        finished_at AS at
 FROM archived_jobs
 """
@@ -2238,7 +2241,7 @@ SELECT id, 'dead_letter' AS "table", '{JobStatus.DEAD}' AS status,
        idempotency_key, last_error, NULL::text AS lease_owner,
        NULL::timestamptz AS lease_expires_at, NULL::jsonb AS result, worker,
        failed_at AS finished_at, reason, error_type, {{traceback}} AS traceback, redrive_count,
-       redriven_at, replay_of, started_at, group_key, unique_key, snoozes, progress,
+       redriven_at, replay_of, started_at, group_key, unique_key, snoozes, progress, tags,
        failed_at AS at
 FROM dead_letter
 """
@@ -2248,6 +2251,7 @@ FROM dead_letter
 _BROWSE_WHERE = """
 (%(queue)s::text IS NULL OR queue = %(queue)s::text)
 AND (%(task)s::text IS NULL OR task = %(task)s::text)
+AND (%(tags)s::text[] IS NULL OR tags @> %(tags)s::text[])
 AND (%(since)s::timestamptz IS NULL OR {at} >= %(since)s::timestamptz)
 AND (%(until)s::timestamptz IS NULL OR {at} < %(until)s::timestamptz)
 AND (%(before_at)s::timestamptz IS NULL
@@ -2889,4 +2893,126 @@ SELECT batch_id FROM archived_jobs WHERE id = %(id)s AND batch_id IS NOT NULL
 UNION ALL
 SELECT batch_id FROM dead_letter WHERE id = %(id)s AND batch_id IS NOT NULL
 LIMIT 1
+"""
+
+
+# -- Tags (pgjobs.tags) -------------------------------------------------------------------------
+# Jobs without tags keep the statements above; a call in which some job has tags takes these,
+# derived from them (``_edited`` refuses an edit that no longer finds its text, so a change to a
+# base statement cannot leave its tagged twin silently stale). Tags travel as one JSON array per
+# row (``%(tags)s``, NULL for a row without), an array of arrays being no unnest input.
+
+# A row's tags as text[] from ``{row}.tags`` (jsonb): NULL stays NULL, never an empty array.
+_TAG_ARRAY = (
+    "CASE WHEN {row}.tags IS NOT NULL THEN ARRAY(SELECT t FROM jsonb_array_elements_text({row}.tags)"
+    " WITH ORDINALITY AS e(t, n) ORDER BY n) END"
+)
+
+
+def _edited(sql: str, *edits: tuple[str, str, int]) -> str:
+    """``sql`` with each (old, new, count) edit made; ``old`` must occur exactly ``count`` times."""
+    for old, new, count in edits:
+        if sql.count(old) != count:
+            raise AssertionError(f"a tagged statement's base changed: {old!r} is not found")
+        sql = sql.replace(old, new)
+    return sql
+
+
+def _tagged_many(sql: str, *, batch: bool = False) -> str:
+    """JOB_INSERT_MANY_VERSIONED (or, ``batch``, BATCH_INSERT_MEMBERS) with each job's tags
+    (``tags``: JSON arrays or NULLs)."""
+    member = ", batch_id" if batch else ""
+    value = ", %(batch_id)s::bigint" if batch else ""
+    return _edited(
+        sql,
+        (
+            "%(trace_contexts)s::text[]::jsonb[]\n",
+            "%(trace_contexts)s::text[]::jsonb[], %(tags)s::text[]::jsonb[]\n",
+            1,
+        ),
+        (", trace_context, position)", ", trace_context, tags, position)", 1),
+        (
+            f"idempotency_key, payload_version, trace_context{member})",
+            f"idempotency_key, payload_version, trace_context{member}, tags)",
+            1,
+        ),
+        (
+            f"i.trace_context{value}\n    FROM input i",
+            f"i.trace_context{value}, {_TAG_ARRAY.format(row='i')}\n    FROM input i",
+            1,
+        ),
+    )
+
+
+def _tagged_keyed(sql: str) -> str:
+    """JOB_INSERT_KEYED (or BATCH_INSERT_MEMBERS_KEYED) with each job's tags. A replace or
+    debounce gives the holder the new job's tags when it has some (a new job without tags leaves
+    the holder's, as its trace context)."""
+    return _edited(
+        sql,
+        ("%(throttles)s::float8[]\n", "%(throttles)s::float8[], %(tags)s::text[]::jsonb[]\n", 1),
+        ("throttle,\n                           position)", "throttle, tags, position)", 1),
+        (
+            "i.mode, i.throttle, i.position, w.floor\n",
+            f"i.mode, i.throttle, i.position, w.floor, {_TAG_ARRAY.format(row='i')} AS tags\n",
+            1,
+        ),
+        (_KEYED_COLUMNS, _KEYED_COLUMNS + ", tags", 4),
+        (
+            "expires_at = coalesce(excluded.expires_at, q.expires_at)\n",
+            "expires_at = coalesce(excluded.expires_at, q.expires_at),\n"
+            "                  tags = coalesce(excluded.tags, q.tags)\n",
+            1,
+        ),
+    )
+
+
+def _tagged_copy(sql: str) -> str:
+    """A COPY of jobs with each job's tags as its last column."""
+    return _edited(sql, (") FROM STDIN", ", tags) FROM STDIN", 1))
+
+
+#: JOB_INSERT_MANY_VERSIONED with each job's tags.
+JOB_INSERT_MANY_TAGGED = _tagged_many(JOB_INSERT_MANY_VERSIONED)
+#: JOB_INSERT_KEYED with each job's tags.
+JOB_INSERT_KEYED_TAGGED = _tagged_keyed(JOB_INSERT_KEYED)
+#: JOB_COPY_MANY_VERSIONED with each job's tags.
+JOB_COPY_MANY_TAGGED = _tagged_copy(JOB_COPY_MANY_VERSIONED)
+#: The same three for the members of a batch.
+BATCH_INSERT_MEMBERS_TAGGED = _tagged_many(BATCH_INSERT_MEMBERS, batch=True)
+BATCH_INSERT_MEMBERS_KEYED_TAGGED = _tagged_keyed(BATCH_INSERT_MEMBERS_KEYED)
+BATCH_COPY_MEMBERS_TAGGED = _tagged_copy(BATCH_COPY_MEMBERS)
+
+
+# -- Pausing periodic schedules (pgjobs.schedules) ---------------------------------------------
+
+#: Schedule ``name`` (models.ScheduleInfo); no row when the database has none of that name.
+SCHEDULE_GET = f"SELECT {_SCHEDULE_COLUMNS} FROM pgjobs_schedules WHERE name = %(name)s"
+
+#: Pause schedule ``name``: from the scheduler's next round on, none of its occurrences is
+#: enqueued (SCHEDULE_LOCK_DUE skips it). A paused schedule stays paused as it was (since, by
+#: whom). ``by`` NULL records the database role; ``reason`` follows it after ": ". Rows:
+#: (whether this statement paused it); none when there is no such schedule.
+SCHEDULE_PAUSE = """
+WITH before AS (SELECT paused_at FROM pgjobs_schedules WHERE name = %(name)s FOR UPDATE)
+UPDATE pgjobs_schedules s
+SET paused_at = coalesce(s.paused_at, now()),
+    paused_by = CASE WHEN s.paused_at IS NULL
+                     THEN coalesce(%(by)s::text, session_user) || coalesce(': ' || %(reason)s::text, '')
+                     ELSE s.paused_by END
+FROM before
+WHERE s.name = %(name)s
+RETURNING before.paused_at IS NULL
+"""
+
+#: Resume schedule ``name``: its occurrences missed while paused are due at once, and its
+#: catch_up rule decides how many run (as for occurrences missed while no worker ran). Rows:
+#: (whether it was paused); none when there is no such schedule.
+SCHEDULE_RESUME = """
+WITH before AS (SELECT paused_at FROM pgjobs_schedules WHERE name = %(name)s FOR UPDATE)
+UPDATE pgjobs_schedules s
+SET paused_at = NULL, paused_by = NULL
+FROM before
+WHERE s.name = %(name)s
+RETURNING before.paused_at IS NOT NULL
 """

@@ -374,6 +374,8 @@ class JobSpec(NamedTuple):
     on_conflict: str | None = None
     #: Seconds a debounced job waits after the latest enqueue (default: the task's ``debounce``).
     debounce: float | None = None
+    #: Labels to search and triage by, e.g. ``["customer:42"]`` (``pgjobs.tags``); a list.
+    tags: list[str] | tuple[str, ...] | None = None
 
 
 class JobOptions(TypedDict, total=False):
@@ -392,3 +394,4 @@ class JobOptions(TypedDict, total=False):
     unique_key: str | None
     on_conflict: str | None
     debounce: float | None
+    tags: list[str] | tuple[str, ...] | None

@@ -17,9 +17,10 @@ from __future__ import annotations
 from collections.abc import Generator, Iterable, Sequence
 from typing import Any, NamedTuple, Protocol
 
-from pgjobs import queries
+from pgjobs import queries, tags
 from pgjobs.errors import ConfigurationError, PgjobsError
 from pgjobs.submission import JobSpec, check_key, check_on_conflict, check_seconds
+from pgjobs.tags import Tags
 from pgjobs.tasks import Task
 
 #: Statements a keyed insert may send before every job is resolved: a job whose key a concurrent
@@ -96,6 +97,8 @@ class KeyedRow(Protocol):
     def on_conflict(self) -> str | None: ...
     @property
     def throttle(self) -> float | None: ...
+    @property
+    def tags(self) -> Tags | None: ...
     def __getitem__(self, index: int, /) -> Any: ...
 
 
@@ -219,7 +222,11 @@ def insert_plan(
     rows in one batch): it yields ``(sql, params)``, is sent back the rows, and returns the ids
     in the order of ``rows`` (for a key held, the holder's id). The rows it inserts are members
     of batch ``batch_id`` when one is given."""
-    statement = queries.JOB_INSERT_KEYED if batch_id is None else queries.BATCH_INSERT_MEMBERS_KEYED
+    plain, tagged = (
+        (queries.JOB_INSERT_KEYED, queries.JOB_INSERT_KEYED_TAGGED)
+        if batch_id is None
+        else (queries.BATCH_INSERT_MEMBERS_KEYED, queries.BATCH_INSERT_MEMBERS_KEYED_TAGGED)
+    )
     member = {} if batch_id is None else {"batch_id": batch_id}
     sent, stands_for = merged(rows)
     results: list[int | None] = [None] * len(sent)
@@ -234,6 +241,9 @@ def insert_plan(
             keys = {"tasks": [t for t, _ in throttled], "unique_keys": [k for _, k in throttled]}
             yield queries.JOB_THROTTLE_ENSURE, keys
         params = {name: [row[n] for row in batch] for n, name in enumerate(KEYED_PARAMS)} | member
+        statement = plain
+        if tags.tagged(batch):
+            statement, params["tags"] = tagged, tags.column(batch)
         still = resolved(pending, (yield statement, params), results)
         if not still:
             return [job_id for i in stands_for if (job_id := results[i]) is not None]

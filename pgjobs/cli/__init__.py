@@ -96,7 +96,6 @@ cli.command("enqueue")(enqueue.enqueue_command)
 cli.command("producer")(producer.producer_command)
 cli.command("work")(work.work_command)
 cli.command("stats")(stats.stats_command)
-cli.command("schedule")(schedule.schedule_command)
 cli.command("prune")(prune.prune_command)
 cli.command("doctor")(doctor.doctor_command)
 cli.command("serve")(serve.serve_command)
@@ -106,6 +105,7 @@ cli.add_typer(dead.dead_cli, name="dead")
 cli.add_typer(job.job_cli, name="job")
 cli.add_typer(batch.batch_cli, name="batch")
 cli.add_typer(queue.queue_cli, name="queue")
+cli.add_typer(schedule.schedule_cli, name="schedule")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

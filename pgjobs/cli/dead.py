@@ -44,6 +44,10 @@ FingerprintFilter = Annotated[
     str | None,
     typer.Option(help="Error fingerprint, or its 8-digit id, as `pgjobs dead group` shows it."),
 ]
+TagFilter = Annotated[
+    list[str] | None,
+    typer.Option("--tag", help="Carries this tag; repeat it: jobs carrying every one given."),
+]
 DryRunFlag = Annotated[
     bool, typer.Option("--dry-run", help="Show what would change; change nothing.")
 ]
@@ -64,6 +68,7 @@ def _filter(
     until: str | None,
     error: str | None,
     fingerprint: str | None,
+    tags: list[str] | None = None,
 ) -> admin.DeadFilter:
     return admin.DeadFilter(
         ids=tuple(ids) if ids else None,
@@ -73,6 +78,7 @@ def _filter(
         until=None if until is None else parse.moment("--until", until),
         error=error,
         fingerprint=fingerprint,
+        tags=tuple(tags) if tags else None,
     )
 
 
@@ -84,6 +90,7 @@ def dead_list_command(
     until: UntilFilter = None,
     error: ErrorFilter = None,
     fingerprint: FingerprintFilter = None,
+    tag: TagFilter = None,
     limit: Annotated[int, typer.Option(help="Show at most this many.", min=1)] = (
         admin.DEFAULT_LIST_LIMIT
     ),
@@ -91,7 +98,7 @@ def dead_list_command(
     dsn: DsnOption = None,
 ) -> None:
     """Dead jobs, newest first."""
-    where = _filter(None, queue, task, since, until, error, fingerprint)
+    where = _filter(None, queue, task, since, until, error, fingerprint, tag)
     jobs = admin.dead_jobs(database(dsn), where, limit=limit, tracebacks=as_json)
     if as_json:
         render.print_json([dataclasses.asdict(job) for job in jobs])
@@ -122,6 +129,7 @@ def dead_show_command(
             ("redriven", render.redrives(job.redrive_count, job.redriven_at)),
             ("replay of", job.replay_of),
             ("idempotency", job.idempotency_key),
+            ("tags", ", ".join(job.tags) or None),
         ]
     )
     render.print_block("error", job.last_error)
@@ -136,11 +144,12 @@ def dead_group_command(
     until: UntilFilter = None,
     error: ErrorFilter = None,
     fingerprint: FingerprintFilter = None,
+    tag: TagFilter = None,
     as_json: JsonFlag = False,
     dsn: DsnOption = None,
 ) -> None:
     """Dead jobs counted by task and error fingerprint, largest group first."""
-    where = _filter(None, queue, task, since, until, error, fingerprint)
+    where = _filter(None, queue, task, since, until, error, fingerprint, tag)
     groups = admin.dead_groups(database(dsn), where)
     if as_json:
         render.print_json([dataclasses.asdict(group) for group in groups])
@@ -155,7 +164,7 @@ def _select(
     if where.matches_all and not everything:
         raise ConfigurationError(
             f"name the jobs to {verb}: job ids, or filters (--queue, --task, --since, --until, "
-            f"--error, --fingerprint), or --all for every dead job"
+            f"--error, --fingerprint, --tag), or --all for every dead job"
         )
     selection = admin.select_dead(dsn, where)
     if dry_run:
@@ -211,6 +220,7 @@ def dead_redrive_command(
     until: UntilFilter = None,
     error: ErrorFilter = None,
     fingerprint: FingerprintFilter = None,
+    tag: TagFilter = None,
     everything: AllFlag = False,
     dry_run: DryRunFlag = False,
     batch_size: BatchSizeOption = admin.DEFAULT_BATCH_SIZE,
@@ -218,7 +228,7 @@ def dead_redrive_command(
 ) -> None:
     """Move dead jobs back to the queue with fresh attempts, ready now."""
     resolved = database(dsn)
-    where = _filter(ids, queue, task, since, until, error, fingerprint)
+    where = _filter(ids, queue, task, since, until, error, fingerprint, tag)
     selection = _select("redrive", resolved, where, everything, dry_run)
     if selection is not None:
         batches = admin.redrive_batches(resolved, selection, batch_size=batch_size)
@@ -234,6 +244,7 @@ def dead_purge_command(
     until: UntilFilter = None,
     error: ErrorFilter = None,
     fingerprint: FingerprintFilter = None,
+    tag: TagFilter = None,
     everything: AllFlag = False,
     dry_run: DryRunFlag = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
@@ -242,7 +253,7 @@ def dead_purge_command(
 ) -> None:
     """Delete dead jobs for good (asks first unless --yes)."""
     resolved = database(dsn)
-    where = _filter(ids, queue, task, since, until, error, fingerprint)
+    where = _filter(ids, queue, task, since, until, error, fingerprint, tag)
     selection = _select("purge", resolved, where, everything, dry_run)
     if selection is None:
         return

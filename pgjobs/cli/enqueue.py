@@ -26,6 +26,7 @@ from pgjobs.cli.options import (
 from pgjobs.errors import ConfigurationError, InvalidPayload, PgjobsError, UnknownTask
 from pgjobs.producer import MAX_PAYLOAD_DEPTH
 from pgjobs.submission import DEFAULT_QUEUE, check_key, check_seconds, check_unique_options
+from pgjobs.tags import check as check_tags
 from pgjobs.text import printable
 
 
@@ -86,6 +87,12 @@ def enqueue_command(
             "(default: the task's debounce)."
         ),
     ] = None,
+    tag: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--tag", help="A tag to search and triage it by, e.g. customer:42; repeat for more."
+        ),
+    ] = None,
     app_ref: Annotated[
         str | None,
         app_option("holding your tasks: the task's name, queue, defaults and payload are checked"),
@@ -100,6 +107,7 @@ def enqueue_command(
     if group is not None:
         check_key(group, "group")
     check_unique_options(unique_key, on_conflict, debounce)
+    job_tags = check_tags(tag, "--tag")
     run_at_time = None if run_at is None else parse.iso_time("--run-at", run_at)
     expires_at_time = None if expires_at is None else parse.iso_time("--expires-at", expires_at)
     found = find_app(app_ref)
@@ -126,6 +134,7 @@ def enqueue_command(
             unique_key=unique_key,
             on_conflict=on_conflict,
             debounce=debounce,
+            tags=job_tags,
         )
     typer.echo(job_id)
     _warn_if_unserved(app, queue or _task_queue(app, task), job_id, app_found=found is not None)

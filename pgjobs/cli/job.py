@@ -60,6 +60,7 @@ def job_show_command(
             ("idempotency", job.idempotency_key),
             ("group", job.group_key),
             ("unique key", job.unique_key),
+            ("tags", ", ".join(job.tags) or None),
         ]
     )
     render.print_block("last error", job.last_error)

@@ -157,6 +157,7 @@ def schedules_table(schedules: list[ScheduleInfo]) -> Table:
     for column in ("schedule", "task", "queue", "when", "timezone", "next run", "last run"):
         table.add_column(column)
     table.add_column("declared")
+    table.add_column("paused")
     for s in schedules:
         table.add_row(
             cell(s.name),
@@ -167,6 +168,7 @@ def schedules_table(schedules: list[ScheduleInfo]) -> Table:
             cell_time(s.next_run_at),
             "-" if s.last_run_at is None else cell_time(s.last_run_at),
             "yes" if s.declared else "[yellow]no live worker declares it[/yellow]",
+            "-" if s.paused_at is None else f"[red]paused[/red] {cell(s.paused_by or '')}",
         )
     if not schedules:
         table.caption = "no schedules: declare them with @app.periodic"

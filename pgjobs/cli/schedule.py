@@ -1,4 +1,5 @@
-"""`pgjobs schedule`: every periodic schedule in the database, with its next and last run."""
+"""`pgjobs schedule`: every periodic schedule in the database, with its next and last run;
+`pgjobs schedule pause NAME` and `pgjobs schedule resume NAME`."""
 
 from __future__ import annotations
 
@@ -6,14 +7,28 @@ from typing import Annotated
 
 import typer
 
-from pgjobs import db, queues
+from pgjobs import db, queues, schedules
 from pgjobs import stats as read_model
 from pgjobs.cli import render
 from pgjobs.cli.options import DsnOption, JsonFlag, database
+from pgjobs.cli.queue import _who
 from pgjobs.text import printable
 
+schedule_cli = typer.Typer(
+    help="Periodic schedules (@app.periodic). Without a command: list them (expression, "
+    "timezone, next and last run in UTC, whether a running worker declares them, paused or "
+    "not). Pause or resume one with its command.",
+    invoke_without_command=True,
+)
 
+ScheduleArgument = Annotated[
+    str, typer.Argument(help="The schedule's name (as `pgjobs schedule` lists it).")
+]
+
+
+@schedule_cli.callback()
 def schedule_command(
+    ctx: typer.Context,
     as_json: JsonFlag = False,
     forget: Annotated[
         str | None,
@@ -26,8 +41,10 @@ def schedule_command(
     ] = None,
     dsn: DsnOption = None,
 ) -> None:
-    """Periodic schedules (@app.periodic): expression, timezone, next and last run (UTC), and
-    whether a running worker declares them."""
+    """Periodic schedules (@app.periodic): expression, timezone, next and last run (UTC),
+    whether a running worker declares them, and whether they are paused."""
+    if ctx.invoked_subcommand is not None:
+        return
     resolved = database(dsn)
     if forget is not None:
         queues.forget_schedule(resolved, forget)
@@ -39,3 +56,43 @@ def schedule_command(
         render.print_json([read_model.schedule_json(s) for s in found])
     else:
         render.wide_console().print(render.schedules_table(found))
+
+
+@schedule_cli.command("pause")
+def pause_command(
+    name: ScheduleArgument,
+    reason: Annotated[
+        str | None, typer.Option("--reason", "-r", help="Why (shown by `pgjobs schedule`).")
+    ] = None,
+    as_json: JsonFlag = False,
+    dsn: DsnOption = None,
+) -> None:
+    """Stop enqueueing the schedule's occurrences until it is resumed (from each worker's next
+    round of its scheduler). Jobs it enqueued already stay."""
+    change = schedules.pause(database(dsn), name, reason=reason, by=_who())
+    _report(change, as_json, "paused" if change.changed else "was already paused")
+
+
+@schedule_cli.command("resume")
+def resume_command(
+    name: ScheduleArgument, as_json: JsonFlag = False, dsn: DsnOption = None
+) -> None:
+    """Enqueue the schedule's occurrences again; those missed while it was paused run as its
+    catch_up rule says (last: the latest one; skip: none; N: the latest N)."""
+    change = schedules.resume(database(dsn), name)
+    _report(change, as_json, "resumed" if change.changed else "was not paused")
+
+
+def _report(change: schedules.ScheduleChange, as_json: bool, done: str) -> None:
+    if as_json:
+        render.print_json(
+            {"changed": change.changed, "schedule": read_model.schedule_json(change.schedule)}
+        )
+        return
+    schedule = change.schedule
+    line = f"schedule {printable(schedule.name)} {done}"
+    if schedule.paused:
+        line += (
+            f" (since {render.when(schedule.paused_at)}, by {printable(schedule.paused_by or '-')})"
+        )
+    typer.echo(line)

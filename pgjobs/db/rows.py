@@ -166,7 +166,7 @@ def job_from_row(row: tuple[Any, ...]) -> Job:
 def dead_job_from_row(row: tuple[Any, ...]) -> DeadJob:
     """A ``dead_letter`` row (columns as ``queries.DEAD_LIST``) as a ``DeadJob``."""
     job = DeadJob(*row)
-    return dataclasses.replace(job, reason=DeadReason(job.reason))
+    return dataclasses.replace(job, reason=DeadReason(job.reason), tags=tuple(job.tags or ()))
 
 
 def dead_group_from_row(row: tuple[Any, ...]) -> DeadGroup:
@@ -185,6 +185,7 @@ def job_history_from_row(row: tuple[Any, ...]) -> JobHistory:
         status=JobStatus(job.status),
         reason=None if job.reason is None else DeadReason(job.reason),
         replays=tuple(job.replays),
+        tags=tuple(job.tags or ()),
     )
 
 

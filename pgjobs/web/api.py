@@ -25,6 +25,7 @@ from pgjobs.errors import ConfigurationError, JobCancelled, JobFailed, WaitTimeo
 from pgjobs.maintenance.registry import STALE_AFTER
 from pgjobs.models import JobHistory, JobStatus
 from pgjobs.submission import MAX_JOB_ID, MAX_KEY_BYTES, JobSpec
+from pgjobs.tags import check as check_tags
 from pgjobs.web import models, paths
 from pgjobs.web.auth import READ_METHODS
 from pgjobs.web.backend import API_PREFIX, Backend, Credentials, Server, check_token
@@ -45,6 +46,10 @@ router = APIRouter(
 JobIdPath = Annotated[int, Path(ge=1, le=MAX_JOB_ID, description="The job id.")]
 QueueQuery = Annotated[models.Name | None, Query(description="Only this queue.")]
 TaskQuery = Annotated[models.Name | None, Query(description="Only this task.")]
+TagQuery = Annotated[
+    list[models.Text] | None,
+    Query(description="Only jobs carrying this tag; repeat it: jobs carrying every one."),
+]
 _WRITES = responses(400, 408, 413, 415)
 
 
@@ -154,6 +159,7 @@ def list_jobs(
     ] = None,
     queue: QueueQuery = None,
     task: TaskQuery = None,
+    tag: TagQuery = None,
     since: Annotated[
         datetime | None,
         Query(description="Entered its table at or after (ISO 8601 with a timezone)."),
@@ -177,6 +183,7 @@ def list_jobs(
             until=until,
             limit=limit,
             cursor=cursor,
+            tags=tag,
         )
     return models.JobPage(
         jobs=[models.JobSummary.model_validate(job) for job in page.jobs],
@@ -320,6 +327,7 @@ def _dead_filter(
     until: datetime | None,
     error: str | None,
     fingerprint: str | None,
+    tags: list[str] | None = None,
 ) -> admin.DeadFilter:
     for name, moment in (("since", since), ("until", until)):
         if moment is not None and (moment.tzinfo is None or moment.utcoffset() is None):
@@ -332,6 +340,7 @@ def _dead_filter(
         until=until,
         error=error,
         fingerprint=fingerprint,
+        tags=check_tags(tags, "tag"),
     )
 
 
@@ -360,11 +369,12 @@ def list_dead_letters(
     until: UntilQuery = None,
     error: ErrorQuery = None,
     fingerprint: FingerprintQuery = None,
+    tag: TagQuery = None,
     limit: Annotated[int, Query(ge=1, le=browse.MAX_PAGE_SIZE)] = admin.DEFAULT_LIST_LIMIT,
     tracebacks: Annotated[bool, Query(description="Include each job's traceback.")] = False,
 ) -> models.DeadJobList:
     """Dead jobs matching the filters of `pgjobs dead list`, newest first, at most ``limit``."""
-    where = _dead_filter(None, queue, task, since, until, error, fingerprint)
+    where = _dead_filter(None, queue, task, since, until, error, fingerprint, tag)
     with server.reading() as conn:
         found = admin.dead_jobs(conn, where, limit=limit, tracebacks=tracebacks)
     return models.DeadJobList(dead_letters=[models.DeadJob.model_validate(job) for job in found])
@@ -383,9 +393,10 @@ def dead_letter_groups(
     until: UntilQuery = None,
     error: ErrorQuery = None,
     fingerprint: FingerprintQuery = None,
+    tag: TagQuery = None,
 ) -> models.DeadGroupList:
     """Dead jobs matching the filters, counted by task and error fingerprint, largest first."""
-    where = _dead_filter(None, queue, task, since, until, error, fingerprint)
+    where = _dead_filter(None, queue, task, since, until, error, fingerprint, tag)
     with server.reading() as conn:
         groups = admin.dead_groups(conn, where)
     return models.DeadGroupList(groups=[models.DeadGroup.model_validate(g) for g in groups])
@@ -441,12 +452,19 @@ def _move(
     body: models.DeadSelectionRequest, server: Server, verb: str, batches: Any
 ) -> models.SelectionResult:
     where = _dead_filter(
-        body.ids, body.queue, body.task, body.since, body.until, body.error, body.fingerprint
+        body.ids,
+        body.queue,
+        body.task,
+        body.since,
+        body.until,
+        body.error,
+        body.fingerprint,
+        body.tags,
     )
     if where.matches_all and not body.all:
         raise ConfigurationError(
             f"name the dead jobs to {verb}: ids, or filters (queue, task, since, until, error, "
-            'fingerprint), or "all": true for every dead job',
+            'fingerprint, tags), or "all": true for every dead job',
             field="ids",
         )
     with server.connection() as conn:

@@ -35,6 +35,8 @@ from pgjobs.submission import (
     check_key,
     check_unique_options,
 )
+from pgjobs.tags import MAX_TAG_LENGTH, MAX_TAGS
+from pgjobs.tags import check as check_tags
 
 #: Jobs one batch enqueue may carry; the body limit usually binds first.
 MAX_BATCH_JOBS = 10_000
@@ -63,6 +65,26 @@ def _key(value: str, info: ValidationInfo) -> str:
     except ConfigurationError as exc:
         raise ValueError(str(exc)) from None
 
+
+def _tags(value: list[str] | None, info: ValidationInfo) -> list[str] | None:
+    """A job's tags, checked as pgjobs checks them (``tags.check``)."""
+    try:
+        checked = check_tags(value, info.field_name or "tags")
+    except ConfigurationError as exc:
+        raise ValueError(str(exc)) from None
+    return None if checked is None else list(checked)
+
+
+#: A job's tags, or the tags a filter asks for.
+Tags = Annotated[
+    list[Text],
+    Field(
+        max_length=1000,
+        description=f"At most {MAX_TAGS} tags of 1..{MAX_TAG_LENGTH} "
+        "characters, e.g. `customer:42`.",
+    ),
+    AfterValidator(_tags),
+]
 
 #: A group or a unique key.
 Key = Annotated[str, Field(min_length=1, max_length=MAX_KEY_BYTES), AfterValidator(_key)]
@@ -120,6 +142,7 @@ class JobOptions(_Request):
         description="With `on_conflict` `debounce`: seconds it waits after the latest enqueue "
         "(default: the task's debounce).",
     )
+    tags: Tags | None = Field(None, description="Labels to search and triage it by.")
 
     @field_validator("on_conflict", "debounce")
     @classmethod
@@ -149,6 +172,7 @@ class JobOptions(_Request):
             "unique_key": self.unique_key,
             "on_conflict": self.on_conflict,
             "debounce": self.debounce,
+            "tags": self.tags,
         }
 
 
@@ -215,6 +239,7 @@ class DeadSelectionRequest(_Request):
     fingerprint: Annotated[Text, Field(min_length=1, max_length=1000)] | None = Field(
         None, description="An error fingerprint, or its 8-digit id (see /dead-letters/groups)."
     )
+    tags: Tags | None = Field(None, description="Jobs carrying every one of these tags.")
     all: Flag = Field(False, description="Without ids or filters: every dead job.")
     dry_run: Flag = Field(False, description="Answer what would change; change nothing.")
     batch_size: Whole = Field(admin.DEFAULT_BATCH_SIZE, ge=1, le=100_000)
@@ -289,6 +314,7 @@ class JobSummary(_Response):
     unique_key: str | None = None
     snoozes: int = Field(0, description="How many times its handler snoozed it.")
     progress: Progress | None = Field(None, description="Its handler's last reported progress.")
+    tags: list[str] = Field(default_factory=list, description="Its tags (`tags`).")
 
 
 class Job(JobSummary):
@@ -334,6 +360,7 @@ class DeadJob(_Response):
     started_at: Time | None
     fingerprint: str
     fingerprint_id: str
+    tags: list[str] = Field(default_factory=list, description="Its tags (`tags`).")
 
 
 class DeadJobList(BaseModel):

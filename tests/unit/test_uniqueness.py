@@ -29,7 +29,7 @@ def test_options_take_the_tasks_debounce_and_throttle():
     throttled = producer.prepare(JobSpec("t.throttled", unique_key="k"), tasks)
     assert (throttled.on_conflict, throttled.throttle) == ("keep", 60)
     # Without a unique key a throttled task's job is not throttled.
-    assert producer.prepare(JobSpec("t.throttled", group="g"), tasks)[-5:] == (
+    assert _keys(producer.prepare(JobSpec("t.throttled", group="g"), tasks)) == (
         "g",
         None,
         None,
@@ -37,7 +37,12 @@ def test_options_take_the_tasks_debounce_and_throttle():
         None,
     )
     plain = producer.prepare(JobSpec("t.plain"), tasks)
-    assert plain[-5:] == (None,) * 5
+    assert _keys(plain) == (None,) * 5
+
+
+def _keys(prepared: producer.PreparedJob) -> tuple[object, ...]:
+    """A prepared job's group and unique-key fields (those of uniqueness.Keys)."""
+    return tuple(prepared[len(uniqueness.MANY_PARAMS) : len(uniqueness.KEYED_PARAMS)])
 
 
 def test_a_batch_merges_jobs_of_one_key_as_if_one_after_the_other():

@@ -16,6 +16,7 @@ from pgjobs.admin import DeadFilter
 from pgjobs.errors import ConfigurationError
 from pgjobs.models import DeadReason, JobStatus
 from pgjobs.submission import check_name
+from pgjobs.tags import check_filter
 
 #: Bytes a posted form may hold: a form of the dashboard is a few hundred.
 MAX_FORM_BYTES = 64 * 1024
@@ -28,8 +29,8 @@ _MAX_AGE = timedelta(days=36525)
 _MAX_SEARCH = 1000
 _FINGERPRINT_MAX = 1000
 
-DEAD_FIELDS = ("queue", "task", "reason", "since", "until", "error", "fingerprint")
-JOB_FIELDS = ("state", "queue", "task", "since", "until")
+DEAD_FIELDS = ("queue", "task", "reason", "since", "until", "error", "fingerprint", "tag")
+JOB_FIELDS = ("state", "queue", "task", "since", "until", "tag")
 
 
 def parse_form(body: bytes) -> dict[str, str]:
@@ -127,6 +128,7 @@ def dead_query(fields: Mapping[str, str]) -> DeadQuery:
             until=moment("until", _text(fields, "until"), now),
             error=error,
             fingerprint=fingerprint,
+            tags=_tags(fields),
         )
     except ConfigurationError as exc:
         if exc.field is None and "since" in str(exc):
@@ -145,6 +147,8 @@ class JobQuery:
     since: datetime | None
     until: datetime | None
     raw: dict[str, str]
+    #: The jobs carrying this tag (one, as the form has it), checked.
+    tags: list[str] | None = None
 
     def query_string(self, **extra: str) -> str:
         return urlencode({**self.raw, **extra})
@@ -170,7 +174,14 @@ def job_query(fields: Mapping[str, str]) -> JobQuery:
         moment("since", _text(fields, "since"), now),
         moment("until", _text(fields, "until"), now),
         raw,
+        check_filter(_tags(fields), "tag"),
     )
+
+
+def _tags(fields: Mapping[str, str]) -> tuple[str, ...] | None:
+    """The ``tag`` field as the tags to filter by (None: no filter)."""
+    value = _text(fields, "tag")
+    return None if value is None else (value,)
 
 
 def job_id(value: str | None) -> int | None:

@@ -18,6 +18,7 @@ from pgjobs.web.dashboard.pages.jobs import JobPages
 from pgjobs.web.dashboard.pages.login import LoginPages
 from pgjobs.web.dashboard.pages.overview import OverviewPages
 from pgjobs.web.dashboard.pages.queues import QueuePages
+from pgjobs.web.dashboard.pages.schedules import SchedulePages
 from pgjobs.web.dashboard.sessions import Sessions
 from pgjobs.web.throttle import SignInThrottle
 
@@ -38,6 +39,7 @@ class Dashboard:
             JobPages(self.frame),
             BatchPages(self.frame),
             QueuePages(self.frame),
+            SchedulePages(self.frame),
             LoginPages(self.frame),
         )
 
@@ -75,9 +77,8 @@ def dashboard_router(
 ) -> APIRouter:
     """The dashboard's routes for ``create_app`` to include: pages at ``/``, ``/dead``,
     ``/dead/actions/{id}`` (a bulk action's progress), ``/jobs``, ``/batches/{id}``,
-    ``/queues/{name}``,
-    ``/login``, assets under ``/static``. Its lifespan (merged into the app's by
-    ``include_router``) stops the running bulk actions when the server stops. ``sessions`` and
+    ``/queues/{name}``, ``/schedules``, ``/login``, assets under ``/static``. Its lifespan
+    (merged into the app's by ``include_router``) stops the running bulk actions when the server stops. ``sessions`` and
     ``throttle``: the server's, when it shares them (new ones otherwise). ``reading``: where
     the pages read, a standby (``pgjobs serve --read-dsn``), whose lag each page then shows;
     the actions still use ``connection``. ``group_limits``: the app's tasks' own group limits

@@ -496,3 +496,41 @@ def test_the_api_docs_render_without_the_internet(
         assert elsewhere == []
     finally:
         context.close()
+
+
+def test_a_schedule_paused_and_resumed_and_a_tag_followed_from_the_browser(
+    page: Page, conn: psycopg.Connection[Any], make_app: Callable[..., App]
+) -> None:
+    conn.execute("TRUNCATE pgjobs_schedules")
+    conn.execute(
+        "INSERT INTO pgjobs_schedules (name, task, queue, schedule, timezone, catch_up, "
+        "next_run_at, declared_at) VALUES ('reports.hourly', 'reports.build', 'reports', "
+        "'0 * * * *', 'UTC', 'last', now() + interval '20 minutes', now())"
+    )
+    try:
+        sign_in(page, "/schedules")
+        row = page.locator('#schedules tr[data-schedule="reports.hourly"]')
+        assert "active" in row.inner_text()
+        row.get_by_label("Reason").fill("warehouse migration")
+        row.get_by_role("button", name="Pause").click()
+        assert "Schedule reports.hourly paused" in page.locator(".flash").inner_text()
+        assert "warehouse migration" in row.locator(".state").inner_text()
+        paused = "SELECT paused_at IS NOT NULL FROM pgjobs_schedules WHERE name = 'reports.hourly'"
+        assert scalar(conn, paused) is True
+        row.get_by_role("button", name="Resume").click()
+        assert "Schedule reports.hourly resumed" in page.locator(".flash").inner_text()
+        assert scalar(conn, paused) is False
+        assert "active" in row.locator(".state").inner_text()
+    finally:
+        conn.execute("TRUNCATE pgjobs_schedules")
+
+    app = make_app(check_task_names=False)
+    tagged = app.enqueue("imports.row", {}, tags=["import:7"])
+    app.enqueue("imports.row", {}, tags=["import:8"])
+    page.goto(f"/jobs/{tagged}")
+    page.locator("#job-tags").get_by_role("link", name="import:7").click()
+    page.wait_for_url(lambda url: "tag=import" in url)
+    assert page.locator("#jobs tbody tr").count() == 1
+    assert page.locator(f'#jobs tr[data-id="{tagged}"]').is_visible()
+    assert page.get_by_label("Tag").input_value() == "import:7"
+    assert page.dialogs == []  # type: ignore[attr-defined]

@@ -34,6 +34,7 @@ PAGES = (
     "/jobs",
     "/jobs?state=dead",
     "/queues/default",
+    "/schedules",
 )
 
 

@@ -63,6 +63,7 @@ class JobPages:
                     task=query.task,
                     since=query.since,
                     until=query.until,
+                    tags=query.tags,
                     limit=PAGE_SIZE,
                     cursor=params.get("cursor") or None,
                 )

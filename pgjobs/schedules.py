@@ -1,0 +1,117 @@
+"""Pausing and resuming periodic schedules (``@app.periodic``), by name, in the database.
+
+A paused schedule enqueues nothing: the scheduler of every worker skips it
+(``queries.SCHEDULE_LOCK_DUE``) from its next round on, and its row stays (a worker that still
+declares it keeps it paused; a declaration never resumes it). When it is resumed, the
+occurrences it missed while paused are due at once and its ``catch_up`` rule decides how many
+run, as for occurrences missed while no worker ran: ``"last"`` (the default) runs the latest one,
+``"skip"`` none, N the latest N. Pause a schedule declared with ``catch_up="skip"`` to have a
+resume run nothing until its next occurrence.
+
+Like ``pgjobs.queues``, every function takes a ``Dsn`` (a connection is opened and closed) or a
+psycopg connection of the caller (the change is then a savepoint of the caller's transaction).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from pgjobs import db, queries
+from pgjobs.errors import ConfigurationError
+from pgjobs.maintenance.registry import STALE_AFTER
+from pgjobs.models import ScheduleInfo
+from pgjobs.submission import check_name
+
+Target = db.Target
+
+#: Characters of a pause's reason, and of who paused (as for a queue's pause).
+MAX_NOTE_LENGTH = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleChange:
+    """What a pause or resume did: the schedule as it is now, and whether this call changed it
+    (False: it was already paused, or not paused)."""
+
+    schedule: ScheduleInfo
+    changed: bool
+
+
+def pause(
+    target: Target, name: str, *, reason: str | None = None, by: str | None = None
+) -> ScheduleChange:
+    """Pause schedule ``name``: none of its occurrences is enqueued until it is resumed.
+    Pausing a paused schedule keeps when and by whom it was paused. ``by`` defaults to the
+    database role; ``reason`` is recorded after it (``paused_by`` is "by: reason"). An unknown
+    name is a ``ConfigurationError``, and nothing changes.
+
+    Example: ``pause(dsn, "reports.hourly", reason="warehouse migration").changed``
+    """
+    name = _check(name)
+    for option, value in (("reason", reason), ("by", by)):
+        _check_note(option, value)
+    params = {"name": name, "by": by, "reason": reason or None}
+    with db.target_connection(target) as conn, conn.transaction():
+        rows = db.fetch_all(conn, queries.SCHEDULE_PAUSE, params)
+        if not rows:
+            raise _unknown(name)
+        return ScheduleChange(_get(conn, name), bool(rows[0][0]))
+
+
+def resume(target: Target, name: str) -> ScheduleChange:
+    """Resume schedule ``name``: from the scheduler's next round on, its occurrences are
+    enqueued again, those missed while paused as its ``catch_up`` rule says. Resuming a
+    schedule that is not paused changes nothing (``changed`` is False); an unknown name is a
+    ``ConfigurationError``.
+
+    Example: ``resume(dsn, "reports.hourly")``
+    """
+    name = _check(name)
+    with db.target_connection(target) as conn, conn.transaction():
+        rows = db.fetch_all(conn, queries.SCHEDULE_RESUME, {"name": name})
+        if not rows:
+            raise _unknown(name)
+        return ScheduleChange(_get(conn, name), bool(rows[0][0]))
+
+
+def schedule(target: Target, name: str) -> ScheduleInfo:
+    """Schedule ``name`` as the database records it; ``ConfigurationError`` when there is none.
+
+    Example: ``schedule(dsn, "reports.hourly").paused``
+    """
+    name = _check(name)
+    with db.target_connection(target) as conn:
+        return _get(conn, name)
+
+
+def _get(conn: psycopg.Connection[Any], name: str) -> ScheduleInfo:
+    rows = db.fetch_all(conn, queries.SCHEDULE_GET, {"name": name, "stale_after": STALE_AFTER})
+    if not rows:
+        raise _unknown(name)
+    return db.schedule_info_from_row(rows[0])
+
+
+def _check(name: str) -> str:
+    try:
+        return check_name("schedule", name)
+    except ConfigurationError as exc:
+        raise ConfigurationError(str(exc), field="name") from None
+
+
+def _unknown(name: str) -> ConfigurationError:
+    return ConfigurationError(
+        f"no schedule named {name!r} in the database (`pgjobs schedule` lists them)", field="name"
+    )
+
+
+def _check_note(option: str, value: str | None) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str) or len(value) > MAX_NOTE_LENGTH or "\x00" in value:
+        raise ConfigurationError(
+            f"{option} must be text of at most {MAX_NOTE_LENGTH} characters without NUL",
+            field=option,
+        )
