@@ -7,6 +7,7 @@ from pgjobs.context import JobContext, current_job
 from pgjobs.errors import (
     ConfigurationError,
     DatabaseUnavailable,
+    DependencyFailed,
     InvalidPayload,
     JobNotFound,
     JobStateConflict,
@@ -15,12 +16,13 @@ from pgjobs.errors import (
     QueryFailed,
     SchemaMissing,
     Snooze,
+    UnknownDependency,
     UnknownTask,
 )
 from pgjobs.models import DeadGroup, DeadJob, Job, JobHistory, JobStatus, QueueStats
 from pgjobs.rates import Rate
 from pgjobs.retry import RetryPolicy
-from pgjobs.submission import JobSpec
+from pgjobs.submission import JobSpec, Ref
 from pgjobs.tasks import Task
 from pgjobs.worker import Worker, WorkerConfig
 
@@ -30,6 +32,7 @@ __all__ = [
     "DatabaseUnavailable",
     "DeadGroup",
     "DeadJob",
+    "DependencyFailed",
     "InvalidPayload",
     "Job",
     "JobContext",
@@ -43,10 +46,12 @@ __all__ = [
     "QueryFailed",
     "QueueStats",
     "Rate",
+    "Ref",
     "RetryPolicy",
     "SchemaMissing",
     "Snooze",
     "Task",
+    "UnknownDependency",
     "UnknownTask",
     "Worker",
     "WorkerConfig",

@@ -106,3 +106,12 @@ class NotExternal(JobStateConflict):
 class LockTimeout(QueryFailed):
     """A statement waited for a lock longer than its ``lock_timeout`` and was cancelled; nothing
     changed, and it may be tried again."""
+
+
+class UnknownDependency(PgjobsError):
+    """A job was enqueued ``after`` an id that is in none of the three tables."""
+
+
+class DependencyFailed(PgjobsError):
+    """A job was enqueued ``after`` a job that already ended without succeeding (dead,
+    cancelled or expired): it could never run."""

@@ -25,6 +25,8 @@ from pgjobs.submission import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_QUEUE,
     JobSpec,
+    Ref,
+    check_after,
     check_key,
     check_max_attempts,
     check_moment,
@@ -91,6 +93,9 @@ class PreparedJob(NamedTuple):
     on_conflict: str | None = None
     debounce: float | None = None
     throttle: float | None = None
+    #: The jobs it waits for (``submission.check_after``); a job with some is inserted by
+    #: ``pgjobs.dependencies``, never by the statements here.
+    after: tuple[int | Ref, ...] | None = None
 
 
 # PreparedJob's fields of a job with a group or a unique key, which the plain inserts leave out.
@@ -151,6 +156,7 @@ def prepare(spec: JobSpec, tasks: Mapping[str, Task] | None) -> PreparedJob:
     version = task.version if task is not None and task.version != 1 else None
     keys = uniqueness.check(spec, task)
     trace = tracing.publish(name, queue) if tracing.enabled() else None
+    after = None if spec.after is None else check_after(spec.after)
     return PreparedJob(
         queue,
         name,
@@ -165,6 +171,7 @@ def prepare(spec: JobSpec, tasks: Mapping[str, Task] | None) -> PreparedJob:
         version,
         trace,
         *keys,
+        after,
     )
 
 

@@ -394,6 +394,8 @@ class QueueStats(BaseModel):
     concurrency: int | None = None
     rate_jobs: int | None = None
     rate_seconds: float | None = None
+    #: Jobs waiting for their dependencies (not counted in scheduled).
+    waiting: int = 0
 
 
 class Replica(BaseModel):
