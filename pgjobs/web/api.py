@@ -17,7 +17,7 @@ from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 
-from pgjobs import admin, browse, db
+from pgjobs import admin, browse, db, dependencies
 from pgjobs import stats as read_model
 from pgjobs.errors import ConfigurationError
 from pgjobs.maintenance.registry import STALE_AFTER
@@ -50,6 +50,18 @@ def _job(history: JobHistory) -> models.Job:
     return models.Job.model_validate(history)
 
 
+def _job_and_graph(conn: Any, job_id: int) -> models.Job:
+    """Job ``job_id`` with its dependencies and dependents (a second statement)."""
+    graph = dependencies.of(conn, job_id)
+    edges = {
+        side: [models.JobEdge(id=e.id, status=e.status) for e in getattr(graph, side)]
+        for side in ("after", "dependents")
+    }
+    return _job(admin.job(conn, job_id)).model_copy(
+        update={**edges, "waiting_on": graph.waiting_on}
+    )
+
+
 # -- jobs -----------------------------------------------------------------------------------------
 
 
@@ -73,7 +85,7 @@ def _enqueue(
                 job_id = server.app.enqueue(body.task, body.payload, **options)
                 if not browse.job_is_new(conn, job_id):
                     response.status_code = 200
-        return _job(admin.job(conn, job_id))
+        return _job_and_graph(conn, job_id)
 
 
 @router.post(
@@ -191,7 +203,7 @@ def list_jobs(
 def get_job(job_id: JobIdPath, server: Server) -> models.Job:
     """A job queued, running, archived or dead, with its whole record, as `pgjobs job show`."""
     with server.connection() as conn:
-        return _job(admin.job(conn, job_id))
+        return _job_and_graph(conn, job_id)
 
 
 @router.post(

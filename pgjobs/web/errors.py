@@ -22,6 +22,7 @@ from starlette.routing import Match
 from pgjobs.errors import (
     ConfigurationError,
     DatabaseUnavailable,
+    DependencyFailed,
     InvalidPayload,
     JobNotFound,
     JobStateConflict,
@@ -31,6 +32,7 @@ from pgjobs.errors import (
     QueryFailed,
     SchemaMissing,
     StaleOutcome,
+    UnknownDependency,
     UnknownTask,
 )
 from pgjobs.web.models import ErrorResponse
@@ -43,6 +45,8 @@ RETRY_AFTER = 5
 # pgjobs' errors by type, most specific first: (status, code).
 _PGJOBS_ERRORS: tuple[tuple[type[PgjobsError], int, str], ...] = (
     (UnknownTask, 422, "unknown_task"),
+    (UnknownDependency, 422, "unknown_dependency"),
+    (DependencyFailed, 422, "dependency_failed"),
     (InvalidPayload, 422, "invalid_payload"),
     (ConfigurationError, 422, "invalid_value"),
     (JobNotFound, 404, "job_not_found"),

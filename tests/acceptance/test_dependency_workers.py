@@ -6,7 +6,10 @@ delays the joins of its parts until their leases end and they run again, nothing
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
+from typing import Any
 
+import psycopg
 import pytest
 
 from pgjobs import App, JobSpec, Ref
@@ -31,7 +34,9 @@ def graph() -> list[JobSpec]:
 
 
 @pytest.mark.slow
-def test_a_fan_in_graph_on_four_workers_with_one_killed(make_app, conn, spawn):
+def test_a_fan_in_graph_on_four_workers_with_one_killed(
+    make_app: Any, conn: psycopg.Connection[Any], spawn: Callable[..., Proc]
+) -> None:
     conn.execute(DEP_RUNS_DDL)
     app: App = make_app(check_task_names=False)
 
