@@ -2125,7 +2125,9 @@ METRICS_NOW = "SELECT now()"
 METRICS_QUEUED = """
 SELECT queue, task,
        count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at <= now()),
-       count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at > now()),
+       -- Jobs waiting for their dependencies (run_at 'infinity') are not scheduled ones.
+       count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at > now()
+                          AND run_at <> 'infinity'),
        count(*) FILTER (WHERE lease_expires_at IS NOT NULL),
        extract(epoch FROM now() - min(run_at)
                FILTER (WHERE lease_expires_at IS NULL AND run_at <= now()))::float8
@@ -2492,7 +2494,9 @@ QUEUE_STATS_BY_TASK = """
 WITH hot AS (
     SELECT task,
            count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at <= now()) AS ready,
-           count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at > now()) AS scheduled,
+           -- Jobs waiting for their dependencies (run_at 'infinity') are not scheduled ones.
+           count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at > now()
+                              AND run_at <> 'infinity') AS scheduled,
            count(*) FILTER (WHERE lease_expires_at IS NOT NULL) AS running,
            extract(epoch FROM now() - min(run_at)
                    FILTER (WHERE lease_expires_at IS NULL AND run_at <= now()))::float8

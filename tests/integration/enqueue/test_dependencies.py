@@ -27,7 +27,7 @@ from pgjobs import (
 )
 from pgjobs.maintenance.expirer import Expirer
 from pgjobs.submission import MAX_DEPENDENCIES
-from pgjobs.testing import drain
+from pgjobs.testing import drain, eager
 from tests.support.factories import counts, row, run_service
 from tests.support.helpers import assert_one_home, scalar
 
@@ -402,3 +402,22 @@ def test_show_lists_dependencies_dependents_and_what_is_still_awaited(app, conn,
     assert shown.dependents == () and shown.waiting_on == 1
     assert dependencies.of(dsn, first).dependents == (dependencies.Edge(third, JobStatus.WAITING),)
     assert dependencies.of(dsn, first).waiting_on is None
+
+
+def test_eager_runs_jobs_with_after_as_they_are_enqueued() -> None:
+    """Eager mode runs each job at enqueue, so its dependencies have run already; their fake
+    ids (below 0) are not checked as job ids."""
+    app = App("postgresql://nobody@127.0.0.1:1/nowhere")
+    order: list[int] = []
+
+    @app.task(name="step")
+    def step(n: int) -> None:
+        order.append(n)
+
+    with eager(app):
+        first = app.enqueue("step", {"n": 1})
+        second = app.enqueue("step", {"n": 2}, after=[first])
+        app.enqueue_many(
+            [JobSpec("step", {"n": 3}), JobSpec("step", {"n": 4}, after=[Ref(0), second])]
+        )
+    assert order == [1, 2, 3, 4]
