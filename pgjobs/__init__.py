@@ -9,6 +9,7 @@ from pgjobs.errors import (
     BatchNotFound,
     ConfigurationError,
     DatabaseUnavailable,
+    DependencyFailed,
     InvalidPayload,
     JobCancelled,
     JobExpired,
@@ -20,13 +21,14 @@ from pgjobs.errors import (
     QueryFailed,
     SchemaMissing,
     Snooze,
+    UnknownDependency,
     UnknownTask,
     WaitTimeout,
 )
 from pgjobs.models import DeadGroup, DeadJob, Job, JobHistory, JobStatus, QueueStats
 from pgjobs.rates import Rate
 from pgjobs.retry import RetryPolicy
-from pgjobs.submission import JobSpec
+from pgjobs.submission import JobSpec, Ref
 from pgjobs.tasks import Task
 from pgjobs.worker import Worker, WorkerConfig
 
@@ -39,6 +41,7 @@ __all__ = [
     "DatabaseUnavailable",
     "DeadGroup",
     "DeadJob",
+    "DependencyFailed",
     "InvalidPayload",
     "Job",
     "JobCancelled",
@@ -55,10 +58,12 @@ __all__ = [
     "QueryFailed",
     "QueueStats",
     "Rate",
+    "Ref",
     "RetryPolicy",
     "SchemaMissing",
     "Snooze",
     "Task",
+    "UnknownDependency",
     "UnknownTask",
     "WaitTimeout",
     "Worker",

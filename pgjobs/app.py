@@ -10,7 +10,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, Unpack
 
 import psycopg
 
-from pgjobs import admin, batches, producer, queues, results, schedules
+from pgjobs import admin, batches, dependencies, producer, queues, results, schedules
 from pgjobs.db.dsn import Dsn, normalize_dsn, resolve_dsn
 from pgjobs.db.pooler import Pooler, parse_pooler
 from pgjobs.errors import ConfigurationError
@@ -182,8 +182,10 @@ class App(Registry):
         is already taken, or when a job of the task not started yet holds ``unique_key`` (kept,
         replaced or debounced as ``on_conflict`` says). The options (``queue``, ``priority``,
         ``run_at`` or ``run_in``, ``max_attempts``, ``expires_at`` or ``expires_in``,
-        ``idempotency_key``, ``group``, ``unique_key``, ``on_conflict``, ``debounce``) are those
-        of ``JobSpec``.
+        ``idempotency_key``, ``group``, ``unique_key``, ``on_conflict``, ``debounce``,
+        ``after``) are those of ``JobSpec``. With ``after=[id, ...]`` the job waits until every
+        one of those jobs has succeeded, and goes to ``dead_letter`` unrun (reason
+        ``dependency_failed``) when one does not (see ``pgjobs.dependencies``).
 
         With ``connection`` (a psycopg ``Connection`` or a SQLAlchemy ``Connection``) the job is
         written in the caller's transaction and commits or rolls back with it.
@@ -219,7 +221,9 @@ class App(Registry):
         """Enqueue many jobs in one statement; returns their ids in order. All or nothing. Jobs
         of one task with the same unique key act as if enqueued one after the other. With
         ``batch`` (made by ``App.batch``, not written yet) they are its members, written with
-        it in one transaction (``batch.id`` is its id afterwards).
+        it in one transaction (``batch.id`` is its id afterwards). A job's ``after`` may name
+        a job listed before it in the same call by ``pgjobs.Ref(position)``: a whole graph goes
+        in at once, or nothing does.
 
         Example: ``app.enqueue_many(JobSpec("resize", {"image": n}) for n in range(1000))``
         """
@@ -228,7 +232,7 @@ class App(Registry):
             self._write_batch(batch, connection or batch.connection)
             return batch.ids
         rows = producer.prepare_many(jobs, self._known_tasks)
-        return self._insert(rows, connection)
+        return self._insert(rows, connection, many=True)
 
     def batch(
         self, on_complete: batches.OnComplete = None, *, connection: Any = None
@@ -284,9 +288,17 @@ class App(Registry):
             await self._write_batch_async(batch, connection or batch.connection)
             return batch.ids
         rows = producer.prepare_many(jobs, self._known_tasks)
-        return await self._insert_async(rows, connection)
+        return await self._insert_async(rows, connection, many=True)
 
-    async def _insert_async(self, rows: list[producer.PreparedJob], connection: Any) -> list[int]:
+    async def _insert_async(
+        self, rows: list[producer.PreparedJob], connection: Any, *, many: bool = False
+    ) -> list[int]:
+        if dependencies.wanted(rows):
+            if connection is not None:
+                return await dependencies.insert_async(connection, rows, many=many)
+            return await self._pools.run_async(
+                lambda conn, dsn: dependencies.insert_async(conn, rows, dsn, many=many)
+            )
         if connection is not None:
             return await producer.insert_async(connection, rows)
         return await self._pools.run_async(lambda conn, dsn: producer.insert_async(conn, rows, dsn))
@@ -326,7 +338,15 @@ class App(Registry):
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    def _insert(self, rows: list[producer.PreparedJob], connection: Any) -> list[int]:
+    def _insert(
+        self, rows: list[producer.PreparedJob], connection: Any, *, many: bool = False
+    ) -> list[int]:
+        if dependencies.wanted(rows):
+            if connection is not None:
+                return dependencies.insert(connection, rows, many=many)
+            return self._pools.run(
+                lambda conn, dsn: dependencies.insert(conn, rows, dsn, many=many)
+            )
         if connection is not None:
             return producer.insert(connection, rows)
         # Not db.pooled: insert translates errors itself.

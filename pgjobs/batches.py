@@ -197,12 +197,13 @@ class Batch:
             raise ConfigurationError(
                 f"Batch.enqueue takes the options of App.enqueue, got {', '.join(options)}"
             ) from None
-        self._rows.append(producer.prepare(spec, self._tasks))
+        self._rows.append(_member(producer.prepare(spec, self._tasks), len(self._rows)))
 
     def add(self, specs: Iterable[JobSpec]) -> None:
         """Add members as ``JobSpec`` (``App.enqueue_many(specs, batch=...)``)."""
         self._check_open()
-        self._rows.extend(producer.prepare_many(specs, self._tasks))
+        rows = producer.prepare_many(specs, self._tasks)
+        self._rows.extend(_member(row, len(self._rows) + n) for n, row in enumerate(rows))
 
     @property
     def id(self) -> int:
@@ -407,3 +408,15 @@ def batch_of(target: db.Target, job_id: int) -> int | None:
     with db.target_connection(target) as conn:
         row = conn.execute(queries.BATCH_OF_JOB, {"id": job_id}).fetchone()
     return None if row is None else int(row[0])
+
+
+def _member(row: producer.PreparedJob, position: int) -> producer.PreparedJob:
+    """``row`` as a batch member: one with ``after`` is refused (a batch's members are written by
+    the insert paths, which know no dependencies; a chain inside a fan-out is one job per link
+    enqueued by its predecessor, or a batch of chains' heads)."""
+    if row.after:
+        raise ConfigurationError(
+            f"batch member #{position}: a member cannot have after (not supported yet)",
+            field=f"jobs[{position}].after",
+        )
+    return row

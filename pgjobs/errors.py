@@ -161,3 +161,12 @@ class WaitTimeout(PgjobsError):
 
 class BatchNotFound(PgjobsError):
     """No batch with this id (``app.batch_status``, ``pgjobs batch show``)."""
+
+
+class UnknownDependency(PgjobsError):
+    """A job was enqueued ``after`` an id that is in none of the three tables."""
+
+
+class DependencyFailed(PgjobsError):
+    """A job was enqueued ``after`` a job that already ended without succeeding (dead,
+    cancelled or expired): it could never run."""

@@ -165,6 +165,8 @@ class QueueStats:
     concurrency: int | None = None
     rate_jobs: int | None = None
     rate_seconds: float | None = None
+    #: Jobs waiting for their dependencies (not counted in ``scheduled``).
+    waiting: int = 0
 
     @property
     def throughput(self) -> float:

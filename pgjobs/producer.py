@@ -12,12 +12,12 @@ import json
 import re
 import sys
 from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, NamedTuple
 
 import psycopg
 
-from pgjobs import queries, tags, tracing, uniqueness
+from pgjobs import copying, queries, tags, tracing, uniqueness
 from pgjobs.db import libpq, translate_errors
 from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError, InvalidPayload, PgjobsError, UnknownTask
@@ -25,6 +25,8 @@ from pgjobs.submission import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_QUEUE,
     JobSpec,
+    Ref,
+    check_after,
     check_key,
     check_max_attempts,
     check_moment,
@@ -94,6 +96,9 @@ class PreparedJob(NamedTuple):
     throttle: float | None = None
     #: Its tags (``pgjobs.tags``), None for none: only then do the tagged statements apply.
     tags: Tags | None = None
+    #: The jobs it waits for (``submission.check_after``); a job with some is inserted by
+    #: ``pgjobs.dependencies``, never by the statements here.
+    after: tuple[int | Ref, ...] | None = None
 
 
 # PreparedJob's fields of a job with a group or a unique key, which the plain inserts leave out.
@@ -154,6 +159,7 @@ def prepare(spec: JobSpec, tasks: Mapping[str, Task] | None) -> PreparedJob:
     version = task.version if task is not None and task.version != 1 else None
     keys = uniqueness.check(spec, task)
     trace = tracing.publish(name, queue) if tracing.enabled() else None
+    after = None if spec.after is None else check_after(spec.after)
     return PreparedJob(
         queue,
         name,
@@ -169,6 +175,7 @@ def prepare(spec: JobSpec, tasks: Mapping[str, Task] | None) -> PreparedJob:
         trace,
         *keys,
         tags.check(spec.tags),
+        after,
     )
 
 
@@ -455,61 +462,9 @@ def _reserve_ids(rows: Sequence[PreparedJob]) -> Statement:
 def _copy_rows(
     rows: Sequence[PreparedJob], now: datetime, ids: list[int], batch_id: int | None = None
 ) -> tuple[str, Iterator[tuple[Any, ...]]]:
-    """The COPY statement for ``rows`` and the rows it writes, with the reserved ``ids`` (and
-    ``batch_id`` on each, for a batch's members)."""
-    if batch_id is not None:
-        timed = _copy_rows_timed(rows, now, ids, versioned=True)
-        members = ((*line, batch_id) for line in timed)
-        if tags.tagged(rows):
-            return queries.BATCH_COPY_MEMBERS_TAGGED, tags.copy_lines(members, rows)
-        return queries.BATCH_COPY_MEMBERS, members
-    if all(map(_ready_now, rows)):
-        # The usual batch: neither timestamp travels (run_at defaults to the transaction's
-        # now(), as JOB_INSERT_MANY would set it).
-        return queries.JOB_COPY_MANY_READY, (
-            (job_id, row.queue, row.task, row.payload, row.priority, row.max_attempts)
-            for job_id, row in zip(ids, rows, strict=True)
-        )
-    if tags.tagged(rows):
-        lines = _copy_rows_timed(rows, now, ids, versioned=True)
-        return queries.JOB_COPY_MANY_TAGGED, tags.copy_lines(lines, rows)
-    if _versioned(rows):
-        return queries.JOB_COPY_MANY_VERSIONED, _copy_rows_timed(rows, now, ids, versioned=True)
-    return queries.JOB_COPY_MANY, _copy_rows_timed(rows, now, ids, versioned=False)
-
-
-def _copy_rows_timed(
-    rows: Sequence[PreparedJob], now: datetime, ids: list[int], *, versioned: bool
-) -> Iterator[tuple[Any, ...]]:
-    # Timestamps go in as ISO text: dumping a datetime costs more than the rest of a row, and
-    # most jobs share one run_at, the transaction's now() (which is also their created_at). COPY
-    # computes nothing: delays are added here to that now(), the database's clock.
-    ready = now.isoformat()
-    for job_id, row in zip(ids, rows, strict=True):
-        if row.run_at is not None:
-            run_at = row.run_at.isoformat()
-        elif row.run_in:
-            run_at = (now + timedelta(seconds=row.run_in)).isoformat()
-        else:
-            run_at = ready
-        line = (
-            job_id,
-            row.queue,
-            row.task,
-            row.payload,
-            row.priority,
-            run_at,
-            row.max_attempts,
-            _expires_at(row, now),
-        )
-        yield (*line, row.payload_version, row.trace_context) if versioned else line
-
-
-def _expires_at(row: PreparedJob, now: datetime) -> datetime | None:
-    """``row``'s expiry counted from ``now``, the database's now() (for COPY)."""
-    if row.expires_in is None:
-        return row.expires_at
-    return now + timedelta(seconds=row.expires_in)
+    """The COPY statement for ``rows`` and the rows it writes (``pgjobs.copying``)."""
+    ready = batch_id is None and all(map(_ready_now, rows))
+    return copying.copy_rows(rows, now, ids, batch_id, ready=ready, versioned=_versioned(rows))
 
 
 def _insert_many(rows: Sequence[PreparedJob], batch_id: int | None = None) -> InsertPlan:

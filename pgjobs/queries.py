@@ -1112,8 +1112,11 @@ QUEUE_STATS = """
 WITH hot AS (
     SELECT queue,
            count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at <= now()) AS ready,
-           count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at > now()) AS scheduled,
+           count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at > now()
+                              AND run_at <> 'infinity') AS scheduled,
            count(*) FILTER (WHERE lease_expires_at IS NOT NULL) AS running,
+           -- Waiting for their dependencies (pgjobs.dependencies).
+           count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at = 'infinity') AS waiting,
            -- An infinite time (a row pgjobs did not write) has no age: PostgreSQL refuses it.
            extract(epoch FROM now() - min(run_at)
                    FILTER (WHERE lease_expires_at IS NULL AND run_at <= now()
@@ -1156,7 +1159,8 @@ SELECT q.queue,
        coalesce(finished.retried_last_minute, 0) + coalesce(dead.retried_last_minute, 0),
        coalesce(finished.ran_last_minute, 0) + coalesce(dead.ran_last_minute, 0),
        p.paused_at IS NOT NULL, p.paused_at, p.paused_by, p.pause_reason,
-       coalesce(hot.held, 0), p.concurrency, p.rate_jobs, p.rate_seconds
+       coalesce(hot.held, 0), p.concurrency, p.rate_jobs, p.rate_seconds,
+       coalesce(hot.waiting, 0)
 FROM (SELECT queue FROM hot UNION SELECT queue FROM dead UNION SELECT queue FROM finished
       UNION SELECT name FROM pgjobs_queues
             WHERE paused_at IS NOT NULL OR concurrency IS NOT NULL OR rate_jobs IS NOT NULL) q
@@ -1419,7 +1423,8 @@ waiting AS (
 SELECT (SELECT count(*) FROM archived),
        count(*),
        count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at > now() AND NOT paused),
-       min(run_at) FILTER (WHERE lease_expires_at IS NULL AND run_at > now() AND NOT paused),
+       min(run_at) FILTER (WHERE lease_expires_at IS NULL AND run_at > now() AND NOT paused
+                             AND run_at <> 'infinity'),
        count(*) FILTER (WHERE lease_expires_at IS NULL AND paused),
        count(*) FILTER (WHERE lease_expires_at IS NOT NULL),
        count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at <= now() AND NOT paused
@@ -1644,6 +1649,7 @@ JOB_LOOKUP = f"""
 WITH found AS (
     SELECT id, 'queued_jobs' AS home,
            CASE WHEN lease_expires_at IS NOT NULL THEN '{JobStatus.RUNNING}'
+                WHEN run_at = 'infinity' THEN '{JobStatus.WAITING}'
                 WHEN run_at > now() THEN '{JobStatus.SCHEDULED}'
                 ELSE '{JobStatus.READY}' END AS status,
            queue, task, payload, priority, run_at, attempts, max_attempts, created_at,
@@ -1943,7 +1949,8 @@ SELECT pg_is_in_recovery(),
 WORKER_QUEUE_DEPTHS = """
 SELECT queue,
        count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at <= now()),
-       count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at > now()),
+       count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at > now()
+                          AND run_at <> 'infinity'),
        count(*) FILTER (WHERE lease_expires_at IS NOT NULL)
 FROM queued_jobs
 WHERE queue = ANY(%(queues)s::text[])
@@ -2135,7 +2142,9 @@ METRICS_NOW = "SELECT now()"
 METRICS_QUEUED = """
 SELECT queue, task,
        count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at <= now()),
-       count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at > now()),
+       -- Jobs waiting for their dependencies (run_at 'infinity') are not scheduled ones.
+       count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at > now()
+                          AND run_at <> 'infinity'),
        count(*) FILTER (WHERE lease_expires_at IS NOT NULL),
        extract(epoch FROM now() - min(run_at)
                FILTER (WHERE lease_expires_at IS NULL AND run_at <= now()))::float8
@@ -2213,6 +2222,7 @@ METRICS_DEAD_NEXT, METRICS_DEAD_WINDOW_COUNT, METRICS_DEAD_WINDOW = _metrics_rea
 _BROWSE_QUEUED = f"""
 SELECT id, 'queued_jobs' AS "table",
        CASE WHEN lease_expires_at IS NOT NULL THEN '{JobStatus.RUNNING}'
+            WHEN run_at = 'infinity' THEN '{JobStatus.WAITING}'
             WHEN run_at > now() THEN '{JobStatus.SCHEDULED}'
             ELSE '{JobStatus.READY}' END AS status,
        queue, task, payload, priority, run_at, attempts, max_attempts, created_at, expires_at,
@@ -2267,7 +2277,7 @@ BROWSE_JOBS = f"""
 SELECT * FROM (
     (SELECT * FROM ({_BROWSE_QUEUED.format(traceback="NULL::text")}) q
      WHERE %(states)s::text[] && ARRAY['{JobStatus.READY}', '{JobStatus.SCHEDULED}',
-                                       '{JobStatus.RUNNING}']
+                                       '{JobStatus.WAITING}', '{JobStatus.RUNNING}']
        AND status = ANY(%(states)s::text[])
        AND {_BROWSE_WHERE.format(at="at")}
      ORDER BY at DESC, id DESC
@@ -2345,17 +2355,19 @@ TESTING_QUEUED_JOBS = f"SELECT {JOB_COLUMNS} FROM queued_jobs ORDER BY id"
 
 #: Advance the clock of the scheduled jobs of ``queues`` to the next moment one is due (not past
 #: ``until``, when given): the jobs due then become ready now, as if now were their run_at; their
-#: expires_at moves back by as much. Jobs being run are not touched. Returns the ids moved (none
+#: expires_at moves back by as much. Jobs being run are not touched, nor jobs waiting for their
+#: dependencies (run_at 'infinity': only the trigger releases them). Returns the ids moved (none
 #: when no job is due by ``until``).
 TESTING_ADVANCE_CLOCK = """
 WITH next AS (
     SELECT min(run_at) AS run_at FROM queued_jobs
     WHERE queue = ANY(%(queues)s::text[]) AND lease_expires_at IS NULL AND run_at > now()
+      AND run_at <> 'infinity'
 ),
 due AS (
     SELECT q.id FROM queued_jobs q, next
     WHERE q.queue = ANY(%(queues)s::text[]) AND q.lease_expires_at IS NULL
-      AND q.run_at > now()
+      AND q.run_at > now() AND q.run_at <> 'infinity'
       AND q.run_at <= next.run_at
       AND (%(until)s::timestamptz IS NULL OR q.run_at <= %(until)s::timestamptz)
     FOR UPDATE OF q SKIP LOCKED
@@ -2503,7 +2515,9 @@ QUEUE_STATS_BY_TASK = """
 WITH hot AS (
     SELECT task,
            count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at <= now()) AS ready,
-           count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at > now()) AS scheduled,
+           -- Jobs waiting for their dependencies (run_at 'infinity') are not scheduled ones.
+           count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at > now()
+                              AND run_at <> 'infinity') AS scheduled,
            count(*) FILTER (WHERE lease_expires_at IS NOT NULL) AS running,
            extract(epoch FROM now() - min(run_at)
                    FILTER (WHERE lease_expires_at IS NULL AND run_at <= now()))::float8
@@ -3015,4 +3029,108 @@ SET paused_at = NULL, paused_by = NULL
 FROM before
 WHERE s.name = %(name)s
 RETURNING before.paused_at IS NOT NULL
+"""
+
+
+# -- Dependencies: jobs enqueued ``after`` others (pgjobs.dependencies) -------------------------
+
+# The status of a queued job ``q`` as pgjobs shows it: a job waiting for its dependencies sits at
+# run_at 'infinity', which no claim takes.
+_QUEUED_STATUS = f"""CASE WHEN q.lease_expires_at IS NOT NULL THEN '{JobStatus.RUNNING}'
+                WHEN q.run_at = 'infinity' THEN '{JobStatus.WAITING}'
+                WHEN q.run_at > now() THEN '{JobStatus.SCHEDULED}'
+                ELSE '{JobStatus.READY}' END"""
+
+#: Reserve ``count`` job ids, ascending, for the jobs of an enqueue with dependencies (a job may
+#: name another of the same call before either is inserted). Rows: one, (ids array).
+DEPENDENCY_RESERVE_IDS = """
+SELECT ARRAY(
+    SELECT nextval(seq)
+    FROM CAST(pg_get_serial_sequence('queued_jobs', 'id') AS regclass) AS seq,
+         generate_series(1, %(count)s)
+)
+"""
+
+#: Mark the dependencies still in queued_jobs (``ids``) as watched, in id order. The row lock
+#: is the point: a worker that moves one of them out of queued_jobs concurrently waits for this
+#: transaction, so the move carries watched = true and its trigger sees the new job's edges (or
+#: the move went first, and the next statement finds the dependency where it went). Rows: (id,)
+#: per dependency still queued.
+DEPENDENCY_LOCK = """
+UPDATE queued_jobs q SET watched = true
+FROM (SELECT id FROM queued_jobs WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id FOR UPDATE) l
+WHERE q.id = l.id
+RETURNING q.id
+"""
+
+#: Where the dependencies that left queued_jobs (``ids``) ended. Rows: (id, archived status or
+#: 'dead'); an id in neither table gives no row.
+DEPENDENCY_ENDED = f"""
+SELECT id, status FROM archived_jobs WHERE id = ANY(%(ids)s::bigint[])
+UNION ALL
+SELECT id, '{JobStatus.DEAD}' FROM dead_letter WHERE id = ANY(%(ids)s::bigint[])
+"""
+
+#: Insert jobs with dependencies, from parallel arrays with their reserved ``ids``: a job with
+#: ``waiting_on`` > 0 dependencies not succeeded yet goes in at run_at 'infinity' with its
+#: pgjobs_waiting row (the run_at it asked for, for the trigger that releases it); the others
+#: as usual, waking idle workers of their queues. ``watched``: the job waits, or a later job of
+#: the call waits for it. Every edge (``edge_jobs``, ``edge_targets``) goes into
+#: pgjobs_dependencies, met ones too (the job's page lists them). Rows: one, (jobs inserted).
+DEPENDENCY_INSERT = f"""
+WITH input AS (
+    SELECT r.*, coalesce(r.run_at, now() + r.run_in * interval '1 second') AS due
+    FROM unnest(
+        %(ids)s::bigint[], %(queues)s::text[], %(tasks)s::text[], %(payloads)s::text[]::jsonb[],
+        %(priorities)s::smallint[], %(run_ats)s::timestamptz[], %(run_ins)s::float8[],
+        %(max_attempts)s::int[], %(expires_ats)s::timestamptz[], %(expires_ins)s::float8[],
+        %(payload_versions)s::int[], %(trace_contexts)s::text[]::jsonb[],
+        %(waiting_on)s::int[], %(watched)s::boolean[], %(tags)s::text[]::jsonb[]
+    ) AS r(id, queue, task, payload, priority, run_at, run_in, max_attempts, expires_at,
+           expires_in, payload_version, trace_context, waiting_on, watched, tags)
+),
+inserted AS (
+    INSERT INTO queued_jobs (id, queue, task, payload, priority, run_at, max_attempts,
+                             expires_at, payload_version, trace_context, watched, tags)
+    SELECT id, queue, task, payload, priority,
+           CASE WHEN waiting_on > 0 THEN 'infinity' ELSE due END,
+           max_attempts, coalesce(expires_at, now() + expires_in * interval '1 second'),
+           payload_version, trace_context, watched, {_TAG_ARRAY.format(row="input")}
+    FROM input
+    ORDER BY id
+    RETURNING id
+),
+edges AS (
+    INSERT INTO pgjobs_dependencies (job_id, depends_on)
+    SELECT * FROM unnest(%(edge_jobs)s::bigint[], %(edge_targets)s::bigint[])
+),
+waiting AS (
+    INSERT INTO pgjobs_waiting (job_id, waiting_on, run_at)
+    SELECT id, waiting_on, due FROM input WHERE waiting_on > 0
+),
+notified AS (
+    SELECT count(pg_notify('{NOTIFY_CHANNEL}', queue)) AS n
+    FROM (SELECT DISTINCT queue FROM input WHERE waiting_on = 0) q
+)
+SELECT (SELECT count(*) FROM inserted) FROM notified
+"""
+
+#: The jobs job ``id`` depends on and the jobs that depend on it, with their status wherever
+#: they are (NULL: purged or pruned), and the dependencies it still waits for. Rows: ('after' |
+#: 'dependent', id, status) by side and id, then ('waiting', count, NULL) while it waits.
+DEPENDENCY_SHOW = f"""
+WITH edges AS (
+    SELECT 'after' AS side, depends_on AS id FROM pgjobs_dependencies WHERE job_id = %(id)s
+    UNION ALL
+    SELECT 'dependent', job_id FROM pgjobs_dependencies WHERE depends_on = %(id)s
+)
+SELECT e.side, e.id, coalesce(
+    (SELECT {_QUEUED_STATUS} FROM queued_jobs q WHERE q.id = e.id),
+    (SELECT a.status FROM archived_jobs a WHERE a.id = e.id),
+    (SELECT '{JobStatus.DEAD}' FROM dead_letter d WHERE d.id = e.id)
+)
+FROM edges e
+UNION ALL
+SELECT 'waiting', waiting_on, NULL FROM pgjobs_waiting WHERE job_id = %(id)s
+ORDER BY 1, 2
 """

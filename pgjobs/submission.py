@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple, TypedDict
 
@@ -344,6 +346,56 @@ def check_timeout_fits_lease(task: str, timeout: object, lease: float) -> float:
     return seconds
 
 
+#: Jobs one job may be enqueued ``after``.
+MAX_DEPENDENCIES = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class Ref:
+    """A job of the same ``enqueue_many`` call, by its position in the list (0 is the first),
+    for ``JobSpec.after``: only a job listed before may be named, so a graph has no cycle.
+
+    Example: ``app.enqueue_many([JobSpec("fetch"), JobSpec("parse", after=[Ref(0)])])``
+    """
+
+    position: int
+
+
+def check_after(after: object) -> tuple[int | Ref, ...]:
+    """The jobs a job waits for (``after``): ids (whole numbers in 1..``MAX_JOB_ID``) and
+    ``Ref``s, at most ``MAX_DEPENDENCIES``, in the order given, a repeated one kept once.
+
+    Example: ``check_after([7, 7, Ref(0)])`` returns ``(7, Ref(0))``.
+    """
+    if isinstance(after, str | bytes | dict) or not isinstance(
+        after, list | tuple | set | frozenset
+    ):
+        raise ConfigurationError(
+            f"after must be a list of job ids, got {type(after).__name__}", field="after"
+        )
+    if len(after) > MAX_DEPENDENCIES:
+        raise ConfigurationError(
+            f"after lists {len(after):,} jobs; the limit is {MAX_DEPENDENCIES:,}", field="after"
+        )
+    for item in after:
+        if isinstance(item, Ref):
+            if (
+                isinstance(item.position, bool)
+                or not isinstance(item.position, int)
+                or item.position < 0
+            ):
+                raise ConfigurationError(
+                    f"Ref takes the position of a job of the call (0 or more), got {item.position!r}",
+                    field="after",
+                )
+        elif isinstance(item, bool) or not isinstance(item, int) or not 1 <= item <= MAX_JOB_ID:
+            raise ConfigurationError(
+                f"after holds {item!r}: a job id is a whole number in 1..{MAX_JOB_ID}",
+                field="after",
+            )
+    return tuple(dict.fromkeys(after))
+
+
 class JobSpec(NamedTuple):
     """One job to enqueue; ``None`` options take the task's (or pgjobs') defaults.
 
@@ -376,6 +428,9 @@ class JobSpec(NamedTuple):
     debounce: float | None = None
     #: Labels to search and triage by, e.g. ``["customer:42"]`` (``pgjobs.tags``); a list.
     tags: list[str] | tuple[str, ...] | None = None
+    #: The jobs it waits for: it runs once every one of them has succeeded (ids, or ``Ref`` to a
+    #: job listed before it in the same ``enqueue_many``).
+    after: Sequence[int | Ref] | None = None
 
 
 class JobOptions(TypedDict, total=False):
@@ -395,3 +450,4 @@ class JobOptions(TypedDict, total=False):
     on_conflict: str | None
     debounce: float | None
     tags: list[str] | tuple[str, ...] | None
+    after: Sequence[int | Ref] | None

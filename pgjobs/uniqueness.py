@@ -25,8 +25,13 @@ from pgjobs.tasks import Task
 
 #: Statements a keyed insert may send before every job is resolved: a job whose key a concurrent
 #: enqueue holds but has not committed yet is resolved by the next statement, which sees the
-#: commit (more than one round only under contention on the key).
-ROUNDS = 5
+#: commit (more than one round only under contention on the key). Each round can meet a new
+#: holder: while the key's jobs keep starting (a started job frees the key), the holder the last
+#: round waited for may have started before this round looks, and another producer's uncommitted
+#: insert may have taken the key again. Eight producers on one key beside a worker starting its
+#: jobs, on a loaded machine, lost five rounds in a row about one run in three; twenty make a
+#: caller's "retry" error that rare contention's, not a busy machine's.
+ROUNDS = 20
 
 
 class Keys(NamedTuple):

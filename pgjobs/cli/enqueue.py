@@ -23,7 +23,14 @@ from pgjobs.cli.options import (
     find_app,
     use_database,
 )
-from pgjobs.errors import ConfigurationError, InvalidPayload, PgjobsError, UnknownTask
+from pgjobs.errors import (
+    ConfigurationError,
+    DependencyFailed,
+    InvalidPayload,
+    PgjobsError,
+    UnknownDependency,
+    UnknownTask,
+)
 from pgjobs.producer import MAX_PAYLOAD_DEPTH
 from pgjobs.submission import DEFAULT_QUEUE, check_key, check_seconds, check_unique_options
 from pgjobs.tags import check as check_tags
@@ -93,6 +100,15 @@ def enqueue_command(
             "--tag", help="A tag to search and triage it by, e.g. customer:42; repeat for more."
         ),
     ] = None,
+    after: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--after",
+            help="A job it waits for (repeatable, up to 1,000): it runs once every one has "
+            "succeeded, and goes to dead_letter unrun (dependency_failed) if one does not.",
+            show_default=False,
+        ),
+    ] = None,
     app_ref: Annotated[
         str | None,
         app_option("holding your tasks: the task's name, queue, defaults and payload are checked"),
@@ -135,6 +151,7 @@ def enqueue_command(
             on_conflict=on_conflict,
             debounce=debounce,
             tags=job_tags,
+            after=after or None,
         )
     typer.echo(job_id)
     _warn_if_unserved(app, queue or _task_queue(app, task), job_id, app_found=found is not None)
@@ -182,7 +199,7 @@ def _bad_input_exits_2() -> Iterator[None]:
     """A payload or task name the enqueue refuses is bad input: exit 2, as a bad option is."""
     try:
         yield
-    except (InvalidPayload, UnknownTask) as exc:
+    except (InvalidPayload, UnknownTask, UnknownDependency, DependencyFailed) as exc:
         raise ConfigurationError(str(exc)) from None
 
 

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from pgjobs import admin
+from pgjobs import admin, dependencies
 from pgjobs.cli import parse, render
 from pgjobs.cli.options import DsnOption, JobIdArgument, JsonFlag, database
 from pgjobs.errors import ConfigurationError
@@ -25,9 +25,11 @@ def job_show_command(
     job_id: JobIdArgument, as_json: JsonFlag = False, dsn: DsnOption = None
 ) -> None:
     """A job wherever it is (queued, archived or dead), and its whole story."""
-    job = admin.job(database(dsn), job_id)
+    target = database(dsn)
+    job = admin.job(target, job_id)
+    graph = dependencies.of(target, job_id)
     if as_json:
-        render.print_json(dataclasses.asdict(job))
+        render.print_json({**dataclasses.asdict(job), **dataclasses.asdict(graph)})
         return
     detail = job.reason if job.reason else job.table
     typer.echo(f"job {job.id}: {job.status} ({detail})")
@@ -61,10 +63,33 @@ def job_show_command(
             ("group", job.group_key),
             ("unique key", job.unique_key),
             ("tags", ", ".join(job.tags) or None),
+            ("after", _edges(graph.after)),
+            ("waiting for", _waiting(graph)),
+            ("dependents", _edges(graph.dependents)),
         ]
     )
     render.print_block("last error", job.last_error)
     render.print_block("traceback", job.traceback)
+
+
+#: Jobs of a dependency list `job show` names; the rest are counted.
+_SHOWN_EDGES = 20
+
+
+def _edges(edges: tuple[dependencies.Edge, ...]) -> str | None:
+    """``12 (succeeded), 13 (ready)``, the first ``_SHOWN_EDGES`` of them; None when none."""
+    if not edges:
+        return None
+    text = ", ".join(f"{e.id} ({e.status or 'purged'})" for e in edges[:_SHOWN_EDGES])
+    more = len(edges) - _SHOWN_EDGES
+    return text + (f" and {more:,} more" if more > 0 else "")
+
+
+def _waiting(graph: dependencies.Dependencies) -> str | None:
+    """How many of its dependencies a waiting job still waits for."""
+    if graph.waiting_on is None:
+        return None
+    return f"{graph.waiting_on} of {len(graph.after)} dependencies (not succeeded yet)"
 
 
 def _started(job: JobHistory) -> str | None:

@@ -117,7 +117,7 @@ def stats(snap: Snapshot, title: str, *, verbose: bool = False) -> RenderableTyp
 def _queues_table(snap: Snapshot, title: str) -> Table:
     table = Table(title=title, title_justify="left")
     table.add_column("queue")
-    for column in ("ready", "scheduled", "running", "dead", "done 1h", "failed 1h"):
+    for column in ("ready", "scheduled", "waiting", "running", "dead", "done 1h", "failed 1h"):
         table.add_column(column, justify="right")
     table.add_column("jobs/s 1m", justify="right")
     table.add_column("retry 1m", justify="right")
@@ -133,6 +133,7 @@ def _queues_table(snap: Snapshot, title: str) -> Table:
             name,
             f"{s.ready:,}" + (f" [cyan]({s.held:,} held by limits)[/cyan]" if s.held else ""),
             f"{s.scheduled:,}",
+            f"{s.waiting:,}",
             f"{s.running:,}",
             f"[red]{s.dead:,}[/red]" if s.dead else "0",
             f"{s.finished_last_hour:,}",

@@ -203,7 +203,8 @@ class _Drain:
         """Send the outcomes buffered (recording them first) and claim up to ``limit`` jobs."""
         outcomes = self.completer.outcomes
         while True:
-            if len(outcomes):
+            settled = len(outcomes) > 0
+            if settled:
                 batch = outcomes.drain()
                 self.result._record(batch, self.jobs)
                 outcomes.restore(batch)
@@ -211,7 +212,9 @@ class _Drain:
             for job in (*done.jobs, *done.unloadable):  # the latter buried at once, to record
                 self.jobs[job.id] = job
             # Jobs whose rows could not be loaded are not runs: send their burial, claim again.
-            if done.jobs or not done.unloadable:
+            # A success may have released jobs waiting for it, which the claim in the same
+            # statement could not see yet: claim once more.
+            if done.jobs or not (done.unloadable or (settled and limit)):
                 return done.jobs
 
     async def _advance(self, conn: psycopg.AsyncConnection[Any]) -> bool:

@@ -126,7 +126,7 @@ class _Eager:
         return self.done(context, result)
 
     def specs(self, jobs: Iterable[JobSpec]) -> list[JobSpec]:
-        specs = list(jobs)
+        specs = [_run_now(spec) for spec in jobs]
         producer.prepare_many(specs, self.tasks)  # all valid before any handler runs
         return specs
 
@@ -158,7 +158,13 @@ class _Eager:
 def _spec(task: str | Task, payload: dict[str, Any] | None, options: dict[str, Any]) -> JobSpec:
     """The ``JobSpec`` of ``app.enqueue(task, payload, **options)``; ``connection`` is dropped."""
     options.pop("connection", None)
-    return JobSpec(task.name if isinstance(task, Task) else task, payload, **options)
+    return _run_now(JobSpec(task.name if isinstance(task, Task) else task, payload, **options))
+
+
+def _run_now(spec: JobSpec) -> JobSpec:
+    """``spec`` without its ``after``: jobs run as they are enqueued, so the jobs it waits for
+    have run already (and their fake ids, below 0, are no job ids to check)."""
+    return spec._replace(after=None) if isinstance(spec, JobSpec) and spec.after else spec
 
 
 @contextlib.contextmanager

@@ -19,7 +19,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from pgjobs import admin, batches, browse, db
+from pgjobs import admin, batches, browse, db, dependencies
 from pgjobs import stats as read_model
 from pgjobs.errors import ConfigurationError, JobCancelled, JobFailed, WaitTimeout
 from pgjobs.maintenance.registry import STALE_AFTER
@@ -57,6 +57,18 @@ def _job(history: JobHistory) -> models.Job:
     return models.Job.model_validate(history)
 
 
+def _job_and_graph(conn: Any, job_id: int) -> models.Job:
+    """Job ``job_id`` with its dependencies and dependents (a second statement)."""
+    graph = dependencies.of(conn, job_id)
+    edges = {
+        side: [models.JobEdge(id=e.id, status=e.status) for e in getattr(graph, side)]
+        for side in ("after", "dependents")
+    }
+    return _job(admin.job(conn, job_id)).model_copy(
+        update={**edges, "waiting_on": graph.waiting_on}
+    )
+
+
 # -- jobs -----------------------------------------------------------------------------------------
 
 
@@ -80,7 +92,7 @@ def _enqueue(
                 job_id = server.app.enqueue(body.task, body.payload, **options)
                 if not browse.job_is_new(conn, job_id):
                     response.status_code = 200
-        return _job(admin.job(conn, job_id))
+        return _job_and_graph(conn, job_id)
 
 
 @router.post(
@@ -225,7 +237,7 @@ async def get_job(
 
 def _job_now(server: Backend, job_id: int) -> models.Job:
     with server.connection() as conn:
-        return _job(admin.job(conn, job_id))
+        return _job_and_graph(conn, job_id)
 
 
 @router.get(

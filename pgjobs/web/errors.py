@@ -23,6 +23,7 @@ from pgjobs.errors import (
     BatchNotFound,
     ConfigurationError,
     DatabaseUnavailable,
+    DependencyFailed,
     InvalidPayload,
     JobNotFound,
     JobStateConflict,
@@ -32,6 +33,7 @@ from pgjobs.errors import (
     QueryFailed,
     SchemaMissing,
     StaleOutcome,
+    UnknownDependency,
     UnknownTask,
 )
 from pgjobs.web.models import ErrorResponse
@@ -44,6 +46,8 @@ RETRY_AFTER = 5
 # pgjobs' errors by type, most specific first: (status, code).
 _PGJOBS_ERRORS: tuple[tuple[type[PgjobsError], int, str], ...] = (
     (UnknownTask, 422, "unknown_task"),
+    (UnknownDependency, 422, "unknown_dependency"),
+    (DependencyFailed, 422, "dependency_failed"),
     (InvalidPayload, 422, "invalid_payload"),
     (ConfigurationError, 422, "invalid_value"),
     (JobNotFound, 404, "job_not_found"),

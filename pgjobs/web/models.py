@@ -27,11 +27,13 @@ from pgjobs.errors import ConfigurationError
 from pgjobs.models import DeadReason, HoldReason, JobStatus, Unloadable
 from pgjobs.submission import (
     MAX_ATTEMPTS_LIMIT,
+    MAX_DEPENDENCIES,
     MAX_JOB_ID,
     MAX_KEY_BYTES,
     MAX_NAME_LENGTH,
     MAX_SECONDS,
     PRIORITY_RANGE,
+    Ref,
     check_key,
     check_unique_options,
 )
@@ -100,6 +102,13 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class JobRef(_Request):
+    """A job of the same ``POST /jobs/batch``, by its position in ``jobs`` (0 is the first), in
+    a job's ``after``: only a job listed before it."""
+
+    ref: Whole = Field(ge=0, description="Position of the job in `jobs`.")
+
+
 class JobOptions(_Request):
     """A job to enqueue, without its idempotency key (``PUT /jobs/{key}`` takes it from the
     path). Options left out take the task's defaults (with ``--app``), else pgjobs'."""
@@ -143,6 +152,13 @@ class JobOptions(_Request):
         "(default: the task's debounce).",
     )
     tags: Tags | None = Field(None, description="Labels to search and triage it by.")
+    after: list[JobId | JobRef] | None = Field(
+        None,
+        max_length=MAX_DEPENDENCIES,
+        description="Jobs it waits for: it runs once every one has succeeded, and goes to "
+        "dead_letter unrun (reason `dependency_failed`) when one does not. Ids, or in "
+        '`POST /jobs/batch` `{"ref": n}` for the n-th job of the batch (listed before it).',
+    )
 
     @field_validator("on_conflict", "debounce")
     @classmethod
@@ -173,6 +189,9 @@ class JobOptions(_Request):
             "on_conflict": self.on_conflict,
             "debounce": self.debounce,
             "tags": self.tags,
+            "after": None
+            if self.after is None
+            else [Ref(a.ref) if isinstance(a, JobRef) else a for a in self.after],
         }
 
 
@@ -317,12 +336,28 @@ class JobSummary(_Response):
     tags: list[str] = Field(default_factory=list, description="Its tags (`tags`).")
 
 
+class JobEdge(BaseModel):
+    """A job on the other end of a dependency, and its status (null: purged or pruned)."""
+
+    id: int
+    status: JobStatus | None
+
+
 class Job(JobSummary):
     """A job with its whole record, as `pgjobs job show` has it."""
 
     result: Any = None
     traceback: str | None = None
     replays: list[int] = Field(default_factory=list)
+    after: list[JobEdge] | None = Field(
+        None, description="The jobs it waits for, or waited for (null: not read by this answer)."
+    )
+    dependents: list[JobEdge] | None = Field(
+        None, description="The jobs that wait for it (null: not read by this answer)."
+    )
+    waiting_on: int | None = Field(
+        None, description="While it waits: how many of `after` have not succeeded yet."
+    )
 
 
 class JobPage(BaseModel):
@@ -451,6 +486,8 @@ class QueueStats(BaseModel):
     concurrency: int | None = None
     rate_jobs: int | None = None
     rate_seconds: float | None = None
+    #: Jobs waiting for their dependencies (not counted in scheduled).
+    waiting: int = 0
 
 
 class Replica(BaseModel):

@@ -113,9 +113,13 @@ class BurstExit:
             return
         self.waiting_for = waiting
         parts = []
-        if scheduled:
+        if scheduled and next_due is None:  # every one waits for its dependencies
+            parts.append(f"{scheduled} job(s) waiting for their dependencies")
+        elif scheduled:
             due = f"{next_due.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
-            parts.append(f"{scheduled} scheduled job(s), the next due at {due}")
+            parts.append(
+                f"{scheduled} scheduled job(s) or waiting for dependencies, the next due at {due}"
+            )
         if paused:
             parts.append(f"{paused} job(s) of paused queues (`pgjobs queue resume`)")
         if limited:

@@ -16,6 +16,12 @@ def app_with_tasks() -> App:
     return app
 
 
+def _keys(prepared: producer.PreparedJob) -> tuple[object, ...]:
+    """A prepared job's group, unique key, on_conflict, debounce and throttle."""
+    p = prepared
+    return (p.group_key, p.unique_key, p.on_conflict, p.debounce, p.throttle)
+
+
 def test_options_take_the_tasks_debounce_and_throttle():
     tasks = app_with_tasks().tasks
     debounced = producer.prepare(
@@ -38,11 +44,6 @@ def test_options_take_the_tasks_debounce_and_throttle():
     )
     plain = producer.prepare(JobSpec("t.plain"), tasks)
     assert _keys(plain) == (None,) * 5
-
-
-def _keys(prepared: producer.PreparedJob) -> tuple[object, ...]:
-    """A prepared job's group and unique-key fields (those of uniqueness.Keys)."""
-    return tuple(prepared[len(uniqueness.MANY_PARAMS) : len(uniqueness.KEYED_PARAMS)])
 
 
 def test_a_batch_merges_jobs_of_one_key_as_if_one_after_the_other():

@@ -12,13 +12,16 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from pgjobs import dependencies
 from pgjobs import models as domain
 from pgjobs.batches import BatchStatus
 from pgjobs.web import models as api
 
 #: (response model, domain row, fields only the response has, fields only the row has).
 PAIRS: list[tuple[type[BaseModel], type[Any], set[str], set[str]]] = [
-    (api.Job, domain.JobHistory, set(), set()),
+    # Its place in a graph: the fields of pgjobs.dependencies.Dependencies (see below).
+    (api.Job, domain.JobHistory, {"after", "dependents", "waiting_on"}, set()),
+    (api.JobEdge, dependencies.Edge, set(), set()),
     # A listing leaves out what makes a row big, as `pgjobs job show` does not.
     (api.JobSummary, domain.JobHistory, set(), {"result", "traceback", "replays"}),
     (api.DeadJob, domain.DeadJob, set(), set()),
@@ -66,3 +69,8 @@ def test_a_field_may_be_null_in_the_response_when_it_may_be_in_the_row(
         if _nullable(response.model_fields[name].annotation) != _nullable(hints[name])
     }
     assert differ == set()
+
+
+def test_a_jobs_graph_fields_are_those_of_its_dependencies() -> None:
+    fields = {field.name for field in dataclasses.fields(dependencies.Dependencies)}
+    assert fields == {"after", "dependents", "waiting_on"} <= set(api.Job.model_fields)

@@ -78,8 +78,9 @@ def dashboard_router(
     """The dashboard's routes for ``create_app`` to include: pages at ``/``, ``/dead``,
     ``/dead/actions/{id}`` (a bulk action's progress), ``/jobs``, ``/batches/{id}``,
     ``/queues/{name}``, ``/schedules``, ``/login``, assets under ``/static``. Its lifespan
-    (merged into the app's by ``include_router``) stops the running bulk actions when the server stops. ``sessions`` and
-    ``throttle``: the server's, when it shares them (new ones otherwise). ``reading``: where
+    (merged into the app's by ``include_router``) stops the running bulk actions when the
+    server stops. ``sessions`` and ``throttle``: the server's, when it shares them (new ones
+    otherwise). ``reading``: where
     the pages read, a standby (``pgjobs serve --read-dsn``), whose lag each page then shows;
     the actions still use ``connection``. ``group_limits``: the app's tasks' own group limits
     (``groups.task_limits``), for the groups at their limit a queue's page shows;

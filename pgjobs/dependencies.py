@@ -1,0 +1,258 @@
+"""Jobs enqueued ``after`` others: they run once every job they name has succeeded.
+
+A job with dependencies goes in by this module's statements (the plain enqueue's are untouched),
+in one transaction with the dependencies' check:
+
+1. ids are reserved for every job of the call, so a job may name another of the same
+   ``enqueue_many`` by ``Ref(position)`` (only one listed before it: a graph has no cycle);
+2. the dependencies still in ``queued_jobs`` are locked by marking them ``watched``
+   (``queries.DEPENDENCY_LOCK``): a worker that ends one of them meanwhile waits for the enqueue's
+   commit, and its move then runs the trigger ``pgjobs_job_ended``, which sees the new edges;
+3. the others are looked up where jobs end: succeeded is met at once, dead, cancelled or expired
+   is refused (``DependencyFailed``), nowhere is refused (``UnknownDependency``); nothing is
+   written then;
+4. the jobs are inserted; one with dependencies not met yet sits at run_at 'infinity' with a
+   ``pgjobs_waiting`` row until the trigger releases it (or sends it to ``dead_letter`` with reason
+   ``dependency_failed`` when one of them does not succeed).
+
+On the caller's connection the steps after the reservation run in a savepoint, so a refused call
+leaves the caller's transaction as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from pgjobs import db, queries, tags
+from pgjobs.db import translate_errors
+from pgjobs.db.dsn import Dsn
+from pgjobs.errors import ConfigurationError, DependencyFailed, UnknownDependency
+from pgjobs.models import JobStatus
+from pgjobs.producer import PreparedJob, _execute, _execute_async, _is_async
+from pgjobs.submission import Ref
+
+#: The statements of an enqueue with dependencies, as producer.InsertPlan: the first (the ids'
+#: reservation) runs before the savepoint, the others inside it.
+Plan = Generator[tuple[str, dict[str, Any]], list[tuple[Any, ...]], list[int]]
+
+
+def wanted(rows: Sequence[PreparedJob]) -> bool:
+    """Whether one of ``rows`` waits for other jobs (it then goes in by ``insert``)."""
+    return any(row.after for row in rows)
+
+
+def insert(
+    conn: Any, rows: Sequence[PreparedJob], dsn: Dsn | None = None, *, many: bool = False
+) -> list[int]:
+    """Insert ``rows`` (some with ``after``) on ``conn``, a psycopg or SQLAlchemy connection,
+    all or nothing; returns their ids in order. ``many``: the rows of an ``enqueue_many`` (whose
+    messages name the job at fault by position).
+
+    Example: ``dependencies.insert(conn, [producer.prepare(JobSpec("t", after=[7]), None)])``
+    """
+    plan = _plan(rows, many)
+    with translate_errors(dsn):
+        statement = next(plan)
+        answer = _execute(conn, statement)  # opens the caller's transaction, if none is open
+        with _atomic(conn):
+            try:
+                while True:
+                    answer = _execute(conn, plan.send(answer))
+            except StopIteration as done:
+                ids: list[int] = done.value
+    return ids
+
+
+async def insert_async(
+    conn: Any, rows: Sequence[PreparedJob], dsn: Dsn | None = None, *, many: bool = False
+) -> list[int]:
+    """``insert`` on a psycopg ``AsyncConnection`` or a SQLAlchemy ``AsyncConnection``."""
+    plan = _plan(rows, many)
+    with translate_errors(dsn):
+        statement = next(plan)
+        answer = await _execute_async(conn, statement)
+        async with _atomic_async(conn):
+            try:
+                while True:
+                    answer = await _execute_async(conn, plan.send(answer))
+            except StopIteration as done:
+                ids: list[int] = done.value
+    return ids
+
+
+def _atomic(conn: Any) -> contextlib.AbstractContextManager[Any]:
+    """A transaction on pgjobs' autocommit connection, a savepoint in the caller's."""
+    if isinstance(conn, psycopg.Connection):
+        return conn.transaction()
+    if hasattr(conn, "begin_nested") and not _is_async(conn):
+        nested: contextlib.AbstractContextManager[Any] = conn.begin_nested()
+        return nested
+    raise ConfigurationError(
+        "connection must be a psycopg.Connection or a SQLAlchemy Connection "
+        f"(use enqueue_async for an async one), got {type(conn).__name__}",
+        field="connection",
+    )
+
+
+def _atomic_async(conn: Any) -> contextlib.AbstractAsyncContextManager[Any]:
+    """``_atomic`` for an async connection."""
+    if isinstance(conn, psycopg.AsyncConnection):
+        return conn.transaction()
+    nested: contextlib.AbstractAsyncContextManager[Any] = conn.begin_nested()
+    return nested
+
+
+def _plan(rows: Sequence[PreparedJob], many: bool) -> Plan:
+    """Check the rows' dependencies among themselves (before any statement), then reserve ids,
+    lock and look up the dependencies, and insert."""
+    for position, row in enumerate(rows):
+        _check(row, position, many)
+    ((ids,),) = yield queries.DEPENDENCY_RESERVE_IDS, {"count": len(rows)}
+    ids = [int(job_id) for job_id in ids]
+    named = sorted({d for row in rows for d in row.after or () if isinstance(d, int)})
+    queued: set[int] = set()
+    if named:
+        queued = {job_id for (job_id,) in (yield queries.DEPENDENCY_LOCK, {"ids": named})}
+    gone = {job_id for job_id in named if job_id not in queued}
+    if gone:
+        ended: dict[int, str] = dict((yield queries.DEPENDENCY_ENDED, {"ids": sorted(gone)}))
+        for position, row in enumerate(rows):
+            for job_id in row.after or ():
+                if job_id in gone and ended.get(job_id) != JobStatus.SUCCEEDED:
+                    _refuse(job_id, ended.get(job_id), position, many)
+    yield queries.DEPENDENCY_INSERT, _insert_params(rows, ids, queued)
+    return ids
+
+
+def _check(row: PreparedJob, position: int, many: bool) -> None:
+    """Refuse what a job with dependencies cannot be: a ``Ref`` to itself or to a job not listed
+    before it (or in ``enqueue``, any ``Ref``), or one with a key or a group."""
+    where = f"job #{position}: " if many else ""
+    field = f"jobs[{position}].after" if many else "after"
+    for ref in row.after or ():
+        if not isinstance(ref, Ref):
+            continue
+        if not many:
+            raise ConfigurationError(
+                f"after holds {ref!r}, which names a job of the same enqueue_many call; "
+                "enqueue takes job ids",
+                field=field,
+            )
+        if ref.position == position:
+            raise ConfigurationError(f"{where}a job may not depend on itself", field=field)
+        if ref.position > position:
+            raise ConfigurationError(
+                f"{where}after holds {ref!r}, a job listed after it: a job may wait only for "
+                "jobs listed before it (so that no cycle can be made)",
+                field=field,
+            )
+    if row.after and (row.idempotency_key or row.unique_key or row.group_key):
+        option = (
+            "idempotency_key"
+            if row.idempotency_key
+            else "unique_key"
+            if row.unique_key
+            else "group"
+        )
+        raise ConfigurationError(
+            f"{where}a job enqueued with after cannot have {option} (not supported yet)",
+            field=f"jobs[{position}].{option}" if many else option,
+        )
+
+
+def _refuse(job_id: int, status: str | None, position: int, many: bool) -> None:
+    where = f"job #{position}: " if many else ""
+    field = f"jobs[{position}].after" if many else "after"
+    if status is None:
+        raise UnknownDependency(
+            f"{where}no job {job_id} to wait for in any pgjobs table "
+            "(purged, pruned, or never enqueued)",
+            field=field,
+        )
+    raise DependencyFailed(
+        f"{where}job {job_id} already ended {status}: a job waiting for it would never run",
+        field=field,
+    )
+
+
+def _insert_params(rows: Sequence[PreparedJob], ids: list[int], queued: set[int]) -> dict[str, Any]:
+    """DEPENDENCY_INSERT's arrays: the jobs, how many dependencies each still waits for, which
+    are watched, and the edges."""
+    waiting_on: list[int] = []
+    watched = [False] * len(rows)
+    edge_jobs: list[int] = []
+    edge_targets: list[int] = []
+    for position, row in enumerate(rows):
+        unmet = 0
+        for target in row.after or ():
+            if isinstance(target, Ref):
+                watched[target.position] = True
+                target_id = ids[target.position]
+                unmet += 1
+            else:
+                target_id = target
+                unmet += target in queued
+            edge_jobs.append(ids[position])
+            edge_targets.append(target_id)
+        waiting_on.append(unmet)
+        if unmet:
+            watched[position] = True
+    return {
+        "ids": ids,
+        "queues": [row.queue for row in rows],
+        "tasks": [row.task for row in rows],
+        "payloads": [row.payload for row in rows],
+        "priorities": [row.priority for row in rows],
+        "run_ats": [row.run_at for row in rows],
+        "run_ins": [row.run_in for row in rows],
+        "max_attempts": [row.max_attempts for row in rows],
+        "expires_ats": [row.expires_at for row in rows],
+        "expires_ins": [row.expires_in for row in rows],
+        "tags": tags.column(rows),
+        "payload_versions": [row.payload_version for row in rows],
+        "trace_contexts": [row.trace_context for row in rows],
+        "waiting_on": waiting_on,
+        "watched": watched,
+        "edge_jobs": edge_jobs,
+        "edge_targets": edge_targets,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """A job on the other end of a dependency, and its status (None: purged or pruned)."""
+
+    id: int
+    status: JobStatus | None
+
+
+@dataclass(frozen=True, slots=True)
+class Dependencies:
+    """A job's place in a graph: the jobs it was enqueued ``after``, the jobs enqueued after it,
+    and, while it waits, how many of its dependencies have not succeeded yet."""
+
+    after: tuple[Edge, ...]
+    dependents: tuple[Edge, ...]
+    waiting_on: int | None
+
+
+def of(target: db.Target, job_id: int) -> Dependencies:
+    """Job ``job_id``'s dependencies and dependents (one statement; empty for a job without).
+
+    Example: ``dependencies.of(dsn, 42).waiting_on``
+    """
+    with db.target_connection(target) as conn:
+        rows = conn.execute(queries.DEPENDENCY_SHOW, {"id": job_id}).fetchall()
+    sides: dict[str, list[Edge]] = {"after": [], "dependent": []}
+    waiting_on = None
+    for side, other, status in rows:
+        if side == "waiting":
+            waiting_on = int(other)
+        else:
+            sides[side].append(Edge(int(other), None if status is None else JobStatus(status)))
+    return Dependencies(tuple(sides["after"]), tuple(sides["dependent"]), waiting_on)
