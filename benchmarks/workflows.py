@@ -1,9 +1,11 @@
-"""Group n: workflows. A batch of 1,000 no-op jobs with a callback, processed by four
+"""Group o: workflows. A batch of 1,000 no-op jobs with a callback, processed by four
 `pgjobs work` processes: the members' throughput, from the batch's commit (the members'
 ``created_at``) to the last member's ``finished_at``, beside the same 1,000 jobs enqueued without a
 batch (so the reference shows what counting each member's end in the batch row costs); and the
 callback's latency after the last member, its ``started_at`` minus the batch's ``completed_at``
-(both from the database's clock).
+(both from the database's clock). And a chain of 10 jobs, each enqueued ``after`` the one
+before: the time from the first job's enqueue to the last one's end, beside one job's (what each
+link's release costs: the trigger's release in the archiving transaction, its NOTIFY, the claim).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from benchmarks import QUEUE, harness
 from benchmarks.harness import BenchmarkError, Context, Proc, say
 from benchmarks.report import Figure, Row
 from benchmarks.tasks import app
-from pgjobs import JobSpec
+from pgjobs import JobSpec, Ref
 
 #: `pgjobs work` processes, and the --concurrency of each.
 PROCESSES = 4
@@ -89,6 +91,32 @@ def plain_once(ctx: Context, members: int) -> float:
     return _members_per_second(ctx, ids)
 
 
+#: Links of the chain row.
+CHAIN = 10
+
+
+def chain_once(ctx: Context, links: int) -> float:
+    """Milliseconds from the first job's enqueue (its created_at) to the last one's end, for
+    ``links`` jobs each enqueued after the one before, all in one call (a graph of Refs)."""
+    specs = [JobSpec("bench.noop", {}, queue=QUEUE)]
+    specs += [JobSpec("bench.noop", {}, queue=QUEUE, after=[Ref(n)]) for n in range(links - 1)]
+    ids = app.enqueue_many(specs)
+    harness.wait_until(
+        lambda: bool(
+            ctx.db.scalar("SELECT EXISTS (SELECT 1 FROM archived_jobs WHERE id = %s)", (ids[-1],))
+        ),
+        60,
+        "the chain's last job to finish",
+        every=0.005,
+    )
+    elapsed = ctx.db.scalar(
+        "SELECT extract(epoch FROM max(finished_at) - min(created_at))::float8 * 1000 "
+        "FROM archived_jobs WHERE id = ANY(%s)",
+        (ids,),
+    )
+    return float(elapsed)
+
+
 def run(ctx: Context) -> list[Row]:
     members = ctx.size(1_000, 1_000)
     app.bind(ctx.db.dsn)
@@ -97,6 +125,8 @@ def run(ctx: Context) -> list[Row]:
     rates: list[float] = []
     plain: list[float] = []
     latencies: list[float] = []
+    chains: list[float] = []
+    singles: list[float] = []
     try:
         for _ in range(ctx.runs(5)):
             rate, latency = batch_once(ctx, members)
@@ -107,6 +137,10 @@ def run(ctx: Context) -> list[Row]:
                 f"  batch of {members:,}: {rate:,.0f} members/s, callback {latency:.1f} ms after "
                 f"the last member; without a batch: {plain[-1]:,.0f} jobs/s"
             )
+        for _ in range(ctx.runs(5)):
+            chains.append(chain_once(ctx, CHAIN))
+            singles.append(chain_once(ctx, 1))
+            say(f"  chain of {CHAIN}: {chains[-1]:.1f} ms; one job: {singles[-1]:.1f} ms")
     finally:
         for worker in workers:
             worker.stop()
@@ -137,5 +171,18 @@ def run(ctx: Context) -> list[Row]:
             f"median {statistics.median(latencies):.1f} ms: the callback is enqueued in the "
             "last member's transaction and NOTIFYs idle workers",
             details,
+        ),
+        Row(
+            "workflows",
+            f"{CHAIN}-level chain (each job after the one before): ms from the first job's "
+            "enqueue to the last one's end",
+            Figure("ms", chains),
+            Figure("ms", singles),
+            "one job alone, enqueued to ended",
+            None,
+            "each link is released by the trigger in the transaction that archives the one "
+            "before, and its NOTIFY wakes an idle worker",
+            details | {"links": CHAIN},
+            reference="beside",
         ),
     ]

@@ -141,3 +141,41 @@ def test_every_snippet_include_is_one_pymdownx_reads():
         if line.startswith("--8 <")
     ]
     assert mangled == []
+
+
+def test_the_workflows_guide_chains_fans_in_and_waits_as_it_shows(snippet, conn):
+    """docs/guides/workflows.md: a chain runs in order, a graph enqueued in one call waits for
+    all its parts, a batch's callback sees the counts, and app.wait returns the results."""
+    found = snippet("workflows.py")
+    app = found["app"]
+    load = found["chain"]("2026-11-26")
+    assert conn.execute(
+        "SELECT run_at = 'infinity' FROM queued_jobs WHERE id = %s", (load,)
+    ).fetchone() == (True,)
+    *extracts, weekly = found["week"](["2026-11-24", "2026-11-25"])
+    batch_id = found["report"](7, 3)
+    with pytest.raises(pgjobs.WaitTimeout):
+        app.wait(load, timeout=0)
+    result = drain(app)
+    assert result.dead == []
+    assert app.wait(load, timeout=0) == "loaded 2026-11-26"
+    assert app.wait(weekly, timeout=0) == "loaded 2026-11-25"
+    assert [app.wait(job, timeout=0) for job in extracts] == [10, 10]
+    status = app.batch_status(batch_id)
+    assert (status.total, status.succeeded, status.pending) == (3, 3, 0)
+    assert status.callback_job_id is not None
+    assert app.wait(status.callback_job_id, timeout=0) == "report 7: 3 of 3 pages"
+    # The graph's load ran after both extracts: its start follows their ends.
+    (after_parts,) = conn.execute(
+        "SELECT bool_and(p.finished_at <= w.started_at) FROM archived_jobs p, archived_jobs w "
+        "WHERE p.id = ANY(%s) AND w.id = %s",
+        (extracts, weekly),
+    ).fetchone()
+    assert after_parts is True
+    # A dependency that dies takes its dependents with it, unrun.
+    check = app.enqueue("etl.check", {"day": "2026-11-27"})
+    doomed = app.enqueue("etl.load", {"day": "2026-11-27"}, after=[check])
+    drain(app)
+    with pytest.raises(pgjobs.JobFailed, match="dependency_failed") as failed:
+        app.wait(doomed, timeout=0)
+    assert failed.value.last_error == f"dependency {check} ended dead"

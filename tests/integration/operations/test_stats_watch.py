@@ -79,8 +79,9 @@ def test_stats_table_shows_rates_and_says_when_no_worker_is_live(capsys, dsn, la
     assert "jobs/s" in out and "retry" in out
     [line] = [line for line in out.splitlines() if line.startswith("│ q ")]
     cells = [cell.strip() for cell in line.split("│")[1:-1]]
-    assert cells[:7] == ["q", "0", "0", "0", "2", "8", "2"]
-    assert cells[7:9] == ["0.1", "38%"]
+    # queue, ready, scheduled, waiting, running, dead, done 1h, failed 1h
+    assert cells[:8] == ["q", "0", "0", "0", "0", "2", "8", "2"]
+    assert cells[8:10] == ["0.1", "38%"]
     assert "no live workers" in out
 
 

@@ -9,7 +9,7 @@ import psycopg
 from fastapi import Request
 from fastapi.responses import Response
 
-from pgjobs import admin, batches, browse
+from pgjobs import admin, batches, browse, dependencies
 from pgjobs.admin import DeadFilter
 from pgjobs.errors import ConfigurationError, JobNotFound
 from pgjobs.maintenance.registry import STALE_AFTER
@@ -111,6 +111,7 @@ class JobPages:
                 page="jobs",
                 job=found,
                 batch_id=batches.batch_of(conn, number),
+                graph=dependencies.of(conn, number),
                 now=data.now(conn),
                 stale_after=STALE_AFTER,
             )
