@@ -10,7 +10,16 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, Unpack
 
 import psycopg
 
-from pgjobs import admin, batches, dependencies, producer, queues, results, schedules
+from pgjobs import (
+    admin,
+    batches,
+    coalescing,
+    dependencies,
+    producer,
+    queues,
+    results,
+    schedules,
+)
 from pgjobs.db.dsn import Dsn, normalize_dsn, resolve_dsn
 from pgjobs.db.pooler import Pooler, parse_pooler
 from pgjobs.errors import ConfigurationError
@@ -77,6 +86,10 @@ class App(Registry):
         self._read_dsn = normalize_dsn(read_dsn, READ_DSN_SOURCE) if read_dsn else None
         #: The waiters of ``wait`` / ``wait_async`` and their one LISTEN connection.
         self._waiters = results.Waiters(self._pools)
+        # One-job enqueues on the app's pool that arrive together go in as one statement and
+        # one commit (pgjobs.coalescing); the async one belongs to the loop that made it.
+        self._coalescer = coalescing.Coalescer(self._send)
+        self._async_coalescer: coalescing.AsyncCoalescer | None = None
 
     @property
     def dsn(self) -> Dsn:
@@ -301,6 +314,15 @@ class App(Registry):
             )
         if connection is not None:
             return await producer.insert_async(connection, rows)
+        if not many and coalescing.fits(rows[0]):
+            coalescer = self._async_coalescer
+            if coalescer is None or coalescer.loop is not asyncio.get_running_loop():
+                coalescer = self._async_coalescer = coalescing.AsyncCoalescer(self._send_async)
+            return [await coalescer.insert(rows[0])]
+        return await self._send_async(rows)
+
+    async def _send_async(self, rows: list[producer.PreparedJob]) -> list[int]:
+        """Insert ``rows`` on the running loop's pool (``_send``)."""
         return await self._pools.run_async(lambda conn, dsn: producer.insert_async(conn, rows, dsn))
 
     def wait(self, job_id: int, *, timeout: float = 30) -> Any:
@@ -349,6 +371,12 @@ class App(Registry):
             )
         if connection is not None:
             return producer.insert(connection, rows)
+        if not many and coalescing.fits(rows[0]):
+            return [self._coalescer.insert(rows[0])]
+        return self._send(rows)
+
+    def _send(self, rows: list[producer.PreparedJob]) -> list[int]:
+        """Insert ``rows`` in one statement on the app's pool (autocommit: one commit)."""
         # Not db.pooled: insert translates errors itself.
         return self._pools.run(lambda conn, dsn: producer.insert(conn, rows, dsn, pooled=True))
 
