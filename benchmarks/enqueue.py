@@ -10,8 +10,11 @@ and a run of one way then a run of the other would measure the drift as much as 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import psycopg
 
@@ -26,6 +29,12 @@ BATCH = 1_000
 CHUNK = 200
 #: ``enqueue_many`` against the narrow COPY (performance round 3's target).
 NARROW_GOAL = 0.85
+#: Producers calling ``app.enqueue`` at once (threads of one process, or tasks of one loop), and
+#: the jobs each enqueues per chunk; together against one connection's autocommitted INSERTs.
+PRODUCERS = 32
+PER_PRODUCER = 20
+#: Many producers against one connection (performance round 3's target).
+PRODUCERS_GOAL = 3.0
 
 
 def run(ctx: Context) -> list[Row]:
@@ -34,6 +43,9 @@ def run(ctx: Context) -> list[Row]:
     conn = psycopg.connect(db.url, autocommit=True)
     single_chunks = ctx.size(20, 2)
     single = single_chunks * CHUNK
+    concurrent = PRODUCERS * PER_PRODUCER
+    concurrent_chunks = ctx.size(10, 3)
+    producers = _Producers(conn)
     batches = ctx.size(50, 10)
 
     def pgjobs_single() -> None:
@@ -88,6 +100,15 @@ def run(ctx: Context) -> list[Row]:
             BATCH,
             batches,
         ),
+        (
+            {
+                "pgjobs_threads": producers.threads,
+                "pgjobs_tasks": producers.tasks,
+                "raw_beside_producers": producers.one_connection,
+            },
+            concurrent,
+            concurrent_chunks,
+        ),
     ]
     measured: dict[str, list[float]] = {name: [] for ways, _, _ in groups for name in ways}
     try:
@@ -95,6 +116,7 @@ def run(ctx: Context) -> list[Row]:
         app.enqueue("bench.noop", {})  # open the pool and prepare its statements
         raw.enqueue_one_by_one(conn, "bench.noop", [{}])
         raw.narrow_enqueue_one_by_one(conn, [{}])
+        producers.open()
         for _ in range(ctx.repeats):
             for ways, jobs, chunks in groups:
                 db.conn.execute("TRUNCATE queued_jobs, narrow.queued_jobs")
@@ -102,7 +124,7 @@ def run(ctx: Context) -> list[Row]:
                     measured[name].append(rate)
                     say(f"  enqueue {name}: {rate:,.0f} jobs/s")
     finally:
-        app.close()
+        producers.close()
         conn.close()
         db.conn.execute("TRUNCATE queued_jobs")
         raw.narrow_reset(db.conn)
@@ -153,7 +175,80 @@ def run(ctx: Context) -> list[Row]:
             narrow=figure("narrow_unnest"),
             narrow_name=f"INSERT … unnest of {BATCH:,} rows per commit",
         ),
+        Row(
+            "enqueue",
+            f"app.enqueue from {PRODUCERS} threads at once",
+            figure("pgjobs_threads"),
+            figure("raw_beside_producers"),
+            "one connection's autocommit INSERT per job",
+            ratio_target(
+                f"≥ {PRODUCERS_GOAL:g}x one connection",
+                ratio("pgjobs_threads", "raw_beside_producers"),
+                PRODUCERS_GOAL,
+            ),
+            "callers meeting share one statement and one commit",
+            {"jobs": concurrent_chunks * concurrent, "producers": PRODUCERS},
+        ),
+        Row(
+            "enqueue",
+            f"app.enqueue_async from {PRODUCERS} asyncio tasks at once",
+            figure("pgjobs_tasks"),
+            figure("raw_beside_producers"),
+            "one connection's autocommit INSERT per job",
+            ratio_target(
+                f"≥ {PRODUCERS_GOAL:g}x one connection",
+                ratio("pgjobs_tasks", "raw_beside_producers"),
+                PRODUCERS_GOAL,
+            ),
+            "one event loop, the app's async pool",
+            {"jobs": concurrent_chunks * concurrent, "producers": PRODUCERS},
+        ),
     ]
+
+
+class _Producers:
+    """``PRODUCERS`` producers enqueueing ``PER_PRODUCER`` jobs each, all at once: threads of
+    this process calling ``app.enqueue``, or tasks of one event loop (kept for every chunk, so
+    that the app's async pool stays open) calling ``app.enqueue_async``; and as many jobs by one
+    autocommit connection's INSERTs (``conn``), the reference."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+        self._threads = ThreadPoolExecutor(PRODUCERS)
+        self._loop = asyncio.Runner()
+
+    def open(self) -> None:
+        """Open the loop's pool and prepare its statements."""
+        self._loop.run(app.enqueue_async("bench.noop", {}))
+
+    def threads(self) -> None:
+        list(self._threads.map(self._enqueue, range(PRODUCERS)))
+
+    def tasks(self) -> None:
+        self._loop.run(self._enqueue_async())
+
+    def one_connection(self) -> None:
+        jobs = PRODUCERS * PER_PRODUCER
+        raw.enqueue_one_by_one(self._conn, "bench.noop", ({"n": n} for n in range(jobs)))
+
+    @staticmethod
+    def _enqueue(producer: int) -> None:
+        for n in range(PER_PRODUCER):
+            app.enqueue("bench.noop", {"producer": producer, "n": n})
+
+    @staticmethod
+    async def _enqueue_async() -> None:
+        async def one(producer: int) -> None:
+            for n in range(PER_PRODUCER):
+                await app.enqueue_async("bench.noop", {"producer": producer, "n": n})
+
+        await asyncio.gather(*(one(producer) for producer in range(PRODUCERS)))
+
+    def close(self) -> None:
+        """Close the app's pools (the loop's and the sync one), the loop and the threads."""
+        self._loop.run(app.aclose())
+        self._loop.close()
+        self._threads.shutdown()
 
 
 def _interleaved(ways: dict[str, Callable[[], None]], jobs: int, chunks: int) -> dict[str, float]:
