@@ -489,6 +489,10 @@ class Procs:
         self._all.append(proc)
         return proc
 
+    def last(self) -> Proc:
+        """The process started last."""
+        return self._all[-1]
+
     def stop_all(self) -> None:
         for proc in self._all:
             with contextlib.suppress(Exception):

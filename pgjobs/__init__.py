@@ -1,36 +1,85 @@
-"""pgjobs: a durable background-job queue for Python, backed by PostgreSQL alone."""
+"""pgjobs: a durable background-job queue for Python, backed by PostgreSQL alone.
+
+The names below load on first use (``pgjobs.App`` imports the app, ``from pgjobs import Job`` only
+the models), so a process imports only what it uses: ``pgjobs --help`` needs no driver and a
+worker none of the admin code.
+"""
 
 from __future__ import annotations
 
-from pgjobs.app import App
-from pgjobs.batches import Batch, BatchStatus
-from pgjobs.context import JobContext, current_job
-from pgjobs.errors import (
-    BatchNotFound,
-    ConfigurationError,
-    DatabaseUnavailable,
-    DependencyFailed,
-    InvalidPayload,
-    JobCancelled,
-    JobExpired,
-    JobFailed,
-    JobNotFound,
-    JobStateConflict,
-    NonRetryableError,
-    PgjobsError,
-    QueryFailed,
-    SchemaMissing,
-    Snooze,
-    UnknownDependency,
-    UnknownTask,
-    WaitTimeout,
-)
-from pgjobs.models import DeadGroup, DeadJob, Job, JobHistory, JobStatus, QueueStats
-from pgjobs.rates import Rate
-from pgjobs.retry import RetryPolicy
-from pgjobs.submission import JobSpec, Ref
-from pgjobs.tasks import Task
-from pgjobs.worker import Worker, WorkerConfig
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pgjobs.app import App
+    from pgjobs.batches import Batch, BatchStatus
+    from pgjobs.context import JobContext, current_job
+    from pgjobs.errors import (
+        BatchNotFound,
+        ConfigurationError,
+        DatabaseUnavailable,
+        DependencyFailed,
+        InvalidPayload,
+        JobCancelled,
+        JobExpired,
+        JobFailed,
+        JobNotFound,
+        JobStateConflict,
+        NonRetryableError,
+        PgjobsError,
+        QueryFailed,
+        SchemaMissing,
+        Snooze,
+        UnknownDependency,
+        UnknownTask,
+        WaitTimeout,
+    )
+    from pgjobs.models import DeadGroup, DeadJob, Job, JobHistory, JobStatus, QueueStats
+    from pgjobs.rates import Rate
+    from pgjobs.retry import RetryPolicy
+    from pgjobs.submission import JobSpec, Ref
+    from pgjobs.tasks import Task
+    from pgjobs.worker import Worker, WorkerConfig
+
+#: Where each public name lives.
+_EXPORTS: dict[str, str] = {
+    "App": "pgjobs.app",
+    "Batch": "pgjobs.batches",
+    "BatchNotFound": "pgjobs.errors",
+    "BatchStatus": "pgjobs.batches",
+    "ConfigurationError": "pgjobs.errors",
+    "DatabaseUnavailable": "pgjobs.errors",
+    "DeadGroup": "pgjobs.models",
+    "DeadJob": "pgjobs.models",
+    "DependencyFailed": "pgjobs.errors",
+    "InvalidPayload": "pgjobs.errors",
+    "Job": "pgjobs.models",
+    "JobCancelled": "pgjobs.errors",
+    "JobContext": "pgjobs.context",
+    "JobExpired": "pgjobs.errors",
+    "JobFailed": "pgjobs.errors",
+    "JobHistory": "pgjobs.models",
+    "JobNotFound": "pgjobs.errors",
+    "JobSpec": "pgjobs.submission",
+    "JobStateConflict": "pgjobs.errors",
+    "JobStatus": "pgjobs.models",
+    "NonRetryableError": "pgjobs.errors",
+    "PgjobsError": "pgjobs.errors",
+    "QueryFailed": "pgjobs.errors",
+    "QueueStats": "pgjobs.models",
+    "Rate": "pgjobs.rates",
+    "Ref": "pgjobs.submission",
+    "RetryPolicy": "pgjobs.retry",
+    "SchemaMissing": "pgjobs.errors",
+    "Snooze": "pgjobs.errors",
+    "Task": "pgjobs.tasks",
+    "UnknownDependency": "pgjobs.errors",
+    "UnknownTask": "pgjobs.errors",
+    "WaitTimeout": "pgjobs.errors",
+    "Worker": "pgjobs.worker",
+    "WorkerConfig": "pgjobs.worker",
+    "current_job": "pgjobs.context",
+}
 
 __all__ = [
     "App",
@@ -70,3 +119,17 @@ __all__ = [
     "WorkerConfig",
     "current_job",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name on first use and keep it, so the next lookup is a plain attribute."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pgjobs' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,8 +1,9 @@
 """The `pgjobs` command: the only place that wires everything together.
 
 One module per command group (``migrate``, ``enqueue``, ``work``, ``stats``, ``prune``, ``dead``,
-``job``); ``parse`` holds the one grammar of ages and times, ``render`` how everything prints,
-``options`` what the commands share, ``completion`` the shell completion and the help's look.
+``job``), each imported only when its command runs (``commands`` lists them); ``parse`` holds
+the one grammar of ages and times, ``render`` how everything prints, ``options`` what the
+commands share, ``completion`` the shell completion and the help's look.
 ``main`` runs the command and turns every error into one line on stderr and an exit code.
 """
 
@@ -17,24 +18,9 @@ from typing import Annotated
 
 import typer
 
-from pgjobs.cli import (
-    batch,
-    completion,
-    dead,
-    doctor,
-    enqueue,
-    job,
-    migrate,
-    producer,
-    prune,
-    queue,
-    schedule,
-    serve,
-    stats,
-    work,
-)
-from pgjobs.cli.render import error
-from pgjobs.db.dsn import scrub
+from pgjobs.cli import completion
+from pgjobs.cli.commands import LazyGroup
+from pgjobs.cli.messages import error
 from pgjobs.errors import ConfigurationError, PgjobsError
 
 cli = typer.Typer(
@@ -43,6 +29,7 @@ cli = typer.Typer(
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
+    cls=LazyGroup,  # each command's module imported only when it runs (pgjobs.cli.commands)
 )
 DEBUG_ENV = "PGJOBS_DEBUG"
 #: Whether this run's ``--debug`` was given (set by the callback, reset by ``main``).
@@ -91,23 +78,6 @@ def _options(
     _debug[0] = debug
 
 
-cli.command("migrate")(migrate.migrate_command)
-cli.command("enqueue")(enqueue.enqueue_command)
-cli.command("producer")(producer.producer_command)
-cli.command("work")(work.work_command)
-cli.command("stats")(stats.stats_command)
-cli.command("prune")(prune.prune_command)
-cli.command("doctor")(doctor.doctor_command)
-cli.command("serve")(serve.serve_command)
-cli.command("replay")(job.replay_command)
-cli.command("cancel")(job.cancel_command)
-cli.add_typer(dead.dead_cli, name="dead")
-cli.add_typer(job.job_cli, name="job")
-cli.add_typer(batch.batch_cli, name="batch")
-cli.add_typer(queue.queue_cli, name="queue")
-cli.add_typer(schedule.schedule_cli, name="schedule")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return its exit code; every error is one line on stderr.
 
@@ -152,6 +122,8 @@ def _unexpected(exc: Exception) -> int:
     except Exception:
         text = "<message could not be read>"
     hint = "" if debug else f" (run with --debug or {DEBUG_ENV}=1 for the traceback)"
+    from pgjobs.db.dsn import scrub  # imports the driver: only on this rare path
+
     error(f"unexpected error: {type(exc).__name__}: {scrub(text)}{hint}")
     return 1
 

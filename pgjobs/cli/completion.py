@@ -3,7 +3,8 @@
 typer's ``--install-completion`` and ``--show-completion`` are flags that detect the shell, so a
 shell named after them (``--install-completion zsh``) was ignored and the detected one used;
 ``named_shell`` reads that form first. typer's rich help also prints a type (``<bool>``) beside
-flags, which take no value: ``command`` clears it.
+flags, which take no value: ``command`` clears it, and gives each option its lean conversion
+(``coercion``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import typer.main
 from typer._completion_shared import get_completion_script, install  # what typer's options call
 from typer.core import TyperCommand, TyperGroup, TyperOption
 
+from pgjobs.cli.coercion import lean
+from pgjobs.cli.commands import LazyGroup
 from pgjobs.errors import ConfigurationError
 
 SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")
@@ -35,12 +38,15 @@ def command(app: typer.Typer) -> TyperGroup | TyperCommand:
     help saying a shell may be named."""
     root = typer.main.get_command(app)
     assert isinstance(root, TyperGroup | TyperCommand)
+    if isinstance(root, LazyGroup):
+        root.adjust = _adjust  # the commands load when they run
     _adjust(root)
     return root
 
 
 def _adjust(cmd: TyperGroup | TyperCommand) -> None:
     for param in [*cmd.params, cmd.get_help_option(typer.Context(cmd))]:
+        lean(param)
         if isinstance(param, TyperOption) and param.is_flag:
             param.metavar = ""  # typer's rich help prints the metavar in place of "<bool>"
             if param.opts and param.opts[0] in _HELP:

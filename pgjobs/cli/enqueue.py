@@ -12,9 +12,9 @@ from typing import Annotated, Any
 import typer
 
 from pgjobs import db, producer
-from pgjobs import stats as read_model
 from pgjobs.app import App
-from pgjobs.cli import parse, render
+from pgjobs.cli import parse
+from pgjobs.cli.messages import warning
 from pgjobs.cli.options import (
     NAME_THE_APP,
     DsnOption,
@@ -177,6 +177,8 @@ def _warn_if_unserved(app: App, queue: str, job_id: int, *, app_found: bool) -> 
     warning: the enqueue is done, and a worker may start later. Without the app, the job went to
     the queue named or to ``default`` (the task's own queue is unknown): the line says how to
     name the app."""
+    from pgjobs import stats as read_model  # the dashboard's read model: only for this look
+
     try:
         with db.connect(app.dsn) as conn:
             served = read_model.has_live_worker(conn, queue)
@@ -188,7 +190,7 @@ def _warn_if_unserved(app: App, queue: str, job_id: int, *, app_found: bool) -> 
             if app_found
             else f"; without the app the task's own queue is unknown: {NAME_THE_APP}"
         )
-        render.warning(
+        warning(
             f"no live worker serves queue {printable(queue)!r}: job {job_id} waits until one "
             f"does (pgjobs work --queue {printable(queue)}){hint}"
         )

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
 from pgjobs.app import App
 from pgjobs.cli.project import find_project, nearest_pyproject
@@ -24,10 +23,11 @@ DsnOption = Annotated[
     str | None,
     typer.Option(
         "--dsn",
-        # Help texts are rich markup: "[embedded]" would be read as a style and vanish.
+        # Help texts are rich markup: "[embedded]" would be read as a style and vanish unless
+        # escaped with a backslash.
         help="PostgreSQL URL. Default: $PGJOBS_DATABASE_URL, then the variable "
-        f"{escape('[tool.pgjobs] dsn')} names in pyproject.toml, then $DATABASE_URL, then the "
-        f"embedded server ({escape('pgjobs-queue[embedded]')}).",
+        "\\[tool.pgjobs] dsn names in pyproject.toml, then $DATABASE_URL, then the "
+        "embedded server (pgjobs-queue\\[embedded]).",
         show_default=False,
     ),
 ]
@@ -62,7 +62,7 @@ def app_option(what: str) -> Any:
     return typer.Option(
         "--app",
         help=f"package.module:app {what}. Default: ${APP_ENV}, then "
-        f"{escape('[tool.pgjobs]')} app in the nearest pyproject.toml.",
+        f"\\[tool.pgjobs] app in the nearest pyproject.toml.",
         show_default=False,
     )
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,6 +18,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from pgjobs.cli.messages import error as error
+from pgjobs.cli.messages import warning as warning
 from pgjobs.maintenance.registry import STALE_AFTER
 from pgjobs.models import (
     GroupHold,
@@ -382,16 +383,6 @@ def json_text(value: Any, *, indent: int | None = 2) -> str:
 def print_json(value: Any) -> None:
     """``value`` as indented JSON, times in ISO 8601."""
     typer.echo(json_text(value))
-
-
-def error(message: str) -> None:
-    """An error as pgjobs prints every error: one line on stderr."""
-    print(f"pgjobs: error: {printable(' '.join(message.split()))}", file=sys.stderr)
-
-
-def warning(message: str) -> None:
-    """A warning: one line on stderr, the command's work done all the same."""
-    print(f"pgjobs: warning: {printable(' '.join(message.split()))}", file=sys.stderr)
 
 
 # -- pgjobs doctor -------------------------------------------------------------------------------

@@ -16,6 +16,8 @@ import pytest
 import typer.main
 
 from pgjobs import App, ConfigurationError, PgjobsError, WorkerConfig, cli, supervisor
+from pgjobs.cli import commands
+from pgjobs.cli import work as _work_module  # noqa: F401  (cli.work below)
 from pgjobs.db.dsn import Dsn
 from pgjobs.targets import ExternalTarget
 from tests.support.helpers import assert_one_line_error, run
@@ -178,7 +180,7 @@ def test_every_work_option_reaches_the_worker_processes(capsys, fakes):
     assert code == 0, err
     [made] = _FakeSupervisor.made
     given = {arg.split("=", 1)[0] for arg in made.command}
-    work = typer.main.get_command(cli.cli).commands["work"]  # type: ignore[attr-defined]
+    work = commands.load("work")
     for param in work.params:
         if param.name in not_forwarded:
             continue
