@@ -1392,7 +1392,8 @@ SCHEDULE_DELETE = "DELETE FROM pgjobs_schedules WHERE name = %(name)s RETURNING 
 #: expired, up to ``limit``) the unleased jobs of those queues past their expires_at, so that it
 #: never leaves them behind. Rows: one, (expired now, jobs left, scheduled for later in active
 #: queues, the next one's run_at, ready or scheduled in paused queues, running, ready but
-#: waiting for a limit: held back for their task's, or in a limited queue).
+#: waiting for a limit: held back for their task's, or in a limited queue, waiting for their
+#: dependencies in active queues).
 QUEUES_LEFT_FOR_BURST = f"""
 WITH expired AS (
     DELETE FROM queued_jobs
@@ -1422,13 +1423,15 @@ waiting AS (
 )
 SELECT (SELECT count(*) FROM archived),
        count(*),
-       count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at > now() AND NOT paused),
+       count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at > now() AND NOT paused
+                          AND run_at <> 'infinity'),
        min(run_at) FILTER (WHERE lease_expires_at IS NULL AND run_at > now() AND NOT paused
                              AND run_at <> 'infinity'),
        count(*) FILTER (WHERE lease_expires_at IS NULL AND paused),
        count(*) FILTER (WHERE lease_expires_at IS NOT NULL),
        count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at <= now() AND NOT paused
-                          AND limited)
+                          AND limited),
+       count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at = 'infinity' AND NOT paused)
 FROM waiting
 """
 

@@ -47,8 +47,9 @@ class BurstExit:
         self.slots = slots
         self.changed = changed
         #: What the worker last said it waits for (said once until it changes): scheduled
-        #: jobs, when the next is due, jobs of paused queues, limited jobs; None while it works.
-        self.waiting_for: tuple[int, datetime | None, int, int] | None = None
+        #: jobs, when the next is due, jobs of paused queues, limited jobs, jobs waiting for their
+        #: dependencies; None while it works.
+        self.waiting_for: tuple[int, datetime | None, int, int, int] | None = None
 
     def due(self, *, connected: bool) -> bool:
         """In burst mode: nothing to claim, nothing running or waiting, nothing left to flush,
@@ -100,26 +101,24 @@ class BurstExit:
         """Log once (and again when it changes) why a burst worker with nothing to claim does
         not exit yet: jobs scheduled for later, jobs of paused queues, jobs waiting for a
         concurrency limit or a rate, jobs other workers run."""
-        _, jobs, scheduled, next_due, paused, running, limited = left
-        if jobs > scheduled + paused + running + limited:
+        _, jobs, scheduled, next_due, paused, running, limited, dependent = left
+        if jobs > scheduled + paused + running + limited + dependent:
             # A job fell due since the last claim (or a limited task's job waits in its queue's
             # range, which only a claim under limits takes): claim now, there is nothing to say.
             self.pacer.woken = True
             self.completer.limits_due()
             self.changed.set()
             return
-        waiting = (scheduled, next_due, paused, limited)
+        waiting = (scheduled, next_due, paused, limited, dependent)
         if waiting == self.waiting_for:
             return
         self.waiting_for = waiting
         parts = []
-        if scheduled and next_due is None:  # every one waits for its dependencies
-            parts.append(f"{scheduled} job(s) waiting for their dependencies")
-        elif scheduled:
+        if scheduled:
             due = f"{next_due.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
-            parts.append(
-                f"{scheduled} scheduled job(s) or waiting for dependencies, the next due at {due}"
-            )
+            parts.append(f"{scheduled} scheduled job(s), the next due at {due}")
+        if dependent:
+            parts.append(f"{dependent} job(s) waiting for their dependencies")
         if paused:
             parts.append(f"{paused} job(s) of paused queues (`pgjobs queue resume`)")
         if limited:

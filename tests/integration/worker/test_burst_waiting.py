@@ -55,6 +55,27 @@ def test_waits_for_a_scheduled_job_says_so_once_then_runs_it_and_exits(
     assert set(assert_one_home(conn, ids).values()) == {"archived_jobs"}
 
 
+def test_says_which_jobs_wait_for_their_dependencies_apart_from_scheduled_ones(
+    make_app: Callable[..., App], conn: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    app = make_app()
+    ran: list[int] = []
+
+    @app.task(name="t")
+    def t(n: int) -> None:
+        ran.append(n)
+
+    first = app.enqueue("t", {"n": 1}, run_in=2)
+    ids = [first, app.enqueue("t", {"n": 2}, after=[first])]
+    with caplog.at_level(logging.INFO, logger="pgjobs.worker"):
+        assert work(app) == 0
+    assert ran == [1, 2]
+    waiting = [line for line in burst_lines(caplog) if line.startswith("burst: waiting for")]
+    assert "1 scheduled job(s), the next due at " in waiting[0], waiting
+    assert "1 job(s) waiting for their dependencies" in waiting[0], waiting
+    assert set(assert_one_home(conn, ids).values()) == {"archived_jobs"}
+
+
 def test_archives_expired_jobs_before_it_exits(
     make_app: Callable[..., App], conn: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
 ) -> None:
