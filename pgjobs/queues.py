@@ -26,12 +26,10 @@ from pgjobs import db, queries
 from pgjobs.errors import ConfigurationError
 from pgjobs.models import QueueState
 from pgjobs.rates import Rate
-from pgjobs.submission import check_limit, check_name
+from pgjobs.submission import check_limit, check_name, check_note
 
 #: Where an operation runs: a DSN (pgjobs opens and closes a connection) or a psycopg connection.
 Target = db.Target
-#: Characters a pause reason and a "paused by" may have: a sentence, not a document.
-MAX_NOTE_LENGTH = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +50,8 @@ def pause(target: Target, name: str, *, reason: str | None = None, by: str | Non
     Example: ``pause(dsn, "emails", reason="SMTP provider outage").changed``
     """
     name = check_name("queue", name)
-    _check_note("reason", reason)
-    _check_note("by", by)
+    check_note("reason", reason)
+    check_note("by", by)
     with db.target_connection(target) as conn, _transaction(conn):
         rows = db.fetch_all(conn, queries.QUEUE_PAUSE, {"name": name, "reason": reason, "by": by})
         return Change(_get(conn, name), bool(rows[0][0]))
@@ -148,16 +146,6 @@ def list_queues(target: Target) -> list[QueueState]:
 def _get(conn: psycopg.Connection[Any], name: str) -> QueueState:
     (row,) = db.fetch_all(conn, queries.QUEUE_GET, {"name": name})
     return db.queue_state_from_row(row)
-
-
-def _check_note(option: str, value: str | None) -> None:
-    if value is None:
-        return
-    if not isinstance(value, str) or len(value) > MAX_NOTE_LENGTH or "\x00" in value:
-        raise ConfigurationError(
-            f"{option} must be text of at most {MAX_NOTE_LENGTH} characters without NUL",
-            field=option,
-        )
 
 
 @contextlib.contextmanager

@@ -23,12 +23,9 @@ from pgjobs import db, queries
 from pgjobs.errors import ConfigurationError
 from pgjobs.maintenance.registry import STALE_AFTER
 from pgjobs.models import ScheduleInfo
-from pgjobs.submission import check_name
+from pgjobs.submission import check_name, check_note
 
 Target = db.Target
-
-#: Characters of a pause's reason, and of who paused (as for a queue's pause).
-MAX_NOTE_LENGTH = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +49,7 @@ def pause(
     """
     name = _check(name)
     for option, value in (("reason", reason), ("by", by)):
-        _check_note(option, value)
+        check_note(option, value)
     params = {"name": name, "by": by, "reason": reason or None}
     with db.target_connection(target) as conn, conn.transaction():
         rows = db.fetch_all(conn, queries.SCHEDULE_PAUSE, params)
@@ -105,13 +102,3 @@ def _unknown(name: str) -> ConfigurationError:
     return ConfigurationError(
         f"no schedule named {name!r} in the database (`pgjobs schedule` lists them)", field="name"
     )
-
-
-def _check_note(option: str, value: str | None) -> None:
-    if value is None:
-        return
-    if not isinstance(value, str) or len(value) > MAX_NOTE_LENGTH or "\x00" in value:
-        raise ConfigurationError(
-            f"{option} must be text of at most {MAX_NOTE_LENGTH} characters without NUL",
-            field=option,
-        )

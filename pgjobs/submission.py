@@ -54,6 +54,26 @@ def check_queue(queue: str) -> str:
     return check_name("queue", queue)
 
 
+#: Characters a pause's reason and its "paused by" (of a queue or a schedule) may have: a
+#: sentence, not a document.
+MAX_NOTE_LENGTH = 1000
+
+
+def check_note(option: str, value: str | None) -> None:
+    """Refuse a pause's ``reason`` or ``by`` that is not text of at most ``MAX_NOTE_LENGTH``
+    characters without NUL (None: none given).
+
+    Example: ``check_note("reason", "warehouse migration")``
+    """
+    if value is None:
+        return
+    if not isinstance(value, str) or len(value) > MAX_NOTE_LENGTH or "\x00" in value:
+        raise ConfigurationError(
+            f"{option} must be text of at most {MAX_NOTE_LENGTH} characters without NUL",
+            field=option,
+        )
+
+
 def check_name(kind: str, name: object) -> str:
     """A ``kind`` ("task", "queue", "schedule") name in Unicode's composed form (NFC), so that
     names that look alike are one name; refused when it is empty, longer than
