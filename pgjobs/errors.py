@@ -57,7 +57,7 @@ class NonRetryableError(Exception):
 MAX_SNOOZE = 366 * 86_400.0
 
 
-class Snooze(Exception):  # noqa: N818: raised to snooze, as the issue and docs name it
+class Snooze(Exception):
     """Raise from a handler to put its job back in the queue for ``seconds`` without spending an
     attempt (the data it waits for is not there yet). A task's ``max_snoozes`` (100) bounds how
     many times a job may snooze: one more goes to ``dead_letter`` with reason ``snoozed_out``.
