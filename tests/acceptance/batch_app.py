@@ -44,7 +44,7 @@ def member(key: int) -> int:
 def slow_member(key: int, seconds: float = 0.5) -> int:
     """Slow, with a short lease: a killed worker's members run again once it runs out."""
     time.sleep(seconds)
-    return member(key)
+    return int(member(key))
 
 
 @app.task(name="batch.summarise", queue="summaries")

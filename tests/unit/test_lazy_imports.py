@@ -89,11 +89,12 @@ def test_the_help_table_matches_each_command() -> None:
 
 def test_the_root_lists_every_command() -> None:
     root = command(cli)
+    assert isinstance(root, typer.core.TyperGroup)
     ctx = typer.Context(root)
-    assert root.list_commands(ctx) == list(COMMANDS)  # type: ignore[attr-defined]
-    work = root.get_command(ctx, "work")  # type: ignore[attr-defined]
+    assert root.list_commands(ctx) == list(COMMANDS)
+    work = root.get_command(ctx, "work")
     assert work is not None and any(p.name == "concurrency" for p in work.params)
-    assert root.get_command(ctx, "nope") is None  # type: ignore[attr-defined]
+    assert root.get_command(ctx, "nope") is None
 
 
 def test_a_command_runs_without_pydantic() -> None:
@@ -119,9 +120,10 @@ def _params() -> list[tuple[str, Any]]:
             walk(f"{path} {name}", sub)
 
     root = command(cli)
+    assert isinstance(root, typer.core.TyperGroup)
     walk("pgjobs", root)
     for name in COMMANDS:
-        walk(f"pgjobs {name}", root.get_command(typer.Context(root), name))  # type: ignore[attr-defined]
+        walk(f"pgjobs {name}", root.get_command(typer.Context(root), name))
     return found
 
 

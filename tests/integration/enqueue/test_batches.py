@@ -131,7 +131,7 @@ def test_callback_runs_once_with_the_counts_of_every_kind_of_end(app, dsn, conn)
     assert callbacks(conn) == []
 
     work(app)
-    assert app.summaries == [  # type: ignore[attr-defined]
+    assert app.summaries == [
         {
             "report": 7,
             "batch": {"id": batch.id, "total": 4, "succeeded": 1, "dead": 1, "cancelled": 2},
@@ -188,7 +188,7 @@ def test_a_redriven_dead_member_is_not_counted_twice(app, conn):
     assert app.batch_status(batch.id).members == {"succeeded": 1, "ready": 1}
     conn.execute("UPDATE queued_jobs SET queue = 'default' WHERE id = %s", (later,))
     work(app)
-    assert [s["batch"] for s in app.summaries] == [  # type: ignore[attr-defined]
+    assert [s["batch"] for s in app.summaries] == [
         {"id": batch.id, "total": 2, "succeeded": 1, "dead": 1, "cancelled": 0}
     ]
 
@@ -207,7 +207,7 @@ def test_an_empty_batch_is_complete_at_once_and_its_callback_enqueued(app, conn)
     ]
     assert status.callback_job_id == scalar(conn, "SELECT id FROM queued_jobs")
     work(app)
-    assert len(app.summaries) == 1  # type: ignore[attr-defined]
+    assert len(app.summaries) == 1
 
 
 def test_a_batch_without_a_callback_is_tracked(app, conn):
@@ -283,7 +283,7 @@ def test_a_versioned_callback_stores_its_payload_version(make_app, conn):
 
 
 def test_bad_callbacks_are_one_line_errors(app, make_app, conn):
-    plain = make_app()
+    plain: App = make_app()
 
     @plain.task(name="reports.plain")
     def no_batch_parameter(report: int) -> None: ...

@@ -170,4 +170,4 @@ def test_tags_travel_to_the_archive_the_dead_letter_and_back(make_app, conn, dsn
     assert _tags(conn, dead) == ["customer:42", "import:7"]
     assert _tags(conn, other, "dead_letter") == ["customer:43"]
     with pytest.raises(ConfigurationError, match="a string"):
-        app.redrive(tags="customer:43")  # type: ignore[arg-type]
+        app.redrive(tags="customer:43")
