@@ -81,7 +81,7 @@ def test_a_sync_handlers_progress_is_throttled_and_its_last_value_archived(make_
         release.set()
         assert app.wait(job_id, timeout=30) == "done"
 
-    run_worker_while(app, scenario)
+    run_worker(app, scenario)  # clears OVER first, which block_until also stops on
     progress = progress_of(conn, "archived_jobs", job_id)
     assert {k: progress[k] for k in ("done", "total", "message")} == {
         "done": 2000,
