@@ -43,6 +43,10 @@ MAX_PAYLOAD_BYTES = 16 * 1024 * 1024
 
 # Payloads as compact JSON; NaN and infinities are refused (JSON has no such numbers). One encoder
 # for every call: json.dumps with options builds a new one each time (a third of its cost).
+#: The options of a ``JobSpec`` that gives only a task and a payload.
+_PLAIN_OPTIONS = JobSpec("")[2:]
+#: Builds a named tuple from a tuple of its fields, unchecked (``_make`` checks the length).
+_new_row = tuple.__new__
 _JSON = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
 #: Batches of at least this many jobs (none with an idempotency key) go in by COPY rather than one
@@ -543,6 +547,10 @@ def prepare_many(specs: Iterable[JobSpec], tasks: Mapping[str, Task] | None) -> 
             f"jobs must be an iterable of JobSpec, got {type(specs).__name__}", field="jobs"
         )
     rows = []
+    # A spec with nothing but a task and a payload (most of a bulk enqueue) takes its task's
+    # defaults, resolved once per task name in this call: then only its payload is checked.
+    plain: dict[str, tuple[PreparedJob, Task | None]] = {}
+    traced = tracing.enabled()
     for position, spec in enumerate(specs):
         try:
             if not isinstance(spec, JobSpec):
@@ -550,7 +558,18 @@ def prepare_many(specs: Iterable[JobSpec], tasks: Mapping[str, Task] | None) -> 
                     f"expected a JobSpec, got {type(spec).__name__}; "
                     "build each job as JobSpec(task, payload, ...)"
                 )
-            rows.append(prepare(spec, tasks))
+            if traced or spec[2:] != _PLAIN_OPTIONS:
+                rows.append(prepare(spec, tasks))
+                continue
+            known = plain.get(spec.task)
+            if known is None:
+                row = prepare(spec, tasks)
+                plain[spec.task] = (row, tasks.get(row.task) if tasks else None)
+                rows.append(row)
+                continue
+            row, task = known
+            text = _payload_text(spec.payload, task)
+            rows.append(_new_row(PreparedJob, (row[0], row[1], text, *row[3:])))
         except PgjobsError as exc:
             where = f"jobs[{position}]" + (f".{exc.field}" if exc.field else "")
             raise type(exc)(f"job #{position}: {exc}", field=where) from None

@@ -107,6 +107,26 @@ def test_prepare_many_names_the_position_of_the_bad_job():
     assert len(producer.prepare_many(specs[:2], None)) == 2
 
 
+def test_prepare_many_gives_each_plain_job_what_prepare_gives_it(tasks):
+    # Jobs that give only a task and a payload take their task's defaults once per call: each
+    # comes out as prepare makes it, and a bad payload after the first is still named.
+    specs = [
+        JobSpec("mail.send", {"to": "a"}),
+        JobSpec("plain"),
+        JobSpec("mail.send", {"to": "b"}),
+        JobSpec("mail.send", {"to": "c"}, priority=3),
+        JobSpec("plain", {}),
+    ]
+    assert producer.prepare_many(specs, tasks) == [producer.prepare(s, tasks) for s in specs]
+    bad = [*specs, JobSpec("mail.send", {"to": 7})]
+    with pytest.raises(InvalidPayload, match=r"^job #5: ") as refused:
+        producer.prepare_many(bad, tasks)
+    assert refused.value.field == "jobs[5].payload.to"
+    unknown = [JobSpec("nope"), JobSpec("nope")]
+    with pytest.raises(UnknownTask, match=r"^job #0: "):
+        producer.prepare_many(unknown, tasks)
+
+
 def _deep(levels: int) -> list[object]:
     value: list[object] = []
     for _ in range(levels - 1):
