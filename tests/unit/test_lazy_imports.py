@@ -62,6 +62,44 @@ def test_worker_and_enqueue_import_no_optional_library(imports: str) -> None:
     assert not tops(loaded(imports)) & set(OPTIONAL)
 
 
+#: What neither `pgjobs enqueue` nor a worker uses: psycopg_pool (both use plain connections),
+#: the admin operations (which bring the completer's reports), batches and schedules.
+UNUSED_BY_ENQUEUE_AND_WORKER = {
+    "psycopg_pool",
+    "pgjobs.admin",
+    "pgjobs.batches",
+    "pgjobs.schedules",
+}
+
+
+@pytest.mark.parametrize(
+    "imports",
+    [
+        "from pgjobs.cli.commands import load; load('work'); import benchmarks.tasks",
+        "from pgjobs.cli.commands import load; load('enqueue')",
+        "import pgjobs.app",
+    ],
+)
+def test_enqueue_and_the_worker_load_no_pool_and_no_admin(imports: str) -> None:
+    assert not loaded(imports) & UNUSED_BY_ENQUEUE_AND_WORKER
+
+
+def test_the_pool_and_admin_load_on_use() -> None:
+    modules = loaded(
+        "import pgjobs\n"
+        "app = pgjobs.App('postgresql://u@127.0.0.1:1/db')\n"
+        "try:\n"
+        "    app.open()\n"
+        "except pgjobs.DatabaseUnavailable:\n"
+        "    pass\n"
+        "try:\n"
+        "    app.job(1)\n"
+        "except pgjobs.DatabaseUnavailable:\n"
+        "    pass\n"
+    )
+    assert "pgjobs.admin" in modules
+
+
 def test_import_pgjobs_loads_names_on_use() -> None:
     modules = loaded("import pgjobs")
     assert {m for m in modules if m.startswith("pgjobs")} == {"pgjobs"}
