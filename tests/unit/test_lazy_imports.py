@@ -63,12 +63,15 @@ def test_worker_and_enqueue_import_no_optional_library(imports: str) -> None:
 
 
 #: What neither `pgjobs enqueue` nor a worker uses: psycopg_pool (both use plain connections),
-#: the admin operations (which bring the completer's reports), batches and schedules.
+#: the admin operations (which bring the completer's reports), batches and schedules, hashlib
+#: (~0.7 MiB resident; the embedded server's socket folder only) and cronsim (cron schedules).
 UNUSED_BY_ENQUEUE_AND_WORKER = {
     "psycopg_pool",
     "pgjobs.admin",
     "pgjobs.batches",
     "pgjobs.schedules",
+    "hashlib",
+    "cronsim",
 }
 
 
