@@ -64,7 +64,8 @@ def test_worker_and_enqueue_import_no_optional_library(imports: str) -> None:
 
 #: What neither `pgjobs enqueue` nor a worker uses: psycopg_pool (both use plain connections),
 #: the admin operations (which bring the completer's reports), batches and schedules, hashlib
-#: (~0.7 MiB resident; the embedded server's socket folder only) and cronsim (cron schedules).
+#: (~0.7 MiB resident; the embedded server's socket folder only), cronsim (cron schedules) and
+#: tomllib (read only when a command looks in pyproject.toml).
 UNUSED_BY_ENQUEUE_AND_WORKER = {
     "psycopg_pool",
     "pgjobs.admin",
@@ -72,6 +73,7 @@ UNUSED_BY_ENQUEUE_AND_WORKER = {
     "pgjobs.schedules",
     "hashlib",
     "cronsim",
+    "tomllib",
 }
 
 
@@ -221,3 +223,19 @@ def test_lean_conversion_equals_typers(where: str, found: tuple[Any, Any]) -> No
             where,
             value,
         )
+
+
+def test_a_command_collects_again_once_its_module_has_loaded() -> None:
+    """``pgjobs.cli.run`` keeps the cyclic collector off while the command's modules import,
+    then freezes what they made and turns it back on: a long command (a worker, the server)
+    collects its own garbage as any process does."""
+    code = (
+        "import atexit, gc, sys\n"
+        "atexit.register(lambda: print(gc.isenabled(), gc.get_freeze_count() > 0))\n"
+        "sys.argv = ['pgjobs', 'enqueue', '--help']\n"
+        "from pgjobs.cli import run\n"
+        "run()\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "True True"
