@@ -26,11 +26,10 @@ from pgjobs.completer.reports import ReportedOutcome, check_delivered
 from pgjobs.errors import ConfigurationError, JobNotFound, JobStateConflict, StaleOutcome
 from pgjobs.models import DeadGroup, DeadJob, JobHistory, JobStatus
 from pgjobs.retry import RetryPolicy
+from pgjobs.submission import DEFAULT_BATCH_SIZE as DEFAULT_BATCH_SIZE  # re-exported
 from pgjobs.submission import check_moment, check_seconds, in_nfc
 from pgjobs.tags import check_filter
 
-#: Dead jobs moved (or deleted) per statement and transaction by a redrive or purge.
-DEFAULT_BATCH_SIZE = 1000
 #: Rows `pgjobs dead list` shows unless told otherwise.
 DEFAULT_LIST_LIMIT = 50
 # Ids named in a "not in dead_letter" error before "...".

@@ -6,20 +6,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Concatenate, ParamSpec, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, Unpack
 
 import psycopg
 
-from pgjobs import (
-    admin,
-    batches,
-    coalescing,
-    dependencies,
-    producer,
-    queues,
-    results,
-    schedules,
-)
+# admin, batches and schedules are imported where they are used: `pgjobs enqueue` and a worker
+# need none of them (admin brings the completer's reports).
+from pgjobs import coalescing, dependencies, producer, queues, results
 from pgjobs.db.dsn import Dsn, normalize_dsn, resolve_dsn
 from pgjobs.db.pooler import Pooler, parse_pooler
 from pgjobs.errors import ConfigurationError
@@ -27,9 +20,12 @@ from pgjobs.models import JobHistory
 from pgjobs.pools import Pools
 from pgjobs.rates import Rate
 from pgjobs.registry import Registry
-from pgjobs.submission import JobOptions, JobSpec
+from pgjobs.submission import DEFAULT_BATCH_SIZE, JobOptions, JobSpec
 from pgjobs.tags import check as tags_filter
 from pgjobs.tasks import Task
+
+if TYPE_CHECKING:
+    from pgjobs import batches, schedules
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -151,6 +147,8 @@ class App(Registry):
 
         Example: ``app.pause_schedule("reports.hourly", reason="warehouse migration")``
         """
+        from pgjobs import schedules
+
         return self._on_pool(schedules.pause, name, reason=reason)
 
     def resume_schedule(self, name: str) -> schedules.ScheduleChange:
@@ -159,6 +157,8 @@ class App(Registry):
 
         Example: ``app.resume_schedule("reports.hourly")``
         """
+        from pgjobs import schedules
+
         return self._on_pool(schedules.resume, name)
 
     def limit_queue(
@@ -264,18 +264,24 @@ class App(Registry):
                 for page in range(40):
                     batch.enqueue("reports.render", {"page": page})
         """
+        from pgjobs import batches
+
         callback = batches.callback(on_complete, self._known_tasks)
         return batches.Batch(
             callback, self._known_tasks, self._write_batch, connection, self._write_batch_async
         )
 
     def _write_batch(self, batch: batches.Batch, connection: Any) -> None:
+        from pgjobs import batches
+
         if connection is not None:
             batches.write(connection, batch)
         else:
             self._pools.run(lambda conn, dsn: batches.write(conn, batch, dsn))
 
     async def _write_batch_async(self, batch: batches.Batch, connection: Any) -> None:
+        from pgjobs import batches
+
         if connection is not None:
             await batches.write_async(connection, batch)
         else:
@@ -287,6 +293,8 @@ class App(Registry):
 
         Example: ``app.batch_status(7).pending``
         """
+        from pgjobs import batches
+
         return self._on_pool(batches.status, batch_id)
 
     async def enqueue_many_async(
@@ -385,6 +393,8 @@ class App(Registry):
 
         Example: ``app.job(42).status``; raises ``JobNotFound`` for an unknown id.
         """
+        from pgjobs import admin
+
         return self._on_pool(admin.job, job_id)
 
     def cancel(self, job_id: int, *, force: bool = False) -> JobHistory:
@@ -395,6 +405,8 @@ class App(Registry):
 
         Example: ``app.cancel(42)``
         """
+        from pgjobs import admin
+
         return self._on_pool(admin.cancel, job_id, force=force)
 
     def replay(
@@ -410,6 +422,8 @@ class App(Registry):
 
         Example: ``new_id = app.replay(42, expires_in=600)``
         """
+        from pgjobs import admin
+
         return self._on_pool(admin.replay, job_id, expires_at=expires_at, expires_in=expires_in)
 
     def report_outcome(
@@ -429,6 +443,8 @@ class App(Registry):
 
         Example: ``app.report_outcome(42, attempt=1, status="failed", error="card declined")``
         """
+
+        from pgjobs import admin
 
         def report(conn: psycopg.Connection[Any]) -> JobHistory:
             task = self._tasks.get(admin.job(conn, job_id).task)
@@ -457,7 +473,7 @@ class App(Registry):
         fingerprint: str | None = None,
         tags: Sequence[str] | None = None,
         everything: bool = False,
-        batch_size: int = admin.DEFAULT_BATCH_SIZE,
+        batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> int:
         """Move dead jobs back to the queue with fresh attempts; returns how many moved.
 
@@ -467,6 +483,8 @@ class App(Registry):
 
         Example: ``app.redrive(task="images.resize", error="timeout")``
         """
+        from pgjobs import admin
+
         where = admin.DeadFilter(
             ids=ids or None,
             queue=queue,

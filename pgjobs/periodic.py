@@ -27,8 +27,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypedDict
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from cronsim import CronSim, CronSimError
-
 from pgjobs.errors import ConfigurationError
 from pgjobs.submission import MAX_SECONDS, check_key, check_name
 
@@ -153,6 +151,8 @@ class Periodic:
         if self.every is not None:
             period = self.every // _US
             return _EPOCH + ((moment - _EPOCH) // _US // period + 1) * period * _US
+        from cronsim import CronSim  # only where a cron schedule is declared or due
+
         local = moment.astimezone(self._zone).replace(tzinfo=None)
         for steps, naive in enumerate(CronSim(str(self.cron), local)):
             instant = _resolve(naive, self._zone)
@@ -173,6 +173,8 @@ class Periodic:
             while True:
                 yield _EPOCH + k * period * _US
                 k -= 1
+        from cronsim import CronSim
+
         # CronSim steps back from a whole second, starting one second before it: start one second
         # after ``moment``'s so that an occurrence at ``moment`` itself is found.
         local = moment.astimezone(self._zone).replace(tzinfo=None, microsecond=0)
@@ -268,6 +270,8 @@ def _check_cron(name: str, cron: object) -> None:
             "expected 5 (minute hour day month weekday) or 6 (seconds first)",
             field="cron",
         )
+    from cronsim import CronSim, CronSimError  # only where a cron schedule is declared
+
     try:
         CronSim(cron, datetime(2000, 1, 1))
     except CronSimError as exc:

@@ -9,15 +9,17 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
-import psycopg_pool
 
 from pgjobs import db
 from pgjobs.db.dsn import Dsn, resolve_dsn
 from pgjobs.db.pooler import Pooler
 from pgjobs.errors import DatabaseUnavailable
+
+if TYPE_CHECKING:
+    import psycopg_pool  # imported by pgjobs.db when a pool opens
 
 T = TypeVar("T")
 

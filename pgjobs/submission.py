@@ -44,6 +44,9 @@ YEAR_RANGE = (1, 9999)
 #: The largest job id: the id columns are PostgreSQL bigints. An id outside 1..MAX_JOB_ID names
 #: no job, and is refused as bad input rather than sent to the database.
 MAX_JOB_ID = 2**63 - 1
+#: Dead jobs moved (or deleted) per statement and transaction by a redrive or purge
+#: (``pgjobs.admin``; here so that ``App.redrive``'s default needs no import of it).
+DEFAULT_BATCH_SIZE = 1000
 #: The most jobs a concurrency limit may allow in flight at once, and the most starts a rate may
 #: allow per period: far above what one database serves, and within an int4.
 MAX_LIMIT = 1_000_000

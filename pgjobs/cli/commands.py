@@ -131,6 +131,8 @@ class LazyGroup(TyperGroup):
     (or to show its own help). ``adjust`` is applied to each command as it loads."""
 
     adjust: Any = None
+    #: Called once a command's module has loaded (``pgjobs.cli.run``: the imports are done).
+    loaded: Any = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -147,6 +149,8 @@ class LazyGroup(TyperGroup):
             return TyperCommand(cmd_name, help=COMMANDS[cmd_name].help)
         if cmd_name not in self._loaded:
             command = load(cmd_name)
+            if self.loaded is not None:
+                self.loaded()
             if self.adjust is not None and isinstance(command, TyperGroup | TyperCommand):
                 self.adjust(command)
             self._loaded[cmd_name] = command

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -35,6 +35,9 @@ from pgjobs.producer import MAX_PAYLOAD_DEPTH
 from pgjobs.submission import DEFAULT_QUEUE, check_key, check_seconds, check_unique_options
 from pgjobs.tags import check as check_tags
 from pgjobs.text import printable
+
+if TYPE_CHECKING:
+    import psycopg
 
 
 def enqueue_command(
@@ -134,27 +137,32 @@ def enqueue_command(
     app = found or App(check_task_names=False)
     if found is None:
         app.bind(database(dsn))
-    with app, _bad_input_exits_2():
-        job_id = app.enqueue(
-            task,
-            arguments,
-            queue=queue,
-            priority=priority,
-            run_at=run_at_time,
-            run_in=delay,
-            max_attempts=max_attempts,
-            expires_at=expires_at_time,
-            expires_in=expires_in,
-            idempotency_key=idempotency_key,
-            group=group,
-            unique_key=unique_key,
-            on_conflict=on_conflict,
-            debounce=debounce,
-            tags=job_tags,
-            after=after or None,
-        )
-    typer.echo(job_id)
-    _warn_if_unserved(app, queue or _task_queue(app, task), job_id, app_found=found is not None)
+    # One connection for the job and the look for a worker: the app's pool would open two (its
+    # probe and its first connection), and the look a third, for two statements.
+    with db.target_connection(app.dsn) as conn:
+        with _bad_input_exits_2():
+            job_id = app.enqueue(
+                task,
+                arguments,
+                queue=queue,
+                priority=priority,
+                run_at=run_at_time,
+                run_in=delay,
+                max_attempts=max_attempts,
+                expires_at=expires_at_time,
+                expires_in=expires_in,
+                idempotency_key=idempotency_key,
+                group=group,
+                unique_key=unique_key,
+                on_conflict=on_conflict,
+                debounce=debounce,
+                tags=job_tags,
+                after=after or None,
+                connection=conn,
+            )
+        typer.echo(job_id)
+        queue = queue or _task_queue(app, task)
+        _warn_if_unserved(conn, app, queue, job_id, app_found=found is not None)
 
 
 def check_job(app: App, task: str, payload: dict[str, Any]) -> None:
@@ -172,7 +180,9 @@ def _task_queue(app: App, task: str) -> str:
     return declared.queue if declared is not None else DEFAULT_QUEUE
 
 
-def _warn_if_unserved(app: App, queue: str, job_id: int, *, app_found: bool) -> None:
+def _warn_if_unserved(
+    conn: psycopg.Connection[Any], app: App, queue: str, job_id: int, *, app_found: bool
+) -> None:
     """One line on stderr when no live worker serves ``queue``: the job would wait unseen. Only a
     warning: the enqueue is done, and a worker may start later. Without the app, the job went to
     the queue named or to ``default`` (the task's own queue is unknown): the line says how to
@@ -180,7 +190,7 @@ def _warn_if_unserved(app: App, queue: str, job_id: int, *, app_found: bool) -> 
     from pgjobs import stats as read_model  # the dashboard's read model: only for this look
 
     try:
-        with db.connect(app.dsn) as conn:
+        with db.translate_errors(app.dsn):
             served = read_model.has_live_worker(conn, queue)
     except PgjobsError:
         return  # the job is enqueued; failing to look for workers must not make that an error

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +65,8 @@ def find_project(start: Path | None = None) -> Project | None:
 
 def read_project(path: Path) -> Project | None:
     """``path``'s ``[tool.pgjobs]`` table, checked (see ``find_project``)."""
+    import tomllib  # only where a project file is read: not by `pgjobs work --app ... --dsn ...`
+
     try:
         document = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:

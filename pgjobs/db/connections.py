@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 import psycopg.errors
 import psycopg.types.json
-import psycopg_pool
 
 from pgjobs import queries
 from pgjobs.db.dsn import Dsn
@@ -23,6 +22,9 @@ from pgjobs.db.translate import translate_errors
 from pgjobs.errors import ConfigurationError, DatabaseUnavailable
 
 if TYPE_CHECKING:
+    # psycopg_pool is imported where a pool is opened or used: a worker and a one-shot command
+    # (`pgjobs enqueue`) use plain connections and never load it.
+    import psycopg_pool
     import sqlalchemy
 
 #: Seconds to wait for a TCP connection before calling the database unreachable.
@@ -172,6 +174,8 @@ def open_pool(dsn: Dsn, max_size: int) -> psycopg_pool.ConnectionPool[Any]:
     # Probe first: an unreachable database fails at once with libpq's reason, instead of the
     # pool retrying until its timeout and logging every failed attempt on stderr.
     connect(dsn).close()
+    import psycopg_pool
+
     pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
         dsn.url,
         kwargs=_connect_kwargs(dsn),
@@ -229,6 +233,8 @@ def checkout(pool: psycopg_pool.ConnectionPool[Any], dsn: Dsn) -> psycopg.Connec
 
 
 def _getconn(pool: psycopg_pool.ConnectionPool[Any], dsn: Dsn) -> psycopg.Connection[Any]:
+    import psycopg_pool  # loaded already: ``pool`` is one of its pools
+
     try:
         conn: psycopg.Connection[Any] = pool.getconn()
     except psycopg_pool.PoolTimeout as exc:
@@ -245,6 +251,8 @@ async def open_async_pool(dsn: Dsn, max_size: int) -> psycopg_pool.AsyncConnecti
     event loop; fails fast with ``DatabaseUnavailable`` when the database cannot be reached."""
     _quiet_pool_noise()
     await (await connect_async(dsn)).close()
+    import psycopg_pool
+
     pool: psycopg_pool.AsyncConnectionPool[Any] = psycopg_pool.AsyncConnectionPool(
         dsn.url,
         kwargs=_connect_kwargs(dsn),
@@ -269,6 +277,8 @@ async def checkout_async(
     pool: psycopg_pool.AsyncConnectionPool[Any], dsn: Dsn
 ) -> psycopg.AsyncConnection[Any]:
     """``checkout`` for an async pool: a live connection, to give back with ``pool.putconn``."""
+    import psycopg_pool  # loaded already: ``pool`` is one of its pools
+
     for _ in range(pool.max_size + 1):
         try:
             conn: psycopg.AsyncConnection[Any] = await pool.getconn()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import hashlib
 import importlib
 import json
 import os
@@ -175,6 +174,8 @@ def socket_dir(pgdata: Path) -> Path:
     uid = owner[0] if owner else os.geteuid()
     runtime = os.environ.get("XDG_RUNTIME_DIR") if owner is None else None
     base = Path(runtime) if runtime and Path(runtime).is_dir() else Path(tempfile.gettempdir())
+    import hashlib  # ~0.7 MiB resident (OpenSSL's digests): only where the embedded server runs
+
     digest = hashlib.sha256(f"{pgdata}-{pgdata.stat().st_ino}".encode()).hexdigest()[:12]
     folder = base / f"pgjobs-{uid}-{digest}"
     try:

@@ -62,6 +62,49 @@ def test_worker_and_enqueue_import_no_optional_library(imports: str) -> None:
     assert not tops(loaded(imports)) & set(OPTIONAL)
 
 
+#: What neither `pgjobs enqueue` nor a worker uses: psycopg_pool (both use plain connections),
+#: the admin operations (which bring the completer's reports), batches and schedules, hashlib
+#: (~0.7 MiB resident; the embedded server's socket folder only), cronsim (cron schedules) and
+#: tomllib (read only when a command looks in pyproject.toml).
+UNUSED_BY_ENQUEUE_AND_WORKER = {
+    "psycopg_pool",
+    "pgjobs.admin",
+    "pgjobs.batches",
+    "pgjobs.schedules",
+    "hashlib",
+    "cronsim",
+    "tomllib",
+}
+
+
+@pytest.mark.parametrize(
+    "imports",
+    [
+        "from pgjobs.cli.commands import load; load('work'); import benchmarks.tasks",
+        "from pgjobs.cli.commands import load; load('enqueue')",
+        "import pgjobs.app",
+    ],
+)
+def test_enqueue_and_the_worker_load_no_pool_and_no_admin(imports: str) -> None:
+    assert not loaded(imports) & UNUSED_BY_ENQUEUE_AND_WORKER
+
+
+def test_the_pool_and_admin_load_on_use() -> None:
+    modules = loaded(
+        "import pgjobs\n"
+        "app = pgjobs.App('postgresql://u@127.0.0.1:1/db')\n"
+        "try:\n"
+        "    app.open()\n"
+        "except pgjobs.DatabaseUnavailable:\n"
+        "    pass\n"
+        "try:\n"
+        "    app.job(1)\n"
+        "except pgjobs.DatabaseUnavailable:\n"
+        "    pass\n"
+    )
+    assert "pgjobs.admin" in modules
+
+
 def test_import_pgjobs_loads_names_on_use() -> None:
     modules = loaded("import pgjobs")
     assert {m for m in modules if m.startswith("pgjobs")} == {"pgjobs"}
@@ -180,3 +223,19 @@ def test_lean_conversion_equals_typers(where: str, found: tuple[Any, Any]) -> No
             where,
             value,
         )
+
+
+def test_a_command_collects_again_once_its_module_has_loaded() -> None:
+    """``pgjobs.cli.run`` keeps the cyclic collector off while the command's modules import,
+    then freezes what they made and turns it back on: a long command (a worker, the server)
+    collects its own garbage as any process does."""
+    code = (
+        "import atexit, gc, sys\n"
+        "atexit.register(lambda: print(gc.isenabled(), gc.get_freeze_count() > 0))\n"
+        "sys.argv = ['pgjobs', 'enqueue', '--help']\n"
+        "from pgjobs.cli import run\n"
+        "run()\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "True True"

@@ -42,3 +42,22 @@ def test_the_web_package_loads_them() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert {"fastapi", "pydantic", "starlette"} <= set(result.stdout.strip().split(","))
+
+
+def test_jinja2_waits_for_the_first_dashboard_page() -> None:
+    """A server that only answers the API never loads the templates' engine (~2 MiB)."""
+    built = (
+        "from pgjobs.web import create_app\n"
+        "create_app(dsn='postgresql://u@127.0.0.1:1/db', tokens=['a' * 32])"
+    )
+    code = CHECK.format(imports=built, modules=("jinja2",))
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == ""
+    shown = built + "\nfrom pgjobs.web.dashboard import frame\nframe._environment()"
+    code = CHECK.format(imports=shown, modules=("jinja2",))
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "jinja2"

@@ -20,10 +20,9 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from importlib import resources
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import quote, urlencode
 
-import jinja2
 import psycopg
 from fastapi import Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -60,6 +59,9 @@ from pgjobs.web.dashboard.security import (
 from pgjobs.web.dashboard.sessions import Sessions
 from pgjobs.web.throttle import SignInThrottle, client_address, too_many_message
 
+if TYPE_CHECKING:
+    import jinja2
+
 logger = logging.getLogger("pgjobs.web.dashboard")
 
 #: Where a request gets a database connection for its length: the server's pool.
@@ -94,6 +96,8 @@ def _load_static() -> dict[str, tuple[bytes, str]]:
 
 
 def _environment() -> jinja2.Environment:
+    import jinja2  # ~2 MiB resident: a server that only serves the API never loads it
+
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("pgjobs.web.dashboard", "templates"),
         # Every value is escaped unless a template says otherwise (none does): job data may
@@ -196,7 +200,8 @@ class Frame:
         self.group_limits = dict(group_limits or {})
         #: The app's ordered tasks (``groups.ordered_tasks``): what holds their groups.
         self.ordered_tasks = dict(ordered_tasks or {})
-        self._env = _environment()
+        #: The templates' environment, made by the first page shown (``render``).
+        self._env: jinja2.Environment | None = None
         self._static = _load_static()
         self._flasher = Flasher()
 
@@ -257,6 +262,8 @@ class Frame:
         base = self.base(request)
         context.setdefault("page", "")
         shown_flash = take_flash(request, self._flasher)
+        if self._env is None:
+            self._env = _environment()
         page = self._env.get_template(template).render(
             base=base,
             viewer=viewer,

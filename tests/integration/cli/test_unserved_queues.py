@@ -92,3 +92,23 @@ def test_stats_marks_queues_with_ready_jobs_and_no_live_worker(capsys, dsn, conn
     assert MARK in rows["orphan"]
     assert MARK not in rows["served"]
     assert MARK not in rows["later"], "a scheduled job is not ready yet"
+
+
+def test_enqueue_and_its_look_for_a_worker_share_one_connection(capsys, dsn, monkeypatch):
+    """One job, one connection: no pool (whose probe and first connection made two) and no
+    second connection for the look at the workers."""
+    import psycopg
+
+    opened = []
+    real = psycopg.connect
+
+    def counting(*args, **kwargs):
+        opened.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(psycopg, "connect", counting)
+    monkeypatch.setattr(psycopg.Connection, "connect", counting)
+    code, out, err = enqueue(capsys, dsn, "--queue", "emails")
+    assert code == 0, err
+    assert int(out) > 0 and "no live worker serves queue 'emails'" in err
+    assert len(opened) == 1
