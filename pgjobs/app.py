@@ -85,7 +85,7 @@ class App(Registry):
         # One-job enqueues on the app's pool that arrive together go in as one statement and
         # one commit (pgjobs.coalescing); the async one belongs to the loop that made it.
         self._coalescer = coalescing.Coalescer(self._send)
-        self._async_coalescer: coalescing.AsyncCoalescer | None = None
+        self._async_coalescer: coalescing.AsyncCoalescer[int] | None = None
 
     @property
     def dsn(self) -> Dsn:

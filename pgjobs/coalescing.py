@@ -30,9 +30,14 @@ import asyncio
 import copy
 import threading
 from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
 
 from pgjobs.errors import DatabaseUnavailable, PgjobsError
 from pgjobs.producer import PreparedJob
+
+#: What a flight hands each caller back: its job's id (``App``), or its inserted row (the HTTP
+#: API, which answers with the job).
+T = TypeVar("T")
 
 
 def fits(row: PreparedJob) -> bool:
@@ -162,30 +167,32 @@ class Coalescer:
             flight.start.set()
 
 
-class AsyncCoalescer:
+class AsyncCoalescer(Generic[T]):
     """``Coalescer`` for the tasks of one event loop (the one running when it was made): the
     flights after the first go in a task of their own, so that a caller cancelled while waiting
     does not hold up the others (its job is left out if its flight has not taken off yet).
+    ``send`` returns what each row became, in order (``T``: its id, or its inserted row).
 
     Example: ``await AsyncCoalescer(send).insert(row)``
     """
 
-    def __init__(self, send: Callable[[list[PreparedJob]], Awaitable[list[int]]]) -> None:
+    def __init__(self, send: Callable[[list[PreparedJob]], Awaitable[list[T]]]) -> None:
         self.loop = asyncio.get_running_loop()
         self._send = send
         self._flying = False
         # The callers boarding the next flight; None as a result: send your job alone.
-        self._next: list[tuple[PreparedJob, asyncio.Future[int | None]]] = []
+        self._next: list[tuple[PreparedJob, asyncio.Future[T | None]]] = []
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def insert(self, row: PreparedJob) -> int:
-        """Insert ``row`` (``fits``) and return its id, with others arriving meanwhile."""
+    async def insert(self, row: PreparedJob) -> T:
+        """Insert ``row`` (``fits``) and return what ``send`` made of it (its id), with others
+        arriving meanwhile."""
         if self._flying:
-            waiting: asyncio.Future[int | None] = self.loop.create_future()
+            waiting: asyncio.Future[T | None] = self.loop.create_future()
             self._next.append((row, waiting))
-            job_id = await waiting
-            if job_id is not None:
-                return job_id
+            inserted = await waiting
+            if inserted is not None:
+                return inserted
             return (await self._send([row]))[0]
         self._flying = True
         try:
@@ -204,9 +211,9 @@ class AsyncCoalescer:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _fly(self, boarding: list[tuple[PreparedJob, asyncio.Future[int | None]]]) -> None:
+    async def _fly(self, boarding: list[tuple[PreparedJob, asyncio.Future[T | None]]]) -> None:
         try:
-            ids = await self._send([row for row, _ in boarding])
+            inserted = await self._send([row for row, _ in boarding])
         except BaseException as exc:
             for _, waiting in boarding:
                 if waiting.done():
@@ -220,8 +227,8 @@ class AsyncCoalescer:
             if not isinstance(exc, Exception):
                 raise
         else:
-            for (_, waiting), job_id in zip(boarding, ids, strict=True):
+            for (_, waiting), each in zip(boarding, inserted, strict=True):
                 if not waiting.done():
-                    waiting.set_result(job_id)
+                    waiting.set_result(each)
         finally:
             self._take_off()

@@ -1646,11 +1646,9 @@ DELETE FROM dead_letter d USING picked WHERE d.id = picked.id
 RETURNING d.id
 """
 
-#: A job wherever it lives, in the order of models.JobHistory (status as text, replays as an
-#: array); no row when the id is in none of the three tables.
-JOB_LOOKUP = f"""
-WITH found AS (
-    SELECT id, 'queued_jobs' AS home,
+# A row of queued_jobs as JOB_LOOKUP finds it, up to its replays: the columns of
+# models.JobHistory, with the job's status now.
+_QUEUED_AS_FOUND = f"""id, 'queued_jobs' AS home,
            CASE WHEN lease_expires_at IS NOT NULL THEN '{JobStatus.RUNNING}'
                 WHEN run_at = 'infinity' THEN '{JobStatus.WAITING}'
                 WHEN run_at > now() THEN '{JobStatus.SCHEDULED}'
@@ -1660,7 +1658,14 @@ WITH found AS (
            NULL::jsonb AS result, NULL::text AS worker, NULL::timestamptz AS finished_at,
            NULL::text AS reason, NULL::text AS error_type, NULL::text AS traceback,
            redrive_count, redriven_at, replay_of, started_at, group_key, unique_key,
-           snoozes, progress, tags
+           snoozes, progress, tags"""
+
+
+#: A job wherever it lives, in the order of models.JobHistory (status as text, replays as an
+#: array); no row when the id is in none of the three tables.
+JOB_LOOKUP = f"""
+WITH found AS (
+    SELECT {_QUEUED_AS_FOUND}
     FROM queued_jobs WHERE id = %(id)s
     UNION ALL
     SELECT id, 'archived_jobs', status,
@@ -1689,6 +1694,54 @@ SELECT found.*, ARRAY(
 )
 FROM found
 """
+
+
+def _job_insert_shown(versioned: bool) -> str:
+    extra = _VERSIONED_COLUMNS if versioned else ""
+    arrays = (
+        ", %(payload_versions)s::int[], %(trace_contexts)s::text[]::jsonb[]" if versioned else ""
+    )
+    return f"""
+WITH input AS (
+    SELECT nextval(pg_get_serial_sequence('queued_jobs', 'id')) AS id, r.*
+    FROM unnest(
+        %(queues)s::text[], %(tasks)s::text[], %(payloads)s::text[]::jsonb[],
+        %(priorities)s::smallint[], %(run_ats)s::timestamptz[], %(run_ins)s::float8[],
+        %(max_attempts)s::int[], %(expires_ats)s::timestamptz[], %(expires_ins)s::float8[]{arrays}
+    ) WITH ORDINALITY AS r(queue, task, payload, priority, run_at, run_in, max_attempts,
+                           expires_at, expires_in{extra}, position)
+),
+inserted AS (
+    INSERT INTO queued_jobs (id, queue, task, payload, priority, run_at, max_attempts,
+                             expires_at{extra})
+    SELECT i.id, i.queue, i.task, i.payload, i.priority,
+           coalesce(i.run_at, now() + i.run_in * interval '1 second'),
+           i.max_attempts,
+           coalesce(i.expires_at, now() + i.expires_in * interval '1 second')
+           {extra.replace(", ", ", i.")}
+    FROM input i
+    ORDER BY i.position
+    RETURNING *
+),
+notified AS (
+    SELECT count(pg_notify('{NOTIFY_CHANNEL}', queue)) AS n
+    FROM (SELECT DISTINCT queue FROM inserted) q
+)
+SELECT {_QUEUED_AS_FOUND}, '{{}}'::bigint[] AS replays
+FROM (SELECT ins.*, i.position FROM inserted ins JOIN input i ON i.id = ins.id) AS queued_jobs
+CROSS JOIN notified
+ORDER BY position
+"""
+
+
+#: Insert jobs without an idempotency key, group, unique key, tags or dependencies (the HTTP
+#: API's one-job enqueues, coalescing.fits) from parallel arrays, and wake their queues' idle
+#: workers. Rows: each new job as JOB_LOOKUP finds it, in the order given, so that the answer is
+#: built from the inserted row without reading it again.
+JOB_INSERT_SHOWN = _job_insert_shown(versioned=False)
+
+#: JOB_INSERT_SHOWN with each job's payload version and trace context.
+JOB_INSERT_SHOWN_VERSIONED = _job_insert_shown(versioned=True)
 
 #: Archive a queued job as cancelled, unrun; a running (leased) one only when ``force``: its
 #: worker is told (``CANCEL_NOTICE``) to stop the handler, whose outcome the fence discards

@@ -3,7 +3,7 @@ make, checked against those declarations before anything reaches the database.""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Unpack, overload
 
@@ -254,6 +254,23 @@ class Registry:
             )
         self._tasks[task.name] = task
         return task
+
+    def prepare(self, spec: JobSpec) -> producer.PreparedJob:
+        """``spec`` checked as ``enqueue`` checks a job against this app's tasks (their names,
+        payloads and defaults), ready to insert; ``ConfigurationError`` when it is not valid.
+        The HTTP API enqueues what it returns.
+
+        Example: ``app.prepare(JobSpec("send_welcome", {"user_id": 42})).queue``
+        """
+        return producer.prepare(spec, self._known_tasks)
+
+    def prepare_many(self, specs: Iterable[JobSpec]) -> list[producer.PreparedJob]:
+        """``prepare`` every spec as ``enqueue_many`` does: the first invalid one raises, named
+        by its position (``jobs[3].priority``).
+
+        Example: ``app.prepare_many(JobSpec("resize", {"image": n}) for n in range(3))``
+        """
+        return producer.prepare_many(specs, self._known_tasks)
 
     def _prepare_one(
         self, task: str | Task, payload: dict[str, Any] | None, options: JobOptions, caller: str

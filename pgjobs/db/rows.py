@@ -177,16 +177,24 @@ def dead_group_from_row(row: tuple[Any, ...]) -> DeadGroup:
     )
 
 
+# Where JOB_LOOKUP's row holds the columns that job_history_from_row turns into their types.
+_HISTORY_FIELDS = [field.name for field in dataclasses.fields(JobHistory)]
+_STATUS, _REASON, _TAGS, _REPLAYS = map(
+    _HISTORY_FIELDS.index, ("status", "reason", "tags", "replays")
+)
+
+
 def job_history_from_row(row: tuple[Any, ...]) -> JobHistory:
     """A row of ``queries.JOB_LOOKUP`` as a ``JobHistory``."""
-    job = JobHistory(*row)
-    return dataclasses.replace(
-        job,
-        status=JobStatus(job.status),
-        reason=None if job.reason is None else DeadReason(job.reason),
-        replays=tuple(job.replays),
-        tags=tuple(job.tags or ()),
-    )
+    # Typed in place, then built once (dataclasses.replace would build it twice: a batch's
+    # answer builds a thousand).
+    values = list(row)
+    values[_STATUS] = JobStatus(values[_STATUS])
+    if values[_REASON] is not None:
+        values[_REASON] = DeadReason(values[_REASON])
+    values[_REPLAYS] = tuple(values[_REPLAYS])
+    values[_TAGS] = tuple(values[_TAGS] or ())
+    return JobHistory(*values)
 
 
 def archive_partition_from_row(row: tuple[Any, ...]) -> ArchivePartition:

@@ -19,16 +19,17 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from pgjobs import admin, batches, browse, db, dependencies
+from pgjobs import admin, batches, browse, coalescing, db, dependencies, producer
 from pgjobs import stats as read_model
 from pgjobs.errors import ConfigurationError, JobCancelled, JobFailed, WaitTimeout
 from pgjobs.maintenance.registry import STALE_AFTER
 from pgjobs.models import JobHistory, JobStatus
+from pgjobs.producer import PreparedJob
 from pgjobs.submission import MAX_JOB_ID, MAX_KEY_BYTES, JobSpec
 from pgjobs.tags import check as check_tags
-from pgjobs.web import models, paths
+from pgjobs.web import enqueuing, models, paths
 from pgjobs.web.auth import READ_METHODS
-from pgjobs.web.backend import API_PREFIX, Backend, Credentials, Server, check_token
+from pgjobs.web.backend import API_PREFIX, Backend, Credentials, Server, backend, check_token
 from pgjobs.web.errors import ApiError, responses
 
 
@@ -77,22 +78,30 @@ _ENQUEUED_EARLIER: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _enqueue(
-    server: Backend, body: models.JobOptions, key: str | None, response: Response
-) -> models.Job:
-    """Enqueue ``body`` (under ``key``) and answer the job: 201 when this request created it,
-    200 when the key was already taken (the job that holds it, wherever it is now)."""
+def _spec(body: models.JobOptions, key: str | None) -> JobSpec:
+    return JobSpec(body.task, body.payload, idempotency_key=key, **body.enqueue_options())
+
+
+def _enqueue(server: Backend, row: PreparedJob, response: Response) -> models.Job:
+    """Enqueue ``row`` and answer the job: 201 when this request created it, 200 when its
+    idempotency key was already taken (the job that holds it, wherever it is now)."""
     with server.connection() as conn:
-        options = {"connection": conn, "idempotency_key": key, **body.enqueue_options()}
-        if key is None:
-            job_id = server.app.enqueue(body.task, body.payload, **options)
+        if row.idempotency_key is None:
+            job_id = _insert(conn, row)
         else:
             # One transaction, so that whether the job is new can be read from its row.
             with conn.transaction():
-                job_id = server.app.enqueue(body.task, body.payload, **options)
+                job_id = _insert(conn, row)
                 if not browse.job_is_new(conn, job_id):
                     response.status_code = 200
         return _job_and_graph(conn, job_id)
+
+
+def _insert(conn: Any, row: PreparedJob) -> int:
+    """``row`` inserted as ``app.enqueue`` inserts it on a connection of the caller's."""
+    if dependencies.wanted([row]):
+        return dependencies.insert(conn, [row])[0]
+    return producer.insert(conn, [row])[0]
 
 
 @router.post(
@@ -102,10 +111,19 @@ def _enqueue(
     responses={**_ENQUEUED_EARLIER, **_WRITES},
     summary="Enqueue a job",
 )
-def enqueue_job(body: models.JobCreate, server: Server, response: Response) -> models.Job:
+async def enqueue_job(body: models.JobCreate, request: Request, response: Response) -> models.Job:
     """Enqueue one job and answer it (``id`` included) with 201. With an ``idempotency_key``
     already taken, nothing is enqueued: the answer is 200 with the job that holds the key."""
-    return _enqueue(server, body, body.idempotency_key, response)
+    # The Backend read here rather than as a dependency: FastAPI's bookkeeping of each one costs
+    # a tenth of this route's CPU, which serves the most requests.
+    server = backend(request)
+    row = server.app.prepare(_spec(body, body.idempotency_key))
+    if coalescing.fits(row):
+        # With the other requests' plain jobs (pgjobs.web.enqueuing), answered from its inserted
+        # row: a job just enqueued has no dependencies nor dependents.
+        inserted = await server.enqueuer.insert(row)
+        return _job(inserted).model_copy(update={"after": [], "dependents": []})
+    return await run_in_threadpool(_enqueue, server, row, response)
 
 
 @router.post(
@@ -118,18 +136,18 @@ def enqueue_job(body: models.JobCreate, server: Server, response: Response) -> m
 def enqueue_jobs(body: models.JobBatchCreate, server: Server) -> models.JobList:
     """Enqueue every job in one transaction, or none when one is invalid (the error names it:
     ``jobs[3].priority``). Answers the jobs in the order given."""
-    specs = [
-        JobSpec(
-            job.task,
-            job.payload,
-            idempotency_key=job.idempotency_key,
-            **job.enqueue_options(),
-        )
-        for job in body.jobs
-    ]
+    rows = server.app.prepare_many(_spec(job, job.idempotency_key) for job in body.jobs)
     with server.connection() as conn:
-        ids = server.app.enqueue_many(specs, connection=conn)
-        found = browse.jobs_by_id(conn, ids)
+        if all(map(coalescing.fits, rows)):
+            # Plain jobs: answered from their inserted rows, as one job is.
+            found = enqueuing.insert(conn, rows)
+        else:
+            if dependencies.wanted(rows):
+                ids = dependencies.insert(conn, rows, many=True)
+            else:
+                ids = producer.insert(conn, rows)
+            # Keys already taken answer the jobs that hold them, wherever they are now.
+            found = browse.jobs_by_id(conn, ids)
     return models.JobList(jobs=[_job(job) for job in found])
 
 
@@ -154,7 +172,7 @@ def put_job(
     """Enqueue the job under idempotency key ``key``: 201 the first time, then 200 with the same
     job on every retry of the request, wherever the job is by then (the body of a retry is not
     compared with the first one)."""
-    return _enqueue(server, body, key, response)
+    return _enqueue(server, server.app.prepare(_spec(body, key)), response)
 
 
 @router.get(

@@ -30,6 +30,7 @@ from pgjobs.app import App
 from pgjobs.db.dsn import Dsn
 from pgjobs.models import ReplicaStatus
 from pgjobs.web.auth import Access, Tokens
+from pgjobs.web.enqueuing import Enqueuer
 from pgjobs.web.errors import ApiError
 from pgjobs.web.metrics import QueueMetrics
 from pgjobs.web.throttle import SignInThrottle, client_address, too_many_message
@@ -77,6 +78,8 @@ class Backend:
         self._lock = threading.Lock()
         #: The App of ``waiting_app`` when the server's is bound elsewhere.
         self._waiting: App | None = None
+        #: The one-job enqueues of POST /jobs, several requests' jobs in one commit.
+        self.enqueuer = Enqueuer(self.connection)
 
     def pool(self) -> psycopg_pool.ConnectionPool[Any]:
         """The pool, opened on first use; ``DatabaseUnavailable`` while the database cannot be
@@ -152,9 +155,15 @@ def _opened(dsn: Dsn, size: int) -> psycopg_pool.ConnectionPool[Any]:
 
 
 def backend(request: Request) -> Backend:
-    """The ``Backend`` of the app serving ``request`` (a FastAPI dependency)."""
+    """The ``Backend`` of the app serving ``request``."""
     found: Backend = request.app.state.pgjobs
     return found
+
+
+async def _server(request: Request) -> Backend:
+    """``backend`` as a FastAPI dependency: a coroutine, so that FastAPI calls it on the event
+    loop, not through its thread pool (a hop per request, for a dictionary lookup)."""
+    return backend(request)
 
 
 _bearer = HTTPBearer(
@@ -164,7 +173,7 @@ _bearer = HTTPBearer(
 #: A route's parameter that receives the request's bearer token, if any.
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 #: A route's parameter that receives the server's ``Backend``.
-Server = Annotated[Backend, Depends(backend)]
+Server = Annotated[Backend, Depends(_server)]
 
 
 #: Where ``authenticate`` leaves what the request's token may do (the scope's state).
