@@ -29,9 +29,11 @@ The consumer runs as a subprocess::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -73,31 +75,40 @@ def statement(kind: str, partition: str) -> str:
     return pgjobs
 
 
-def consume(dsn: str, kind: str, batch: int) -> None:
-    """Archive the last batch and claim the next with statement ``kind`` until no job is ready."""
+def consume(dsn: str, kind: str, batch: int, cpu_file: str | None = None) -> None:
+    """Archive the last batch and claim the next with statement ``kind`` until no job is ready;
+    with ``cpu_file``, write there the CPU seconds its backend used from connection to the end
+    (read from /proc: the server is on this machine), exact where sampling from outside would
+    miss the last tens of milliseconds of a short run."""
     owner = f"costs:{os.getpid()}"
     with psycopg.connect(dsn, autocommit=True) as conn:
+        backend = conn.info.backend_pid
+        started = harness.process_cpu(backend) if cpu_file else None
         if kind == "lean":
             params: dict[str, Any] = {"owner": owner, "queue": QUEUE, "limit": batch, "ids": []}
             while jobs := conn.execute(raw.ARCHIVE_AND_CLAIM, params, prepare=True).fetchall():
                 params["ids"] = [job[0] for job in jobs]
-            return
-        # As the worker's claim connections: one generic plan, timestamps in UTC.
-        conn.execute(queries.SESSION_HOT)
-        row = conn.execute(
-            "SELECT 'archived_jobs_p' || to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD')"
-        ).fetchone()
-        assert row is not None
-        query = statement(kind, row[0])
-        params = ClaimParams(owner, [QUEUE]).bind(batch)
-        params.update(ok_ids="{}", ok_attempts="{}", ok_results=None)
-        while True:
-            rows = conn.execute(query, params, prepare=True).fetchall()
-            jobs = rows[:-1]  # the last row is the trip's: what it archived, the claim's status
-            if not jobs:
-                return
-            params["ok_ids"] = int_array([job[0] for job in jobs])
-            params["ok_attempts"] = int_array([job[6] for job in jobs])
+        else:
+            # As the worker's claim connections: one generic plan, timestamps in UTC.
+            conn.execute(queries.SESSION_HOT)
+            row = conn.execute(
+                "SELECT 'archived_jobs_p' || to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD')"
+            ).fetchone()
+            assert row is not None
+            query = statement(kind, row[0])
+            params = ClaimParams(owner, [QUEUE]).bind(batch)
+            params.update(ok_ids="{}", ok_attempts="{}", ok_results=None)
+            while True:
+                rows = conn.execute(query, params, prepare=True).fetchall()
+                jobs = rows[:-1]  # the last row is the trip's: what it archived, its status
+                if not jobs:
+                    break
+                params["ok_ids"] = int_array([job[0] for job in jobs])
+                params["ok_attempts"] = int_array([job[6] for job in jobs])
+        ended = harness.process_cpu(backend) if cpu_file else None
+    if cpu_file and started is not None and ended is not None:
+        with open(cpu_file, "w") as out:
+            out.write(f"{ended - started!r}\n")
 
 
 def _walk(node: dict[str, Any]) -> list[dict[str, Any]]:
@@ -270,6 +281,9 @@ def run_once(ctx: Context, variant: Variant | str, jobs: int) -> Run:
     the narrow reference) and read its rate, PostgreSQL CPU and HOT updates."""
     db = ctx.db
     db.reset()
+    cpu_file = os.path.join(tempfile.gettempdir(), f"pgjobs-bench-costs-{os.getpid()}.cpu")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(cpu_file)
     if variant == "narrow":
         raw.narrow_reset(db.conn)
         marker = raw.narrow_fill(db.conn, jobs)
@@ -280,7 +294,7 @@ def run_once(ctx: Context, variant: Variant | str, jobs: int) -> Run:
             for ddl in variant.setup:
                 db.conn.execute(ddl)
             command = [sys.executable, "-m", "benchmarks.costs", "--dsn", db.url]
-            command += ["--statement", variant.statement]
+            command += ["--statement", variant.statement, "--cpu-file", cpu_file]
         else:
             command = harness.pgjobs_worker(db.url, 32)
         marker = db.fill_ready(jobs)
@@ -314,9 +328,14 @@ def run_once(ctx: Context, variant: Variant | str, jobs: int) -> Run:
     if window.count != jobs:
         raise BenchmarkError(f"{window.count} of {jobs} jobs archived: {proc.describe()}")
     after = _updates(db, table)
+    pg_cpu = None if cpu is None else cpu.seconds()
+    if os.path.exists(cpu_file):  # the consumer's own reading of its backend, when it made one
+        with open(cpu_file) as reading:
+            pg_cpu = float(reading.read())
+        os.unlink(cpu_file)
     return Run(
         window.rate,
-        None if cpu is None else cpu.seconds() / jobs * 1e6,
+        None if pg_cpu is None else pg_cpu / jobs * 1e6,
         after[0] - before[0],
         after[1] - before[1],
     )
@@ -464,8 +483,9 @@ def main() -> None:
         "--statement", choices=["pgjobs", "narrow_columns", "partition", "lean"], default="pgjobs"
     )
     parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--cpu-file", help="write the backend's CPU seconds there")
     args = parser.parse_args()
-    consume(args.dsn, args.statement, args.batch)
+    consume(args.dsn, args.statement, args.batch, args.cpu_file)
 
 
 if __name__ == "__main__":
