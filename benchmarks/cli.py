@@ -20,6 +20,7 @@ from rich.console import Console
 
 from benchmarks import (
     api,
+    costs,
     dashboard,
     enqueue,
     groups,
@@ -59,6 +60,7 @@ GROUPS: dict[str, tuple[str, Callable[[Context], list[Row]]]] = {
     "groups": ("m", groups.run),  # issue 26: a limit per group, turns between groups
     "tenants": ("n", tenants.run),  # issue 28: pgbench beside a queue at 2,000 jobs/s
     "workflows": ("o", workflows.run),  # issue 27: a batch with a callback
+    "costs": ("p", costs.run),  # issue 28: what each index and column costs per job
 }
 #: Environment variable naming the server to benchmark on (before pgjobs' own variables).
 ENV_DSN = "PGJOBS_BENCH_DSN"
@@ -81,7 +83,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         action="append",
         metavar="NAME",
         help=f"run only this group (repeatable, or comma-separated): {', '.join(GROUPS)} "
-        "(or their letters a-n)",
+        "(or their letters a-p)",
     )
     parser.add_argument(
         "--repeats",
