@@ -38,7 +38,7 @@ INSERT_ONE = "INSERT INTO queued_jobs (queue, task, payload) VALUES (%s, %s, %s)
 COPY_MANY = "COPY queued_jobs (queue, task, payload) FROM STDIN"
 
 #: Claim up to ``limit`` ready jobs with SKIP LOCKED and lease them (one attempt used). The jobs
-#: without a limit_key: the claim index's range, as pgjobs reads it.
+#: without a limit_key or a group_key: the claim index's range, as pgjobs reads it.
 CLAIM = """
 UPDATE queued_jobs
 SET attempts = attempts + 1,
@@ -46,7 +46,8 @@ SET attempts = attempts + 1,
     lease_expires_at = now() + interval '5 minutes'
 WHERE id = ANY(ARRAY(
     SELECT id FROM queued_jobs
-    WHERE queue = %(queue)s AND lease_expires_at IS NULL AND limit_key IS NULL AND run_at <= now()
+    WHERE queue = %(queue)s AND lease_expires_at IS NULL AND limit_key IS NULL
+      AND group_key IS NULL AND run_at <= now()
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
