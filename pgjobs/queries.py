@@ -394,10 +394,14 @@ COPY queued_jobs (id, queue, task, payload, priority, max_attempts) FROM STDIN
 
 #: The settings of the worker's claim connections (see db.connect_async): each prepared statement
 #: planned once for the session, not at every execution (the hot statements have one good plan
-#: whatever their parameters); timestamps read in UTC (psycopg builds a datetime in UTC in a
-#: third of the time it takes for a zone it must look up, such as the server's 'Etc/UTC').
+#: whatever their parameters); no JIT compilation (a generic plan cannot know its LIMIT, so its
+#: estimate grows with the table: past ~1M ready jobs the claim's crosses jit_above_cost, and
+#: at 5M each claim of 32 jobs spent ~0.7 s compiling); timestamps read in UTC (psycopg builds a
+#: datetime in UTC in a third of the time it takes for a zone it must look up, such as the
+#: server's 'Etc/UTC').
 SESSION_HOT = """
 SELECT set_config('plan_cache_mode', 'force_generic_plan', false),
+       set_config('jit', 'off', false),
        set_config('TimeZone', 'UTC', false)
 """
 
