@@ -190,7 +190,9 @@ def _top_up(db: BenchDatabase, jobs: int) -> None:
         "SELECT %s, 'bench.noop', '{}' FROM generate_series(1, %s)",
         (QUEUE, jobs),
     )
+    started = time.monotonic()
     db.vacuum("queued_jobs", "archived_jobs")
+    say(f"  backlog topped up with {jobs:,} jobs, vacuumed in {time.monotonic() - started:.1f}s")
 
 
 def _ready_backlog(ctx: Context) -> list[Row]:
