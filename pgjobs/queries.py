@@ -1950,9 +1950,10 @@ SELECT pg_is_in_recovery(),
 
 #: A worker's /stats (pgjobs.worker.depths): the jobs of each of ``queues`` that are ready,
 #: scheduled and running, in all (any worker's). Rows: (queue, ready, scheduled, running); a queue
-#: without jobs gives no row. queued_jobs is small: a scan of it, read at most once a second by
-#: each worker that is asked (HashAggregate <- Seq Scan: 3.8 ms for 10,000 queued jobs, 4,000 of
-#: them in the queues asked, PostgreSQL 15).
+#: without jobs gives no row. A scan of queued_jobs, read at most once a second by each worker
+#: that is asked (HashAggregate <- Seq Scan: 3.8 ms for 10,000 queued jobs, 4,000 of them in the
+#: queues asked, PostgreSQL 15), and less often when it is slow (2.4 s, Parallel Seq Scan, for
+#: 5M ready jobs: see pgjobs.worker.depths.SLOW_READS).
 WORKER_QUEUE_DEPTHS = """
 SELECT queue,
        count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at <= now()),
