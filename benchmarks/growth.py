@@ -8,7 +8,8 @@ the ratio is read between neighbouring runs on a shared machine:
   the head of the queue and is stopped once it has finished ``jobs`` of them; the jobs it took
   are then added back at the tail and the table vacuumed, as autovacuum keeps a busy queue
   table, so that every run meets the same backlog. The empty case processes ``jobs`` jobs filled
-  into empty tables, stopped the same way.
+  into empty tables (``--burst``). Both read the rate of the first 90% of the jobs to finish.
+  The first run after the fill is not measured: it met a cold head of the queue.
 - **a long history**: 10M rows in archived_jobs, finished over the last 30 days (in their daily
   partitions), filled server-side and vacuumed; a worker processes ``jobs`` pre-filled jobs
   (``--burst``) there and in the empty tables.
