@@ -394,10 +394,14 @@ COPY queued_jobs (id, queue, task, payload, priority, max_attempts) FROM STDIN
 
 #: The settings of the worker's claim connections (see db.connect_async): each prepared statement
 #: planned once for the session, not at every execution (the hot statements have one good plan
-#: whatever their parameters); timestamps read in UTC (psycopg builds a datetime in UTC in a
-#: third of the time it takes for a zone it must look up, such as the server's 'Etc/UTC').
+#: whatever their parameters); no JIT compilation (a generic plan cannot know its LIMIT, so its
+#: estimate grows with the table: past ~1M ready jobs the claim's crosses jit_above_cost, and
+#: at 5M each claim of 32 jobs spent ~0.7 s compiling); timestamps read in UTC (psycopg builds a
+#: datetime in UTC in a third of the time it takes for a zone it must look up, such as the
+#: server's 'Etc/UTC').
 SESSION_HOT = """
 SELECT set_config('plan_cache_mode', 'force_generic_plan', false),
+       set_config('jit', 'off', false),
        set_config('TimeZone', 'UTC', false)
 """
 
@@ -1999,9 +2003,10 @@ SELECT pg_is_in_recovery(),
 
 #: A worker's /stats (pgjobs.worker.depths): the jobs of each of ``queues`` that are ready,
 #: scheduled and running, in all (any worker's). Rows: (queue, ready, scheduled, running); a queue
-#: without jobs gives no row. queued_jobs is small: a scan of it, read at most once a second by
-#: each worker that is asked (HashAggregate <- Seq Scan: 3.8 ms for 10,000 queued jobs, 4,000 of
-#: them in the queues asked, PostgreSQL 15).
+#: without jobs gives no row. A scan of queued_jobs, read at most once a second by each worker
+#: that is asked (HashAggregate <- Seq Scan: 3.8 ms for 10,000 queued jobs, 4,000 of them in the
+#: queues asked, PostgreSQL 15), and less often when it is slow (2.4 s, Parallel Seq Scan, for
+#: 5M ready jobs: see pgjobs.worker.depths.SLOW_READS).
 WORKER_QUEUE_DEPTHS = """
 SELECT queue,
        count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at <= now()),

@@ -155,19 +155,31 @@ def test_mixed_outcomes_and_extensions_take_the_pipelined_path(dsn, conn, enqueu
 
 
 def test_worker_connections_plan_their_statements_once(dsn):
-    async def setting() -> str:
+    async def setting(name: str) -> tuple[str, str]:
         aconn = await db.connect_async(dsn, hot=True)
         plain = await psycopg.AsyncConnection.connect(dsn.url, autocommit=True)
         try:
-            cur = await aconn.execute("SHOW plan_cache_mode")
-            other = await plain.execute("SHOW plan_cache_mode")
-            assert (await other.fetchone()) == ("auto",)
-            return str((await cur.fetchone())[0])  # type: ignore[index]
+            cur = await aconn.execute(f"SHOW {name}")
+            other = await plain.execute(f"SHOW {name}")
+            return str((await cur.fetchone())[0]), str((await other.fetchone())[0])  # type: ignore[index]
         finally:
             await aconn.close()
             await plain.close()
 
-    assert asyncio.run(setting()) == "force_generic_plan"
+    assert asyncio.run(setting("plan_cache_mode")) == ("force_generic_plan", "auto")
+
+
+def test_worker_connections_never_compile_their_statements(dsn):
+    # A generic plan's estimate grows with the backlog (its LIMIT is a parameter): with JIT on,
+    # a claim over millions of ready jobs compiled for longer than it ran.
+    async def setting() -> str:
+        aconn = await db.connect_async(dsn, hot=True)
+        try:
+            return str((await (await aconn.execute("SHOW jit")).fetchone())[0])  # type: ignore[index]
+        finally:
+            await aconn.close()
+
+    assert asyncio.run(setting()) == "off"
 
 
 def generic_plan(conn: psycopg.Connection[Any], sql: str, params: dict[str, Any]) -> str:

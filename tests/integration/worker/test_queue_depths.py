@@ -11,6 +11,7 @@ import psycopg
 
 from pgjobs import App
 from pgjobs.db.dsn import Dsn
+from pgjobs.worker import depths as depths_module
 from pgjobs.worker.depths import Depths, QueueDepths
 from tests.support.admin_factories import claim_one
 
@@ -49,3 +50,28 @@ def test_an_unreadable_database_is_said_not_raised(dsn: Dsn) -> None:
     reading = asyncio.run(QueueDepths(gone, ["a"]).read())
     assert reading.queues is None
     assert reading.error is not None and "pgjobs_no_such_database" in reading.error
+
+
+def test_a_slow_reading_is_served_for_a_multiple_of_what_it_took(
+    make_app, dsn: Dsn, monkeypatch
+) -> None:
+    # A deep backlog makes the count a scan of millions of rows: it is not made every second.
+    # (A reading of at least 0.05 s is served for 50 s here, far longer than the test takes.)
+    monkeypatch.setattr(depths_module, "SLOW_READS", 1000)
+    app: App = make_app(check_task_names=False)
+    app.enqueue("t", {}, queue="a")
+    depths = QueueDepths(dsn, ["a"], max_age=0.0)
+    slow = depths._rows
+
+    async def rows() -> list[tuple[object, ...]]:
+        await asyncio.sleep(0.05)
+        return await slow()
+
+    monkeypatch.setattr(depths, "_rows", rows)
+
+    async def go() -> tuple[Depths, Depths]:
+        first = await depths.read()
+        return first, await depths.read()
+
+    first, again = asyncio.run(go())
+    assert first.took >= 0.05 and again is first and depths.readings == 1
