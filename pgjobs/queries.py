@@ -1381,6 +1381,17 @@ SET task = excluded.task,
 RETURNING name
 """
 
+#: Whether any of the schedules among ``names`` is due and not paused: what a scheduler round
+#: asks first, in one autocommitted statement, and it opens the transaction of SCHEDULE_LOCK_DUE
+#: (three round trips: BEGIN, the lock, COMMIT) only when one is. Most rounds, a second apart in
+#: every worker that declares schedules, find none due. Rows: (bool,).
+SCHEDULE_ANY_DUE = """
+SELECT EXISTS (
+    SELECT 1 FROM pgjobs_schedules
+    WHERE name = ANY(%(names)s::text[]) AND next_run_at <= now() AND paused_at IS NULL
+)
+"""
+
 #: Lock the schedules among ``names`` that are due, not paused (`pgjobs schedule pause`), and
 #: that no other worker holds (SKIP LOCKED: another worker enqueueing them now is left alone).
 #: Held until the transaction ends, in which the occurrences are enqueued and SCHEDULE_ADVANCE
