@@ -26,6 +26,7 @@ from benchmarks import (
     groups,
     growth,
     harness,
+    idle,
     latency,
     limits,
     memory,
@@ -59,6 +60,7 @@ GROUPS: dict[str, tuple[str, Callable[[Context], list[Row]]]] = {
     "pooler": ("l", pooler.run),  # issue 25: through PgBouncer in transaction mode
     "groups": ("m", groups.run),  # issue 26: a limit per group, turns between groups
     "tenants": ("n", tenants.run),  # issue 28: pgbench beside a queue at 2,000 jobs/s
+    "idle": ("p", idle.run),  # issue 28: what 20 idle workers cost the server
     "workflows": ("o", workflows.run),  # issue 27: a batch with a callback
     "costs": ("p", costs.run),  # issue 28: what each index and column costs per job
 }

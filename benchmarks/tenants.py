@@ -10,10 +10,7 @@ pgjobs, alone, PgQueuer, ...) so that drift on a shared machine falls on all of 
 figure is pgbench's TPS; beside it, the server CPU per job of the queue's backends over the
 pgbench run (read from /proc as group f reads it) and the rate the queue kept.
 
-Idle workers: `pgjobs work` processes with nothing to do; the CPU of their backends, read
-from /proc, over 30 s (10 s quick), in ms per second (10 ms/s is 1% of one core). As many of
-the 20 as the server's free connections allow (each holds a few), leaving room for others;
-the row says how many ran and scales their figure to 20.
+What idle workers cost the server is the idle group's (``benchmarks/idle.py``).
 
 ``python -m benchmarks.tenants produce|work|install ...`` are this group's own subprocesses:
 the paced producers (pgjobs and PgQueuer) and PgQueuer's worker, which run in the peers' venv.
@@ -44,7 +41,7 @@ from psycopg import sql
 
 from benchmarks import QUEUE, harness
 from benchmarks.harness import BenchmarkError, Context, Proc, say
-from benchmarks.report import Figure, Row, Target, limit_target, ratio_target
+from benchmarks.report import Figure, Row, Target, ratio_target
 
 #: Jobs per second the producer enqueues, for either queue.
 RATE = 2_000
@@ -56,13 +53,6 @@ CLIENTS = 8
 MAX_DROP = 0.10
 #: The share of RATE a queue must finish for its drop to be read against the target.
 HELD = 0.95
-#: Idle workers, and the most server CPU they may use together (ms per s: 1% of one core).
-IDLE_WORKERS = 20
-IDLE_LIMIT = 10.0
-#: Connections left free for the server's other users when idle workers are started (each
-#: idle worker holds 3-4), and the most idle workers a --quick run starts.
-SPARE_CONNECTIONS = 30
-QUICK_IDLE_WORKERS = 5
 #: The worker's --concurrency, and PgQueuer's batch size (as in `make bench-peers`).
 PGJOBS_CONCURRENCY = 32
 PGQUEUER_BATCH = 100
@@ -75,15 +65,14 @@ _TPS = re.compile(r"^tps = ([0-9.]+) \(without initial connection time\)", re.MU
 
 @dataclass(frozen=True, slots=True)
 class Sizes:
-    """pgbench's scale factor and run length, and how long idle workers are watched."""
+    """pgbench's scale factor and run length."""
 
     scale: int
     seconds: int
-    idle_seconds: int
 
     @classmethod
     def of(cls, ctx: Context) -> Sizes:
-        return cls(ctx.size(10, 2), ctx.size(60, 10), ctx.size(30, 10))
+        return cls(ctx.size(10, 2), ctx.size(60, 10))
 
 
 # -- the server ------------------------------------------------------------------------------------
@@ -409,7 +398,7 @@ def run(ctx: Context) -> list[Row]:
                     f"producer and worker CPU {_client([case])} µs/job"
                 )
     ctx.db.reset()
-    return [*_tps_rows(sizes, runs), _cpu_row(runs), idle_row(ctx, sizes)]
+    return [*_tps_rows(sizes, runs), _cpu_row(runs)]
 
 
 def _tps(cases: list[Case]) -> Figure:
@@ -511,115 +500,6 @@ def _cpu_row(runs: Runs) -> Row:
         if pgjobs is not None
         else "server not on this machine: /proc unavailable",
         reference="beside",
-    )
-
-
-# -- idle workers ----------------------------------------------------------------------------------
-
-
-def _free_connections(ctx: Context) -> int:
-    row = ctx.db.conn.execute(
-        "SELECT current_setting('max_connections')::int "
-        "- current_setting('superuser_reserved_connections')::int "
-        "- (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')"
-    ).fetchone()
-    return int(row[0]) if row else 0
-
-
-def _registered(ctx: Context, workers: list[Proc]) -> bool:
-    for worker in workers:
-        if worker.poll() is not None:
-            raise BenchmarkError(f"an idle worker exited: {worker.describe()}")
-    pids = [worker.pid for worker in workers]
-    found = ctx.db.scalar("SELECT count(*) FROM pgjobs_workers WHERE pid = ANY(%s)", (pids,))
-    return bool(found == len(workers))
-
-
-@dataclass(frozen=True, slots=True)
-class Idle:
-    """One run of idle workers: how many, their connections, their backends' CPU (ms per s of
-    all of them) and the transactions they ran per second."""
-
-    workers: int
-    connections: int
-    ms_per_s: float
-    xacts_per_s: float
-
-
-def idle_once(ctx: Context, seconds: int) -> Idle:
-    """Start as many idle workers as fit (up to IDLE_WORKERS; QUICK_IDLE_WORKERS with --quick),
-    let them settle, and read their backends' CPU over ``seconds``."""
-    db = ctx.db
-    db.reset()
-    command = harness.pgjobs_worker(db.url, 8, burst=False)
-    workers = [ctx.procs.start(command)]
-    try:
-        harness.wait_until(lambda: _registered(ctx, workers), 60, "an idle worker to register")
-        time.sleep(1.0)
-        each = max(len(db.other_backends()), 1)
-        fit = (_free_connections(ctx) - SPARE_CONNECTIONS) // each
-        more = max(min(ctx.size(IDLE_WORKERS, QUICK_IDLE_WORKERS) - 1, fit), 0)
-        workers += [ctx.procs.start(command) for _ in range(more)]
-        harness.wait_until(lambda: _registered(ctx, workers), 120, "the idle workers to register")
-        time.sleep(3.0)  # their first rounds of maintenance and heartbeats
-        cpu = ServerCpu(db.conn, db.name)
-        xacts = db.transactions()
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            cpu.sample()
-            time.sleep(0.5)
-        cpu.sample()
-        # Our own statements count too (two: this one and the one before the window).
-        xacts = db.transactions() - xacts - 2
-        return Idle(len(workers), len(cpu.start), cpu.seconds() / seconds * 1000, xacts / seconds)
-    finally:
-        for worker in workers:
-            worker.terminate()
-        for worker in workers:
-            worker.stop()
-        db.wait_for_disconnects(30)
-
-
-def idle_row(ctx: Context, sizes: Sizes) -> Row:
-    if not ctx.db.local:
-        note = "server not on this machine: /proc unavailable"
-        return Row("tenants", f"{IDLE_WORKERS} idle workers: server CPU", None, note=note)
-    idle = [idle_once(ctx, sizes.idle_seconds) for _ in range(ctx.runs(2))]
-    for one in idle:
-        say(
-            f"  {one.workers} idle workers ({one.connections} connections): server CPU "
-            f"{one.ms_per_s:.2f} ms/s, {one.xacts_per_s:.1f} transactions/s"
-        )
-    workers = min(one.workers for one in idle)
-    connections = min(one.connections for one in idle)
-    figure = Figure("CPU ms/s", [one.ms_per_s * IDLE_WORKERS / one.workers for one in idle])
-    measured = Figure("CPU ms/s", [one.ms_per_s for one in idle])
-    xacts = statistics.median(one.xacts_per_s / one.workers for one in idle)
-    if workers == IDLE_WORKERS:
-        name, how = f"{IDLE_WORKERS} idle workers: server CPU", ""
-    else:
-        name = f"{IDLE_WORKERS} idle workers: server CPU, scaled from {workers} processes"
-        why = (
-            "a --quick run starts few"
-            if ctx.quick and workers == QUICK_IDLE_WORKERS
-            else f"no more fitted in the server's free connections, {SPARE_CONNECTIONS} "
-            "left to others"
-        )
-        how = f"{workers} ran ({why}): {measured.median:.2f} ms/s, x {IDLE_WORKERS}/{workers}; "
-    return Row(
-        "tenants",
-        name,
-        figure,
-        note=f"{how}`pgjobs work` defaults (maintenance on), empty queue, {connections} "
-        f"connections, {sizes.idle_seconds} s; {xacts:.1f} transactions/s per worker; "
-        "10 ms/s is 1% of one core",
-        target=limit_target(f"≤ {IDLE_LIMIT:.0f} ms/s (1% of one core)", figure, IDLE_LIMIT),
-        details={
-            "workers": workers,
-            "connections": connections,
-            "measured_ms_per_s": measured.runs,
-            "transactions_per_s_per_worker": xacts,
-        },
     )
 
 

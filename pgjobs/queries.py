@@ -846,6 +846,32 @@ def _claim_statement(*, limited: bool, succeed: bool) -> str:
 #: JOB_CLAIM_LIMITED from then on.
 JOB_CLAIM = _claim_statement(limited=False, succeed=False)
 
+#: Whether any of ``queues`` holds a ready job (not leased, its run_at passed), whatever its
+#: limit, group or expiry: what an idle worker asks at each poll before it claims, since the
+#: claim statements cost the server several times more (~0.37 ms against ~0.12 ms, mostly their
+#: executor's start on the tables they would write). False means no claim could take a job;
+#: true only means one might. Per queue, one probe of each of the three partial indexes that
+#: hold the ready rows (ix_queued_jobs_claim, _group_ready, _limit_ready), each a scalar subquery
+#: with a LIMIT (an EXISTS is planned as a hashed subplan that reads every ready row). Rows:
+#: (bool,).
+JOB_READY_IN_QUEUES = """
+SELECT EXISTS (
+    SELECT 1 FROM unnest(%(queues)s::text[]) AS w(queue)
+    WHERE coalesce((SELECT true FROM queued_jobs
+                    WHERE queue = w.queue AND lease_expires_at IS NULL
+                      AND limit_key IS NULL AND group_key IS NULL AND run_at <= now()
+                    LIMIT 1), false)
+       OR coalesce((SELECT true FROM queued_jobs
+                    WHERE queue = w.queue AND lease_expires_at IS NULL
+                      AND group_key IS NOT NULL AND run_at <= now()
+                    LIMIT 1), false)
+       OR coalesce((SELECT true FROM queued_jobs
+                    WHERE queue = w.queue AND lease_expires_at IS NULL
+                      AND limit_key IS NOT NULL AND run_at <= now()
+                    LIMIT 1), false)
+)
+"""
+
 #: JOB_CLAIM for a worker that limits some of its tasks (``limit_tasks`` with their
 #: ``limit_concurrency``, ``limit_rate_jobs`` and ``limit_rate_seconds``; NULL where a task has
 #: no such limit) or serves limited queues. In one statement:
@@ -1357,6 +1383,17 @@ SET task = excluded.task,
     timezone = excluded.timezone,
     declared_at = now()
 RETURNING name
+"""
+
+#: Whether any of the schedules among ``names`` is due and not paused: what a scheduler round
+#: asks first, in one autocommitted statement, and it opens the transaction of SCHEDULE_LOCK_DUE
+#: (three round trips: BEGIN, the lock, COMMIT) only when one is. Most rounds, a second apart in
+#: every worker that declares schedules, find none due. Rows: (bool,).
+SCHEDULE_ANY_DUE = """
+SELECT EXISTS (
+    SELECT 1 FROM pgjobs_schedules
+    WHERE name = ANY(%(names)s::text[]) AND next_run_at <= now() AND paused_at IS NULL
+)
 """
 
 #: Lock the schedules among ``names`` that are due, not paused (`pgjobs schedule pause`), and

@@ -36,8 +36,9 @@ class LapsedLimits(Service[Released]):
 
     name = "lapsed-limits"
     #: Seconds between rounds: how long after a deploy that removed a task's limit its held-back
-    #: jobs wait to be claimed as any other.
-    default_interval = 10.0
+    #: jobs wait to be claimed as any other. A rare event, asked after by every worker: a round
+    #: is a statement of each idle worker too.
+    default_interval = 30.0
 
     def __init__(
         self, queues: Sequence[str], tasks: Sequence[str], config: ServiceConfig | None = None

@@ -18,9 +18,11 @@ from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError, PgjobsError
 from pgjobs.maintenance import RoundResult, Service, ServiceConfig
 
-#: Seconds between heartbeats.
-HEARTBEAT_INTERVAL = 10.0
-#: Seconds without a heartbeat after which a worker counts as gone (six missed heartbeats).
+#: Seconds between heartbeats: each is a write (a row version, a commit) by every worker, so
+#: no more often than the freshness `pgjobs stats` and the doctor need (``STALE_AFTER``).
+HEARTBEAT_INTERVAL = 20.0
+#: Seconds without a heartbeat after which a worker counts as gone (three missed heartbeats,
+#: the longest interval with its jitter being 24 s).
 STALE_AFTER = 60.0
 
 

@@ -6,7 +6,9 @@ it. A round:
 1. records the schedules this worker declares (``SCHEDULE_DECLARE``: new ones start at their
    first occurrence after now), at the first round and then every ``DECLARE_EVERY`` seconds, so
    that `pgjobs schedule` can tell schedules no running worker declares any more;
-2. in one transaction, locks the due schedules no other worker holds (``FOR UPDATE SKIP
+2. asks whether any of its schedules is due (``SCHEDULE_ANY_DUE``, one statement: most rounds
+   end there); when one is,
+3. in one transaction, locks the due schedules no other worker holds (``FOR UPDATE SKIP
    LOCKED``), enqueues their due occurrences (``Periodic.due``: the catch-up rule, DST) with
    ``run_at`` the scheduled instant and the idempotency key ``periodic:<name>:<instant>``, and
    moves ``next_run_at`` past now.
@@ -84,10 +86,11 @@ class Scheduler(Service[Scheduled]):
             return Scheduled(0, 0)
         if self._declared_at is None or time.monotonic() - self._declared_at >= DECLARE_EVERY:
             await self.declare(conn)
+        names = {"names": list(self.schedules)}
+        if not (await db.fetch_all_async(conn, queries.SCHEDULE_ANY_DUE, names))[0][0]:
+            return Scheduled(0, 0)  # most rounds: one statement, no transaction
         async with conn.transaction():
-            due = await db.fetch_all_async(
-                conn, queries.SCHEDULE_LOCK_DUE, {"names": list(self.schedules)}
-            )
+            due = await db.fetch_all_async(conn, queries.SCHEDULE_LOCK_DUE, names)
             if not due:
                 return Scheduled(0, 0)
             return await self._enqueue_due(conn, due)

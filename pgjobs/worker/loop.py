@@ -345,6 +345,7 @@ class Worker:
             return claimed
         if self.refusals.streak:
             self.refusals.accepted()
+            self.pacer.refused_until = 0.0
         metrics = self.metrics
         if metrics is not None:
             metrics.trip()

@@ -8,9 +8,10 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from pgjobs import db
+from pgjobs import db, queries
 from pgjobs.completer import Claimed, ClaimStatus, Completer
 from pgjobs.db.dsn import Dsn
+from pgjobs.errors import QueryFailed
 from pgjobs.worker.config import BATCH_WINDOW, FED_BATCH_WINDOW, READ_AHEAD_WAIT, WorkerConfig
 
 
@@ -51,7 +52,8 @@ class ClaimPacer:
         self.backlog = False  # the last claim filled every slot it asked for: more jobs wait
         self.poll_at = 0.0  # while idle, when to claim again without a NOTIFY
         #: The database refused the last trip: no trip before then unless woken (a NOTIFY
-        #: means it takes writes again). A lost connection ends it (the next may differ).
+        #: means it takes writes again). A lost connection ends it (the next may differ), and so
+        #: does a trip it accepts again (0.0: no refusal in force).
         self.refused_until = 0.0
         #: Claim on the next trip, even while idle: a NOTIFY arrived for one of the worker's
         #: queues, or a slot under a limit was freed, since the last claim.
@@ -126,13 +128,28 @@ class ClaimPacer:
             lane.conn = await db.connect_async(self._dsn, hot=True)
         return lane.conn
 
-    async def trip(self, lane: Lane, free: int, ahead: int = 0) -> Claimed:
+    async def trip(self, lane: Lane, free: int, ahead: int = 0, *, poll: bool = False) -> Claimed:
         """One round trip on ``lane``: settle what the completer holds, claim ``free`` jobs for
-        free slots and ``ahead`` more to hold claimed ahead."""
+        free slots and ``ahead`` more to hold claimed ahead. A ``poll`` (an idle worker's, with
+        nothing to send) first asks whether the queues hold a ready job at all, and claims only
+        when they may: most polls find nothing, and the question costs the server a third of
+        a claim (``queries.JOB_READY_IN_QUEUES``)."""
         if lane.conn is None or lane.conn.closed:
             assert self._dsn is not None
             lane.conn = await db.connect_async(self._dsn, hot=True)
+        if poll and not self.completer.pending and not await self._ready(lane.conn):
+            return Claimed([], None, free + ahead)
         return await self.completer.trip(lane.conn, free, ahead=ahead)
+
+    async def _ready(self, conn: Any) -> bool:
+        """Whether the worker's queues may hold a job to claim; true when the database refuses
+        to say (the claim then tells what it refuses, and why)."""
+        queues = self.completer.claim.queues
+        try:
+            rows = await db.fetch_all_async(conn, queries.JOB_READY_IN_QUEUES, {"queues": queues})
+        except QueryFailed:
+            return True
+        return bool(rows[0][0])
 
     def learn(self, claimed: Claimed, now: float) -> None:
         """Learn from a landed claim how busy the queues are, and from its status when limits
@@ -208,11 +225,13 @@ class ClaimPacer:
             if now - self._gathering_since < window:
                 return self._gathering_since + window - now
         self._gathering_since = None
+        # The queues ran dry and nothing since said otherwise (no NOTIFY, no refusal to clear).
+        poll = self.idle and not self.woken and not self.refused_until and free > 0
         if free > 0:
             self.woken = False
         lane.asked = free + ahead
         lane.sent_at = now
-        lane.trip = asyncio.create_task(self.trip(lane, free, ahead))
+        lane.trip = asyncio.create_task(self.trip(lane, free, ahead, poll=poll))
         changed = self._changed
         assert changed is not None
         lane.trip.add_done_callback(lambda _: changed.set())
