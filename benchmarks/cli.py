@@ -60,9 +60,9 @@ GROUPS: dict[str, tuple[str, Callable[[Context], list[Row]]]] = {
     "pooler": ("l", pooler.run),  # issue 25: through PgBouncer in transaction mode
     "groups": ("m", groups.run),  # issue 26: a limit per group, turns between groups
     "tenants": ("n", tenants.run),  # issue 28: pgbench beside a queue at 2,000 jobs/s
-    "idle": ("p", idle.run),  # issue 28: what 20 idle workers cost the server
     "workflows": ("o", workflows.run),  # issue 27: a batch with a callback
-    "costs": ("p", costs.run),  # issue 28: what each index and column costs per job
+    "idle": ("p", idle.run),  # issue 28: what 20 idle workers cost the server
+    "costs": ("q", costs.run),  # issue 28: what each index and column costs per job
 }
 #: Environment variable naming the server to benchmark on (before pgjobs' own variables).
 ENV_DSN = "PGJOBS_BENCH_DSN"
@@ -85,7 +85,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         action="append",
         metavar="NAME",
         help=f"run only this group (repeatable, or comma-separated): {', '.join(GROUPS)} "
-        "(or their letters a-p)",
+        "(or their letters a-q)",
     )
     parser.add_argument(
         "--repeats",

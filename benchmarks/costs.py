@@ -1,4 +1,4 @@
-"""Group p: what each part of pgjobs' schema costs per processed job, one change at a time.
+"""Group q: what each part of pgjobs' schema costs per processed job, one change at a time.
 
 The loop is pgjobs' own worker statement (``queries.JOB_SUCCEED_AND_CLAIM``: archive the last
 batch of 100, claim the next) run by a lean client on pgjobs' own tables, so that the server's
