@@ -86,10 +86,17 @@ def test_a_rate_paces_four_worker_processes_together(make_app, runs, start_worke
     workers = [start_worker("--concurrency", "8") for _ in range(WORKERS)]
     wait_archived(conn, jobs, timeout=60, procs=workers)
 
+    assert scalar(conn, "SELECT count(*) FROM runs WHERE phase = 'start'") == jobs
+    # The bucket is drawn on by the claims: a job's start is its claim's (started_at), not the
+    # moment its handler got round to recording it, which lags by a varying delay (threads, a
+    # round trip on another connection) that packed more handler records than a stretch's
+    # tokens into it on a loaded machine (37 records in 0.85 s). Under six busy loops on 2 cores
+    # the records came within 0.38 of the bound where the claims stayed a whole job under it.
     starts = [
         row[0]
         for row in conn.execute(
-            "SELECT extract(epoch FROM at)::float8 FROM runs WHERE phase = 'start' ORDER BY at"
+            "SELECT extract(epoch FROM started_at)::float8 FROM archived_jobs"
+            " WHERE task = 'accept.rated' ORDER BY started_at"
         )
     ]
     assert len(starts) == jobs
