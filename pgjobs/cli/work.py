@@ -27,7 +27,7 @@ from pgjobs.errors import ConfigurationError, PgjobsError
 from pgjobs.submission import check_seconds
 from pgjobs.targets import ExternalTarget, check_headers, check_url
 from pgjobs.worker import Worker, WorkerConfig
-from pgjobs.worker.config import MAX_READ_AHEAD
+from pgjobs.worker.config import MAX_READ_AHEAD, READ_AHEAD_PER_SLOT
 from pgjobs.worker.http import address_text, parse_address
 
 #: The environment variable whose port the worker serves its endpoint on when --http is not given.
@@ -61,8 +61,8 @@ def work_command(
         typer.Option(
             "--read-ahead",
             help="Jobs claimed ahead of free slots while the queues hold a backlog, at most "
-            "what the handlers start within 50 ms at their recent pace; 0: none. Default: 8 per "
-            "slot.",
+            "what the handlers start within 50 ms at their recent pace; 0: none. Default: "
+            f"{READ_AHEAD_PER_SLOT} per slot.",
             min=0,
             max=MAX_READ_AHEAD,
             show_default=False,
