@@ -257,8 +257,9 @@ class Registry:
 
     def prepare(self, spec: JobSpec) -> producer.PreparedJob:
         """``spec`` checked as ``enqueue`` checks a job against this app's tasks (their names,
-        payloads and defaults), ready to insert; ``ConfigurationError`` when it is not valid.
-        The HTTP API enqueues what it returns.
+        payloads and defaults), ready to insert; a ``PgjobsError`` naming the problem when it is
+        not valid (``UnknownTask``, ``InvalidPayload``, ``ConfigurationError``). The HTTP API
+        enqueues what it returns.
 
         Example: ``app.prepare(JobSpec("send_welcome", {"user_id": 42})).queue``
         """
