@@ -80,6 +80,19 @@ def conn(dsn: Dsn) -> Iterator[psycopg.Connection[Any]]:
 
 
 @pytest.fixture
+def refusing(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """A constraint of the application's refusing a payload with the key ``refused``: what only
+    the database refuses."""
+    conn.execute(
+        "ALTER TABLE queued_jobs ADD CONSTRAINT test_no_refused CHECK (NOT payload ? 'refused')"
+    )
+    try:
+        yield
+    finally:
+        conn.execute("ALTER TABLE queued_jobs DROP CONSTRAINT test_no_refused")
+
+
+@pytest.fixture
 def make_app(dsn: Dsn) -> Iterator[Callable[..., App]]:
     """Factory of Apps bound to the test database; closed after the test."""
     apps: list[App] = []

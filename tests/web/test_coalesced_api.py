@@ -11,30 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import psycopg
-import pytest
 from fastapi import FastAPI
 
 from tests.web.conftest import AUTH, TestClient
 
 CALLERS = 8
-
-
-@pytest.fixture
-def refusing(conn: psycopg.Connection[Any]) -> Iterator[None]:
-    """A constraint of the application's refusing a payload with the key ``refused``: what only
-    the database refuses."""
-    conn.execute(
-        "ALTER TABLE queued_jobs ADD CONSTRAINT test_no_refused CHECK (NOT payload ? 'refused')"
-    )
-    try:
-        yield
-    finally:
-        conn.execute("ALTER TABLE queued_jobs DROP CONSTRAINT test_no_refused")
 
 
 async def _post_together(web: FastAPI, payloads: list[dict[str, Any]]) -> list[httpx.Response]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -21,19 +21,6 @@ from pgjobs.errors import QueryFailed
 from tests.support.helpers import count
 
 CALLERS = 12
-
-
-@pytest.fixture
-def refusing(conn: psycopg.Connection[Any]) -> Iterator[None]:
-    """A constraint of the application's refusing a payload with the key ``refused``: what only
-    the database refuses."""
-    conn.execute(
-        "ALTER TABLE queued_jobs ADD CONSTRAINT test_no_refused CHECK (NOT payload ? 'refused')"
-    )
-    try:
-        yield
-    finally:
-        conn.execute("ALTER TABLE queued_jobs DROP CONSTRAINT test_no_refused")
 
 
 def hold_first(app: App, boarding: Callable[[], int], others: int) -> list[int]:
