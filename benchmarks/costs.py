@@ -75,6 +75,22 @@ def statement(kind: str, partition: str) -> str:
     return pgjobs
 
 
+def _worker_trip(
+    conn: psycopg.Connection[Any], kind: str, owner: str, batch: int
+) -> tuple[str, dict[str, Any]]:
+    """Statement ``kind`` and the parameters of its first trip (nothing to archive yet, claim
+    ``batch``), on ``conn`` set up as the worker's claim connections are: one generic plan,
+    timestamps in UTC."""
+    conn.execute(queries.SESSION_HOT)
+    row = conn.execute(
+        "SELECT 'archived_jobs_p' || to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD')"
+    ).fetchone()
+    assert row is not None
+    params = ClaimParams(owner, [QUEUE]).bind(batch)
+    params.update(ok_ids="{}", ok_attempts="{}", ok_results=None)
+    return statement(kind, row[0]), params
+
+
 def consume(dsn: str, kind: str, batch: int, cpu_file: str | None = None) -> None:
     """Archive the last batch and claim the next with statement ``kind`` until no job is ready;
     with ``cpu_file``, write there the CPU seconds its backend used from connection to the end
@@ -89,15 +105,7 @@ def consume(dsn: str, kind: str, batch: int, cpu_file: str | None = None) -> Non
             while jobs := conn.execute(raw.ARCHIVE_AND_CLAIM, params, prepare=True).fetchall():
                 params["ids"] = [job[0] for job in jobs]
         else:
-            # As the worker's claim connections: one generic plan, timestamps in UTC.
-            conn.execute(queries.SESSION_HOT)
-            row = conn.execute(
-                "SELECT 'archived_jobs_p' || to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD')"
-            ).fetchone()
-            assert row is not None
-            query = statement(kind, row[0])
-            params = ClaimParams(owner, [QUEUE]).bind(batch)
-            params.update(ok_ids="{}", ok_attempts="{}", ok_results=None)
+            query, params = _worker_trip(conn, kind, owner, batch)
             while True:
                 rows = conn.execute(query, params, prepare=True).fetchall()
                 jobs = rows[:-1]  # the last row is the trip's: what it archived, its status
@@ -143,14 +151,7 @@ def explain_trip(dsn: str, kind: str, batch: int = 100) -> dict[str, float]:
                 rows = conn.execute(query, params, prepare=True).fetchall()
                 params["ids"] = [job[0] for job in rows]
         else:
-            conn.execute(queries.SESSION_HOT)
-            row = conn.execute(
-                "SELECT 'archived_jobs_p' || to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD')"
-            ).fetchone()
-            assert row is not None
-            query = statement(kind, row[0])
-            params = ClaimParams("costs:explain", [QUEUE]).bind(batch)
-            params.update(ok_ids="{}", ok_attempts="{}", ok_results=None)
+            query, params = _worker_trip(conn, kind, "costs:explain", batch)
             for _ in range(6):  # past the custom plans, to the generic one the worker runs
                 rows = conn.execute(query, params, prepare=True).fetchall()[:-1]
                 params["ok_ids"] = int_array([job[0] for job in rows])
