@@ -69,9 +69,11 @@ async def connect_async(dsn: Dsn, *, hot: bool = False) -> psycopg.AsyncConnecti
     ``hot`` is for connections that run the same prepared statements many times a second (the
     worker's claim connections), set up by ``queries.SESSION_HOT``: generic plans (PostgreSQL
     would otherwise plan the claim anew at every execution, which costs more server CPU than
-    running it, ~1 ms against ~0.3 ms for a batch of 32, for the same plan), and timestamps in
-    UTC, so the datetimes of the jobs a worker claims are in UTC whatever the server's TimeZone.
-    Their json and jsonb values (every claimed job's payload) are decoded by ``_json_loads``.
+    running it, ~1 ms against ~0.3 ms for a batch of 32, for the same plan) that never scan a
+    table whole (a plan made on an empty queue would, for the rest of the session), and
+    timestamps in UTC, so the datetimes of the jobs a worker claims are in UTC whatever the
+    server's TimeZone. Their json and jsonb values (every claimed job's payload) are decoded
+    by ``_json_loads``.
 
     Through a transaction-mode pooler only the time zone is set (``queries.SESSION_HOT_POOLED``):
     PgBouncer keeps ``TimeZone`` per client and sets it again on whichever server session runs
