@@ -25,7 +25,7 @@ from pgjobs.errors import ConfigurationError, JobCancelled, JobFailed, WaitTimeo
 from pgjobs.maintenance.registry import STALE_AFTER
 from pgjobs.models import JobHistory, JobStatus
 from pgjobs.producer import PreparedJob
-from pgjobs.submission import MAX_JOB_ID, MAX_KEY_BYTES, JobSpec
+from pgjobs.submission import MAX_JOB_ID, MAX_KEY_BYTES
 from pgjobs.tags import check as check_tags
 from pgjobs.web import enqueuing, models, paths
 from pgjobs.web.auth import READ_METHODS
@@ -78,10 +78,6 @@ _ENQUEUED_EARLIER: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _spec(body: models.JobOptions, key: str | None) -> JobSpec:
-    return JobSpec(body.task, body.payload, idempotency_key=key, **body.enqueue_options())
-
-
 def _enqueue(server: Backend, row: PreparedJob, response: Response) -> models.Job:
     """Enqueue ``row`` and answer the job: 201 when this request created it, 200 when its
     idempotency key was already taken (the job that holds it, wherever it is now)."""
@@ -117,7 +113,7 @@ async def enqueue_job(body: models.JobCreate, request: Request, response: Respon
     # The Backend read here rather than as a dependency: FastAPI's bookkeeping of each one costs
     # a tenth of this route's CPU, which serves the most requests.
     server = backend(request)
-    row = server.app.prepare(_spec(body, body.idempotency_key))
+    row = server.app.prepare(body.spec(body.idempotency_key))
     if coalescing.fits(row):
         # With the other requests' plain jobs (pgjobs.web.enqueuing), answered from its inserted
         # row: a job just enqueued has no dependencies nor dependents.
@@ -136,7 +132,7 @@ async def enqueue_job(body: models.JobCreate, request: Request, response: Respon
 def enqueue_jobs(body: models.JobBatchCreate, server: Server) -> models.JobList:
     """Enqueue every job in one transaction, or none when one is invalid (the error names it:
     ``jobs[3].priority``). Answers the jobs in the order given."""
-    rows = server.app.prepare_many(_spec(job, job.idempotency_key) for job in body.jobs)
+    rows = server.app.prepare_many(job.spec(job.idempotency_key) for job in body.jobs)
     with server.connection() as conn:
         if all(map(coalescing.fits, rows)):
             # Plain jobs: answered from their inserted rows, as one job is.
@@ -172,7 +168,7 @@ def put_job(
     """Enqueue the job under idempotency key ``key``: 201 the first time, then 200 with the same
     job on every retry of the request, wherever the job is by then (the body of a retry is not
     compared with the first one)."""
-    return _enqueue(server, server.app.prepare(_spec(body, key)), response)
+    return _enqueue(server, server.app.prepare(body.spec(key)), response)
 
 
 @router.get(

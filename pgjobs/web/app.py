@@ -20,6 +20,7 @@ from pgjobs.web.backend import Backend, metrics_public_from_env
 from pgjobs.web.dashboard import dashboard_router
 from pgjobs.web.dashboard.security import SESSION_COOKIE
 from pgjobs.web.dashboard.sessions import Sessions
+from pgjobs.web.express import ExpressEnqueue
 from pgjobs.web.guards import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES, Guards
 from pgjobs.web.health import health_router
 from pgjobs.web.paths import TextOnly
@@ -160,6 +161,8 @@ def create_app(
             ordered_tasks=state.ordered_tasks,
         )
     )
+    # Inside the guards: the token, the body's size and type are checked, the body read.
+    web.add_middleware(ExpressEnqueue, backend=state)
     web.add_middleware(
         Guards,
         max_body_bytes=max_body_bytes,

@@ -14,6 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from pgjobs.web import errors
 from pgjobs.web.auth import READ_METHODS
 from pgjobs.web.backend import ACCESS_STATE, API_PREFIX, Backend, authenticate
+from pgjobs.web.paths import route_path
 from pgjobs.web.throttle import client_address
 
 logger = logging.getLogger("pgjobs.web")
@@ -101,7 +102,7 @@ class Guards:
         if (
             self.backend is None
             or scope["method"] in READ_METHODS
-            or not _route_path(scope).startswith(API_PREFIX + "/")
+            or not route_path(scope).startswith(API_PREFIX + "/")
         ):
             return None
         headers = Headers(scope=scope)
@@ -117,7 +118,7 @@ class Guards:
     def _anonymous_form(self, scope: Scope) -> bool:
         """A dashboard form (not the login's) posted without a bearer header or a live session:
         the page refuses it whatever it holds, so its body is not read."""
-        path = _route_path(scope)
+        path = route_path(scope)
         return (
             self.signed_in is not None
             and scope["method"] in _METHODS_WITH_BODY
@@ -189,18 +190,10 @@ def _is_json(headers: Headers) -> bool:
     )
 
 
-def _route_path(scope: Scope) -> str:
-    """The request's path under the app (without the prefix it is mounted or proxied under)."""
-    path, root = scope["path"], scope.get("root_path", "")
-    if root and path.startswith(root):
-        path = path[len(root) :]
-    return str(path)
-
-
 def _is_dashboard_form(scope: Scope, headers: Headers) -> bool:
     """An HTML form posted to the dashboard (outside /api/v1), which reads it itself."""
     kind = headers.get("content-type", "").split(";", 1)[0].strip().lower()
-    return kind == "application/x-www-form-urlencoded" and not _route_path(scope).startswith(
+    return kind == "application/x-www-form-urlencoded" and not route_path(scope).startswith(
         API_PREFIX
     )
 

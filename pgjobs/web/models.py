@@ -33,6 +33,7 @@ from pgjobs.submission import (
     MAX_NAME_LENGTH,
     MAX_SECONDS,
     PRIORITY_RANGE,
+    JobSpec,
     Ref,
     check_key,
     check_unique_options,
@@ -173,6 +174,10 @@ class JobOptions(_Request):
             if exc.field == info.field_name:
                 raise ValueError(str(exc)) from None
         return value
+
+    def spec(self, key: str | None) -> JobSpec:
+        """The job as ``App.enqueue`` takes it, with idempotency key ``key``."""
+        return JobSpec(self.task, self.payload, idempotency_key=key, **self.enqueue_options())
 
     def enqueue_options(self) -> dict[str, Any]:
         """The keyword arguments of ``App.enqueue`` (``delay`` is its ``run_in``)."""

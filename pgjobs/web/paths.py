@@ -36,6 +36,14 @@ TEXT = "text"
 register_url_convertor(TEXT, TextConvertor())
 
 
+def route_path(scope: Scope) -> str:
+    """The request's path under the app (without the prefix it is mounted or proxied under)."""
+    path, root = scope["path"], scope.get("root_path", "")
+    if root and path.startswith(root):
+        path = path[len(root) :]
+    return str(path)
+
+
 def not_text(scope: Scope) -> tuple[str, str] | None:
     """(code, message) when the request's path or query string does not decode to UTF-8."""
     raw_path = scope.get("raw_path")
