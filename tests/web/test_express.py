@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import MutableMapping
 from typing import Any
 
 from fastapi import FastAPI
@@ -34,14 +35,14 @@ def _post(web: FastAPI, body: Any, *, access: Access = Access.FULL, path: str = 
     route = Route()
     lane = ExpressEnqueue(route, web.state.pgjobs)
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-    scope = {"type": "http", "method": "POST", "path": path, "root_path": ""}
+    scope: dict[str, Any] = {"type": "http", "method": "POST", "path": path, "root_path": ""}
     scope["state"] = {ACCESS_STATE: access}
-    sent: list[dict[str, Any]] = []
+    sent: list[MutableMapping[str, Any]] = []
 
     async def receive() -> dict[str, Any]:
         return {"type": "http.request", "body": raw, "more_body": False}
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         sent.append(message)
 
     asyncio.run(lane(scope, receive, send))
