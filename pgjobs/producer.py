@@ -476,22 +476,29 @@ def _insert_many(rows: Sequence[PreparedJob], batch_id: int | None = None) -> In
     pending = list(range(len(rows)))
     tagged = tags.tagged(rows)
     versioned = tagged or batch_id is not None or _versioned(rows)
-    statement = queries.JOB_INSERT_MANY_VERSIONED if versioned else queries.JOB_INSERT_MANY
+    keys: tuple[str, ...] = _MANY_KEYS if versioned else _MANY_KEYS[:-2]
     member = {} if batch_id is None else {"batch_id": batch_id}
-    if batch_id is not None:
-        statement = queries.BATCH_INSERT_MEMBERS
     if tagged:
         statement = (
             queries.JOB_INSERT_MANY_TAGGED
             if batch_id is None
             else queries.BATCH_INSERT_MEMBERS_TAGGED
         )
-    keys: tuple[str, ...] = _MANY_KEYS if versioned else _MANY_KEYS[:-2]
+    elif batch_id is not None:
+        statement = queries.BATCH_INSERT_MEMBERS
+    elif all(row.idempotency_key is None for row in rows):
+        # No key to look for: the lean statement (the same jobs, ids and NOTIFYs).
+        statement = queries.JOB_INSERT_PLAIN_VERSIONED if versioned else queries.JOB_INSERT_PLAIN
+        keys = tuple("" if key == "keys" else key for key in keys)  # "": not sent
+    else:
+        statement = queries.JOB_INSERT_MANY_VERSIONED if versioned else queries.JOB_INSERT_MANY
     # A NULL id means a concurrent enqueue took the key while this statement ran; its commit is
     # visible to the next statement, so one more round resolves it.
     for _ in range(3):
         batch = [rows[i] for i in pending]
-        params: dict[str, Any] = {k: [row[n] for row in batch] for n, k in enumerate(keys)} | member
+        params: dict[str, Any] = {
+            k: [row[n] for row in batch] for n, k in enumerate(keys) if k
+        } | member
         if tagged:
             params["tags"] = tags.column(batch)
         still = uniqueness.resolved(pending, (yield Statement(statement, params)), results)

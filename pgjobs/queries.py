@@ -1744,13 +1744,16 @@ FROM found
 """
 
 
-def _job_insert_shown(versioned: bool) -> str:
+# The two steps of an insert of jobs without idempotency keys (JOB_INSERT_PLAIN,
+# JOB_INSERT_SHOWN): ``input``, each job's row from the parallel arrays with its new id and
+# position, and ``inserted``, those rows written (RETURNING ``returning``), their queues woken.
+def _plain_steps(versioned: bool, returning: str) -> str:
     extra = _VERSIONED_COLUMNS if versioned else ""
     arrays = (
         ", %(payload_versions)s::int[], %(trace_contexts)s::text[]::jsonb[]" if versioned else ""
     )
     return f"""
-WITH input AS (
+input AS (
     SELECT nextval({_NEXT_JOB_ID_SEQ}) AS id, r.*
     FROM unnest(
         %(queues)s::text[], %(tasks)s::text[], %(payloads)s::text[]::jsonb[],
@@ -1769,12 +1772,33 @@ inserted AS (
            {extra.replace(", ", ", i.")}
     FROM input i
     ORDER BY i.position
-    RETURNING *
+    RETURNING {returning}
 ),
 notified AS (
     SELECT count(pg_notify('{NOTIFY_CHANNEL}', queue)) AS n
     FROM (SELECT DISTINCT queue FROM inserted) q
-)
+)"""
+
+
+#: Insert jobs none of which has an idempotency key, from the parallel arrays of JOB_INSERT_MANY
+#: but ``keys``, and wake their queues' idle workers. Rows: (position, id). What JOB_INSERT_MANY
+#: does for such jobs without its steps for keys: no lookup of existing keys, no join on them,
+#: and no ON CONFLICT, whose speculative insertion costs every row a lock taken and released.
+JOB_INSERT_PLAIN = f"""
+WITH {_plain_steps(versioned=False, returning="queue")}
+SELECT i.position, i.id FROM input i CROSS JOIN notified ORDER BY i.position
+"""
+
+#: JOB_INSERT_PLAIN with each job's payload version and trace context.
+JOB_INSERT_PLAIN_VERSIONED = f"""
+WITH {_plain_steps(versioned=True, returning="queue")}
+SELECT i.position, i.id FROM input i CROSS JOIN notified ORDER BY i.position
+"""
+
+
+def _job_insert_shown(versioned: bool) -> str:
+    return f"""
+WITH {_plain_steps(versioned, returning="*")}
 SELECT {_QUEUED_AS_FOUND}, '{{}}'::bigint[] AS replays
 FROM (SELECT ins.*, i.position FROM inserted ins JOIN input i ON i.id = ins.id) AS queued_jobs
 CROSS JOIN notified

@@ -128,7 +128,9 @@ def test_untagged_jobs_keep_the_statements_they_always_had():
 
     plain = producer.prepare(JobSpec("t.send"), None)
     assert statements([plain]) == [queries.JOB_INSERT_READY]
-    assert statements([plain, plain]) == [queries.JOB_INSERT_MANY]
+    assert statements([plain, plain]) == [queries.JOB_INSERT_PLAIN]
+    idempotent = producer.prepare(JobSpec("t.send", idempotency_key="i"), None)
+    assert statements([plain, idempotent]) == [queries.JOB_INSERT_MANY]
     keyed = producer.prepare(JobSpec("t.send", unique_key="k"), None)
     assert statements([keyed]) == [queries.JOB_INSERT_KEYED]
     tagged = producer.prepare(JobSpec("t.send", tags=["a"]), None)
