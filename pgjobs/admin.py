@@ -22,7 +22,6 @@ from typing import Any
 import psycopg
 
 from pgjobs import db, queries
-from pgjobs.completer.reports import ReportedOutcome, check_delivered
 from pgjobs.errors import ConfigurationError, JobNotFound, JobStateConflict, StaleOutcome
 from pgjobs.models import DeadGroup, DeadJob, JobHistory, JobStatus
 from pgjobs.retry import RetryPolicy
@@ -364,6 +363,10 @@ def report_outcome(
 
     Example: ``admin.report_outcome(dsn, 42, attempt=1, status="succeeded", result={"ok": 1})``
     """
+    # Here, not at the top: the outcome path (pgjobs.completer) is the worker's; the other
+    # operations, and `pgjobs serve` until an external worker reports, never load it.
+    from pgjobs.completer.reports import ReportedOutcome, check_delivered
+
     outcome = ReportedOutcome.of(attempt, status, retryable, error, result)
     settled = False
     with db.target_connection(target) as conn, conn.transaction():

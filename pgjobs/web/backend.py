@@ -17,7 +17,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Iterator
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import psycopg
 import psycopg_pool
@@ -32,8 +32,10 @@ from pgjobs.models import ReplicaStatus
 from pgjobs.web.auth import Access, Tokens
 from pgjobs.web.enqueuing import Enqueuer
 from pgjobs.web.errors import ApiError
-from pgjobs.web.metrics import QueueMetrics
 from pgjobs.web.throttle import SignInThrottle, client_address, too_many_message
+
+if TYPE_CHECKING:
+    from pgjobs.web.metrics import QueueMetrics
 
 API_PREFIX = "/api/v1"
 #: Seconds a request waits for a pooled connection before answering 503.
@@ -69,8 +71,7 @@ class Backend:
         self.group_limits = groups.task_limits(app.tasks.values())
         #: The ordered tasks (``groups.ordered_tasks``): what holds their groups.
         self.ordered_tasks = groups.ordered_tasks(app.tasks.values())
-        #: The queue metrics /metrics serves (their counters live as long as the app).
-        self.metrics = QueueMetrics(group_limits=self.group_limits)
+        self._metrics: QueueMetrics | None = None
         #: Failed tokens per client address, for the API and the dashboard's login alike.
         self.throttle = SignInThrottle()
         self._pool: psycopg_pool.ConnectionPool[Any] | None = None
@@ -91,6 +92,21 @@ class Backend:
             if self._pool is None:
                 self._pool = _opened(self.dsn, self.pool_size)
             return self._pool
+
+    @property
+    def metrics(self) -> QueueMetrics:
+        """The queue metrics /metrics serves, made by the first scrape (their counters then live
+        as long as the app; they count from the first scrape either way). prometheus_client and
+        what it imports (~2 MiB resident) wait for it: a server nobody scrapes never loads them."""
+        metrics = self._metrics
+        if metrics is not None:
+            return metrics
+        from pgjobs.web.metrics import QueueMetrics
+
+        with self._lock:
+            if self._metrics is None:
+                self._metrics = QueueMetrics(group_limits=self.group_limits)
+            return self._metrics
 
     def read_pool(self) -> psycopg_pool.ConnectionPool[Any]:
         """The pool of the read DSN (the primary's pool without one), opened on first use."""
