@@ -1,6 +1,7 @@
 """The request's path and query string as text: ASGI middleware that refuses (400, the one error
-shape) a request whose percent-decoded path or query string is not valid UTF-8; and ``{x:text}``,
-the route parameter for a name or key, which may hold any character ``/`` included.
+shape) a request whose percent-decoded path or query string is not valid UTF-8; ``{x:text}``,
+the route parameter for a name or key, which may hold any character ``/`` included; and
+``route_path``, the path under the app, for the middleware that looks at it before any route.
 
 The server decodes ``%FF`` into U+FFFD, the replacement character, before any route sees it, so
 two keys (or queue, task names) that differ only in invalid bytes would reach pgjobs as one and

@@ -169,24 +169,22 @@ def test_worker_connections_plan_their_statements_once(dsn):
     assert asyncio.run(setting("plan_cache_mode")) == ("force_generic_plan", "auto")
 
 
-def test_worker_connections_never_compile_their_statements(dsn):
-    # A generic plan's estimate grows with the backlog (its LIMIT is a parameter): with JIT on,
-    # a claim over millions of ready jobs compiled for longer than it ran.
+@pytest.mark.parametrize(
+    "name",
+    [
+        # A generic plan's estimate grows with the backlog (its LIMIT is a parameter): with JIT
+        # on, a claim over millions of ready jobs compiled for longer than it ran.
+        "jit",
+        # A generic plan made on an empty queue scanned it whole for the rest of the session
+        # (test_a_plan_made_on_an_empty_queue_still_reads_jobs_by_index).
+        "enable_seqscan",
+    ],
+)
+def test_worker_connections_turn_off(dsn, name):
     async def setting() -> str:
         aconn = await db.connect_async(dsn, hot=True)
         try:
-            return str((await (await aconn.execute("SHOW jit")).fetchone())[0])  # type: ignore[index]
-        finally:
-            await aconn.close()
-
-    assert asyncio.run(setting()) == "off"
-
-
-def test_worker_connections_never_scan_the_queue_whole(dsn):
-    async def setting() -> str:
-        aconn = await db.connect_async(dsn, hot=True)
-        try:
-            return str((await (await aconn.execute("SHOW enable_seqscan")).fetchone())[0])  # type: ignore[index]
+            return str((await (await aconn.execute(f"SHOW {name}")).fetchone())[0])  # type: ignore[index]
         finally:
             await aconn.close()
 
