@@ -78,7 +78,7 @@ def test_plain_jobs_keep_their_statements_and_keyed_ones_take_the_keyed_insert()
     throttled = producer.prepare(JobSpec("t.throttled", unique_key="k"), tasks)
     assert statements([plain]) == [queries.JOB_INSERT_READY]
     assert statements([later]) == [queries.JOB_INSERT]
-    assert statements([plain, later]) == [queries.JOB_INSERT_MANY]
+    assert statements([plain, later]) == [queries.JOB_INSERT_PLAIN]
     assert statements([grouped]) == [queries.JOB_INSERT_KEYED]
     assert statements([keyed]) == [queries.JOB_INSERT_KEYED]
     assert statements([plain, grouped]) == [queries.JOB_INSERT_KEYED]
@@ -88,7 +88,12 @@ def test_plain_jobs_keep_their_statements_and_keyed_ones_take_the_keyed_insert()
     assert not producer._by_copy([*big, grouped])
     assert not producer._ready_now(grouped) and not producer._ready_now(keyed)
     # The plain statements name none of the new columns.
-    for sql in (queries.JOB_INSERT, queries.JOB_INSERT_READY, queries.JOB_COPY_MANY):
+    for sql in (
+        queries.JOB_INSERT,
+        queries.JOB_INSERT_READY,
+        queries.JOB_INSERT_PLAIN,
+        queries.JOB_COPY_MANY,
+    ):
         assert "group_key" not in sql and "unique_key" not in sql
 
 
