@@ -367,7 +367,7 @@ def _insert_one(row: PreparedJob) -> Statement:
     expiring, binds only the columns it sets."""
     if _ready_now(row):
         return Statement(queries.JOB_INSERT_READY, _ready_params(row))
-    if _versioned((row,)):
+    if carries_versions((row,)):
         versioned = row._asdict()
         for name in _KEYED_FIELDS:
             del versioned[name]
@@ -379,10 +379,22 @@ def _insert_one(row: PreparedJob) -> Statement:
     return Statement(queries.JOB_INSERT, params)
 
 
-def _versioned(rows: Sequence[PreparedJob]) -> bool:
+def carries_versions(rows: Sequence[PreparedJob]) -> bool:
     """Whether one of ``rows`` has a payload version or a trace context to store (the
     statements that leave those columns out work on a schema older than migration 0007)."""
     return any(row.payload_version is not None or row.trace_context is not None for row in rows)
+
+
+def many_arrays(
+    rows: Sequence[PreparedJob], versioned: bool, *, keys: bool = True
+) -> dict[str, list[Any]]:
+    """The parallel arrays ``JOB_INSERT_MANY`` binds for ``rows``, with their payload versions
+    and trace contexts when ``versioned``; without ``keys``, those of ``JOB_INSERT_PLAIN`` and
+    ``JOB_INSERT_SHOWN`` (jobs without idempotency keys)."""
+    names = _MANY_KEYS if versioned else _MANY_KEYS[:-2]
+    return {
+        name: [row[n] for row in rows] for n, name in enumerate(names) if keys or name != "keys"
+    }
 
 
 def _ready_params(row: PreparedJob) -> dict[str, Any]:
@@ -468,15 +480,17 @@ def _copy_rows(
 ) -> tuple[str, Iterator[tuple[Any, ...]]]:
     """The COPY statement for ``rows`` and the rows it writes (``pgjobs.copying``)."""
     ready = batch_id is None and all(map(_ready_now, rows))
-    return copying.copy_rows(rows, now, ids, batch_id, ready=ready, versioned=_versioned(rows))
+    return copying.copy_rows(
+        rows, now, ids, batch_id, ready=ready, versioned=carries_versions(rows)
+    )
 
 
 def _insert_many(rows: Sequence[PreparedJob], batch_id: int | None = None) -> InsertPlan:
     results: list[int | None] = [None] * len(rows)
     pending = list(range(len(rows)))
     tagged = tags.tagged(rows)
-    versioned = tagged or batch_id is not None or _versioned(rows)
-    keys: tuple[str, ...] = _MANY_KEYS if versioned else _MANY_KEYS[:-2]
+    with_versions = tagged or batch_id is not None or carries_versions(rows)
+    keyed = True
     member = {} if batch_id is None else {"batch_id": batch_id}
     if tagged:
         statement = (
@@ -488,17 +502,17 @@ def _insert_many(rows: Sequence[PreparedJob], batch_id: int | None = None) -> In
         statement = queries.BATCH_INSERT_MEMBERS
     elif all(row.idempotency_key is None for row in rows):
         # No key to look for: the lean statement (the same jobs, ids and NOTIFYs).
-        statement = queries.JOB_INSERT_PLAIN_VERSIONED if versioned else queries.JOB_INSERT_PLAIN
-        keys = tuple("" if key == "keys" else key for key in keys)  # "": not sent
+        keyed = False
+        statement = (
+            queries.JOB_INSERT_PLAIN_VERSIONED if with_versions else queries.JOB_INSERT_PLAIN
+        )
     else:
-        statement = queries.JOB_INSERT_MANY_VERSIONED if versioned else queries.JOB_INSERT_MANY
+        statement = queries.JOB_INSERT_MANY_VERSIONED if with_versions else queries.JOB_INSERT_MANY
     # A NULL id means a concurrent enqueue took the key while this statement ran; its commit is
     # visible to the next statement, so one more round resolves it.
     for _ in range(3):
         batch = [rows[i] for i in pending]
-        params: dict[str, Any] = {
-            k: [row[n] for row in batch] for n, k in enumerate(keys) if k
-        } | member
+        params: dict[str, Any] = many_arrays(batch, with_versions, keys=keyed) | member
         if tagged:
             params["tags"] = tags.column(batch)
         still = uniqueness.resolved(pending, (yield Statement(statement, params)), results)

@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 from starlette.concurrency import run_in_threadpool
 
-from pgjobs import coalescing, db, queries, uniqueness
+from pgjobs import coalescing, db, producer, queries
 from pgjobs.models import JobHistory
 from pgjobs.producer import PreparedJob
 
@@ -69,9 +69,6 @@ def insert(conn: psycopg.Connection[Any], rows: list[PreparedJob]) -> list[JobHi
 def statement(rows: list[PreparedJob]) -> tuple[str, dict[str, Any]]:
     """``JOB_INSERT_SHOWN`` for ``rows``, with the versioned columns when one of them has a
     payload version or a trace context (the plain statement works on a schema before 0007)."""
-    versioned = any(
-        row.payload_version is not None or row.trace_context is not None for row in rows
-    )
-    names = uniqueness.MANY_PARAMS if versioned else uniqueness.MANY_PARAMS[:-2]
-    params = {name: [row[n] for row in rows] for n, name in enumerate(names) if name != "keys"}
+    versioned = producer.carries_versions(rows)
+    params = producer.many_arrays(rows, versioned, keys=False)
     return (queries.JOB_INSERT_SHOWN_VERSIONED if versioned else queries.JOB_INSERT_SHOWN), params
