@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from benchmarks import harness
+from benchmarks import floors, harness
 from benchmarks.harness import BenchmarkError, Context, Proc, say
 from benchmarks.report import Figure, Row, limit_target, ratio_target
 from benchmarks.tasks import app
@@ -70,10 +70,25 @@ def serve(ctx: Context, token: str) -> Iterator[int]:
     command = [sys.executable, "-m", "pgjobs", "serve", "--app", "benchmarks.tasks:app"]
     command += ["--dsn", ctx.db.url, "--host", "127.0.0.1", "--port", str(port)]
     command += ["--log-level", "warning"]  # as the workers of the other groups: no access log
-    proc = ctx.procs.start(command, env=harness.subprocess_env({"PGJOBS_API_TOKENS": token}))
+    with _serving(ctx, command, port, {"PGJOBS_API_TOKENS": token}):
+        yield port
+
+
+@contextmanager
+def serve_floor(ctx: Context, name: str) -> Iterator[int]:
+    """One of ``benchmarks.floors``' servers (``nothing`` or ``stack``), until the block ends;
+    yields its port."""
+    port = _free_port()
+    with _serving(ctx, floors.command(name, port), port, {}):
+        yield port
+
+
+@contextmanager
+def _serving(ctx: Context, command: list[str], port: int, env: dict[str, str]) -> Iterator[None]:
+    proc = ctx.procs.start(command, env=harness.subprocess_env(env))
     try:
         _wait_ready(proc, port)
-        yield port
+        yield
     finally:
         proc.stop()
 
@@ -228,8 +243,12 @@ def run(ctx: Context) -> list[Row]:
     batches = ctx.size(24, 8)
     latency_seconds = float(ctx.size(10, 3))
     measured: dict[str, list[float]] = {}
-    with serve(ctx, token) as port:
+    with serve(ctx, token) as port, serve_floor(ctx, "nothing") as floor_port:
         clients = [Client(port, token) for _ in range(max(CLIENTS, LATENCY_CLIENTS))]
+        floor_clients = [Client(floor_port, token) for _ in range(CLIENTS)]
+
+        def floor_single(thread: int, n: int) -> None:
+            floor_clients[thread].post(JOBS_PATH, _job(n))
 
         def api_single(thread: int, n: int) -> None:
             clients[thread].post(JOBS_PATH, _job(n))
@@ -246,6 +265,7 @@ def run(ctx: Context) -> list[Row]:
         throughput: dict[str, tuple[Callable[[int, int], None], int, int, int]] = {
             "api_single": (api_single, single, 1, CLIENTS),
             "app_single": (app_single, single, 1, CLIENTS),
+            "floor_single": (floor_single, single, 1, CLIENTS),
             "api_batch": (api_batch, batches, BATCH, BATCH_CLIENTS),
             "app_batch": (app_batch, batches, BATCH, BATCH_CLIENTS),
         }
@@ -257,13 +277,15 @@ def run(ctx: Context) -> list[Row]:
             # Warm up: the server's pool and statements, the app's pool.
             _in_threads(CLIENTS, 4 * CLIENTS, api_single)
             _in_threads(CLIENTS, 4 * CLIENTS, app_single)
+            _in_threads(CLIENTS, 4 * CLIENTS, floor_single)
             for _ in range(ctx.repeats):
                 for name, (call, calls, jobs, threads) in throughput.items():
                     _fresh(clients)
+                    _fresh(floor_clients)
                     db.conn.execute("TRUNCATE queued_jobs")
                     rate = calls * jobs / _in_threads(threads, calls, call)
                     enqueued = db.scalar("SELECT count(*) FROM queued_jobs")
-                    if enqueued != calls * jobs:
+                    if enqueued != (0 if name == "floor_single" else calls * jobs):
                         raise BenchmarkError(f"{name}: {enqueued} of {calls * jobs} jobs enqueued")
                     measured.setdefault(name, []).append(rate)
                     say(f"  api {name}: {rate:,.0f} jobs/s")
@@ -276,7 +298,7 @@ def run(ctx: Context) -> list[Row]:
                     measured.setdefault(f"{name}_p99", []).append(p99)
                     say(f"  api {name} at {RATE}/s: p50 {p50:.1f} ms, p99 {p99:.1f} ms")
         finally:
-            for client in clients:
+            for client in clients + floor_clients:
                 client.close()
             app.close()
             db.conn.execute("TRUNCATE queued_jobs")
@@ -312,6 +334,20 @@ def _rows(measured: dict[str, list[float]], single: int, batches: int, seconds: 
                 SINGLE_GOAL,
             ),
             "requests/s = jobs/s",
+            {"requests": single, "clients": CLIENTS},
+            "Python API",
+        ),
+        Row(
+            "api",
+            f"the stack's ceiling: an ASGI app that does nothing, on uvicorn as `pgjobs serve` "
+            f"runs it, one POST per request ({clients})",
+            jobs("floor_single"),
+            jobs("app_single"),
+            f"app.enqueue, same run, {threads}",
+            None,
+            f"{ratio('floor_single', 'app_single'):.2f} of app.enqueue: no app served so on this "
+            f"machine passes that share; pgjobs serve reaches "
+            f"{ratio('api_single', 'floor_single'):.2f} of it",
             {"requests": single, "clients": CLIENTS},
             "Python API",
         ),

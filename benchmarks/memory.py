@@ -4,7 +4,8 @@
 Peak RSS of one worker at --concurrency 300 with sleeping handlers: several waves of 300 sleeping
 jobs keep every slot busy; the peak resident set (VmHWM from /proc/PID/status, and ``ru_maxrss``
 when the process is reaped) is the figure, beside a lean consumer running 300 sleeps at once (on
-asyncio or on 300 threads). Peak RSS of `pgjobs serve` after 200 one-job POSTs. Wall time, start
+asyncio or on 300 threads). Peak RSS of `pgjobs serve` after 200 one-job POSTs, beside the
+libraries it stands on serving the same (``benchmarks.floors``). Wall time, start
 to exit, of `pgjobs --help` and of `pgjobs enqueue` of one job (each run interleaved with a bare
 interpreter's, as the machine's load drifts).
 """
@@ -72,7 +73,7 @@ def run(ctx: Context) -> list[Row]:
     )
     bare = Figure("MiB", [_bare_rss() for _ in range(ctx.runs(3))])
     say(f"  bare interpreter: peak RSS {bare.median:.1f} MiB")
-    return [*_workers(ctx, bare), _serve(ctx, bare), *_start_up(ctx)]
+    return [*_workers(ctx, bare), *_serve(ctx, bare), *_start_up(ctx)]
 
 
 def _workers(ctx: Context, bare: Figure) -> list[Row]:
@@ -108,31 +109,56 @@ def _workers(ctx: Context, bare: Figure) -> list[Row]:
     return rows
 
 
-def _serve(ctx: Context, bare: Figure) -> Row:
-    """Peak RSS of `pgjobs serve` that has answered 200 one-job POSTs."""
-    peaks = []
+def _serve(ctx: Context, bare: Figure) -> list[Row]:
+    """Peak RSS of `pgjobs serve` that has answered 200 one-job POSTs, and of the libraries it
+    stands on (``benchmarks.floors``' ``stack``) after the same, run by run."""
+    peaks: list[float] = []
+    floor: list[float] = []
     token = secrets.token_urlsafe(24)
     for _ in range(ctx.runs(2)):
         with api.serve(ctx, token) as port:
-            client = api.Client(port, token)
-            for n in range(200):
-                client.post(api.JOBS_PATH, {"task": "bench.noop", "payload": {"n": n}})
-            client.close()
-            proc = ctx.procs.last()
-            proc.sample()
-            peaks.append(proc.peak_rss)
+            peaks.append(_after_posts(ctx, port, token))
         say(f"  pgjobs serve: peak RSS {peaks[-1]:.1f} MiB")
+        with api.serve_floor(ctx, "stack") as port:
+            floor.append(_after_posts(ctx, port, token))
+        say(f"  its stack alone: peak RSS {floor[-1]:.1f} MiB")
     ctx.db.reset()
     figure = Figure("MiB", peaks)
-    return Row(
-        "memory",
-        "peak RSS, `pgjobs serve` after 200 one-job POSTs",
-        figure,
-        bare,
-        BARE_NAME,
-        limit_target(f"≤ {SERVE_LIMIT:.0f} MiB", figure, SERVE_LIMIT),
-        "the reference is the bare interpreter's peak RSS",
-    )
+    stack = Figure("MiB", floor)
+    return [
+        Row(
+            "memory",
+            "peak RSS, `pgjobs serve` after 200 one-job POSTs",
+            figure,
+            bare,
+            BARE_NAME,
+            limit_target(f"≤ {SERVE_LIMIT:.0f} MiB", figure, SERVE_LIMIT),
+            f"the reference is the bare interpreter's peak RSS; the stack alone (next row): "
+            f"{stack.median:.1f} MiB, {figure.median - stack.median:+.1f} MiB for pgjobs",
+        ),
+        Row(
+            "memory",
+            "peak RSS, the stack alone after 200 POSTs: one FastAPI route on uvicorn, "
+            "psycopg and psycopg_pool imported",
+            stack,
+            bare,
+            BARE_NAME,
+            None,
+            f"the floor under `pgjobs serve`: its ≤ {SERVE_LIMIT:.0f} MiB leaves "
+            f"{SERVE_LIMIT - stack.median:.1f} MiB for pgjobs",
+        ),
+    ]
+
+
+def _after_posts(ctx: Context, port: int, token: str) -> float:
+    """The peak RSS of the server last started, once it has answered 200 one-job POSTs."""
+    client = api.Client(port, token)
+    for n in range(200):
+        client.post(api.JOBS_PATH, {"task": "bench.noop", "payload": {"n": n}})
+    client.close()
+    proc = ctx.procs.last()
+    proc.sample()
+    return proc.peak_rss
 
 
 def _wall(command: list[str]) -> float:
