@@ -16,9 +16,10 @@ HTTP API's rows can be read against what its stack allows on the same machine in
 # No ``from __future__ import annotations``: FastAPI reads the route's annotations as objects,
 # and the route's model is local to ``_stack``.
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from starlette.types import Receive, Scope, Send
+if TYPE_CHECKING:  # the peers' venv imports this module too, and has no Starlette
+    from starlette.types import Receive, Scope, Send
 
 #: The answer of ``nothing``: about the size of a job as the API answers it.
 ANSWER = (
@@ -31,7 +32,7 @@ _HEADERS = [
 ]
 
 
-async def nothing(scope: Scope, receive: Receive, send: Send) -> None:
+async def nothing(scope: "Scope", receive: "Receive", send: "Send") -> None:
     """ASGI: read the body, answer ``ANSWER`` with 201 (a GET, as the readiness probe sends,
     with 200; the lifespan is acknowledged)."""
     if scope["type"] == "lifespan":

@@ -7,13 +7,17 @@ of its own (``pgbench -i``, dropped afterwards) alone, then beside pgjobs proces
 process), then, when the peers' venv is there (`make bench-peers` builds it), beside PgQueuer on
 asyncpg at the same rate in a database of its own. The cases alternate run by run (alone,
 pgjobs, alone, PgQueuer, ...) so that drift on a shared machine falls on all of them. The
-figure is pgbench's TPS; beside it, the server CPU per job of the queue's backends over the
-pgbench run (read from /proc as group f reads it) and the rate the queue kept.
+leanest queue there is runs beside it too, as the floor: ``benchmarks/raw.py``'s narrow tables
+and its one-statement trip, fed by the same producer's pace (one INSERT and NOTIFY per batch)
+and woken by LISTEN. The figure is pgbench's TPS; beside it, the server CPU per job of the
+queue's backends over the pgbench run (read from /proc as group f reads it) and the rate the
+queue kept.
 
 What idle workers cost the server is the idle group's (``benchmarks/idle.py``).
 
 ``python -m benchmarks.tenants produce|work|install ...`` are this group's own subprocesses:
-the paced producers (pgjobs and PgQueuer) and PgQueuer's worker, which run in the peers' venv.
+the paced producers (pgjobs, PgQueuer and the narrow queue), PgQueuer's worker, which runs in the
+peers' venv, and the narrow queue's worker.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from benchmarks import QUEUE, harness
+from benchmarks import QUEUE, harness, raw
 from benchmarks.harness import BenchmarkError, Context, Proc, say
 from benchmarks.report import Figure, Row, Target, ratio_target
 
@@ -56,6 +60,14 @@ HELD = 0.95
 #: The worker's --concurrency, and PgQueuer's batch size (as in `make bench-peers`).
 PGJOBS_CONCURRENCY = 32
 PGQUEUER_BATCH = 100
+#: The floor's row name, and the channel its producer notifies its worker on.
+NARROW_NAME = "the narrow raw queue"
+NARROW_CHANNEL = "narrow_jobs"
+#: The narrow producer's statement: a batch's jobs and the worker's notification, in one.
+NARROW_PRODUCE = f"""
+WITH jobs AS ({raw.NARROW_INSERT_MANY.strip()} RETURNING id)
+SELECT pg_notify('{NARROW_CHANNEL}', '')
+"""
 #: Seconds the queue runs at its rate before pgbench starts.
 WARMUP = 3.0
 #: The peers' venv (`make bench-peers`), unless PGJOBS_BENCH_PEERS_PYTHON names a Python.
@@ -334,6 +346,21 @@ def _pgjobs_queue(ctx: Context) -> Queue:
     )
 
 
+def _narrow_queue(ctx: Context) -> Queue:
+    def reset() -> None:
+        raw.narrow_reset(ctx.db.conn)
+        ctx.db.conn.execute("VACUUM ANALYZE narrow.queued_jobs")
+
+    return Queue(
+        "narrow",
+        ctx.db.url,
+        sys.executable,
+        "SELECT finished_at AS at FROM narrow.archived_jobs",
+        reset,
+        "SELECT count(*) FROM narrow.queued_jobs",
+    )
+
+
 def _pgqueuer_queue(url: str, python: str) -> Queue:
     def reset() -> None:
         with psycopg.connect(url, autocommit=True) as conn:
@@ -358,6 +385,7 @@ class Runs:
     alone: list[Case] = field(default_factory=list)
     pgjobs: list[Case] = field(default_factory=list)
     pgqueuer: list[Case] = field(default_factory=list)
+    narrow: list[Case] = field(default_factory=list)
 
 
 def run(ctx: Context) -> list[Row]:
@@ -375,7 +403,7 @@ def run(ctx: Context) -> list[Row]:
             capture_output=True,
             check=True,
         )
-        queues = [_pgjobs_queue(ctx)]
+        queues = [_pgjobs_queue(ctx), _narrow_queue(ctx)]
         if python is not None:
             peer_url = stack.enter_context(scratch_database(server, "pgjobs_bench_pgqueuer"))
             subprocess.run(
@@ -428,6 +456,7 @@ def _tps_rows(sizes: Sizes, runs: Runs) -> list[Row]:
     for system, cases, drop in (
         ("pgjobs", runs.pgjobs, pgjobs_drop),
         ("PgQueuer 1.6 (asyncpg)", runs.pgqueuer, peer_drop),
+        (NARROW_NAME, runs.narrow, _drop(runs.narrow, alone)),
     ):
         if not cases:
             continue
@@ -457,7 +486,12 @@ def _tps_rows(sizes: Sizes, runs: Runs) -> list[Row]:
                 alone,
                 "pgbench alone, runs interleaved with these",
                 target if system == "pgjobs" else None,
-                f"the queue finished {kept.median:,.0f} jobs/s ({kept.low:,.0f}-{kept.high:,.0f}), "
+                (
+                    "the floor: the leanest queue at this rate (raw.py's narrow tables and trip); "
+                    if system == NARROW_NAME
+                    else ""
+                )
+                + f"the queue finished {kept.median:,.0f} jobs/s ({kept.low:,.0f}-{kept.high:,.0f}), "
                 f"the producer enqueued {offered.median:,.0f} jobs/s; the producer's and the "
                 f"worker's own CPU {_client(cases)} µs/job: they, pgbench and the server share "
                 "this machine's cores",
@@ -487,7 +521,8 @@ def _us(cases: list[Case]) -> Figure | None:
 
 
 def _cpu_row(runs: Runs) -> Row:
-    pgjobs, peer = _us(runs.pgjobs), _us(runs.pgqueuer)
+    pgjobs, peer, narrow = _us(runs.pgjobs), _us(runs.pgqueuer), _us(runs.narrow)
+    floor = f"; the narrow raw queue: {narrow.median:.0f} µs/job" if narrow is not None else ""
     return Row(
         "tenants",
         f"PostgreSQL CPU per job (enqueue and processing) at {RATE:,} jobs/s beside pgbench",
@@ -496,7 +531,7 @@ def _cpu_row(runs: Runs) -> Row:
         "PgQueuer 1.6 (asyncpg) at the same rate" if peer is not None else "",
         None,
         "the producer's and the worker's backends, over pgbench's runs: what a producer and a "
-        "worker on other hosts would still cost the server"
+        f"worker on other hosts would still cost the server{floor}"
         if pgjobs is not None
         else "server not on this machine: /proc unavailable",
         reference="beside",
@@ -521,6 +556,9 @@ async def pace(send: Callable[[int], Awaitable[Any]], rate: float, batch: int) -
 
 
 async def produce(system: str, url: str, rate: float, batch: int) -> None:
+    if system == "narrow":
+        await narrow_produce(url, rate, batch)
+        return
     if system == "pgjobs":
         from benchmarks.tasks import app
         from pgjobs import JobSpec
@@ -542,6 +580,37 @@ async def produce(system: str, url: str, rate: float, batch: int) -> None:
     await pace(lambda n: queries.enqueue(["noop"] * n, [None] * n, [0] * n), rate, batch)
 
 
+async def narrow_produce(url: str, rate: float, batch: int) -> None:
+    """The narrow queue's producer: one autocommitted statement per batch inserts its jobs and
+    notifies the worker (``NARROW_PRODUCE``)."""
+    conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+
+    async def send(count: int) -> None:
+        await conn.execute(
+            NARROW_PRODUCE, {"queue": QUEUE, "payloads": ["{}"] * count}, prepare=True
+        )
+
+    await pace(send, rate, batch)
+
+
+async def narrow_work(url: str) -> None:
+    """The narrow queue's worker: raw.py's narrow trip (archive the last batch, claim up to 100)
+    until a trip claims nothing, then wait for a notification (or a second without one)."""
+    listener = await psycopg.AsyncConnection.connect(url, autocommit=True)
+    await listener.execute(f"LISTEN {NARROW_CHANNEL}")
+    conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+    ids: list[int] = []
+    trip = {"owner": "narrow", "queue": QUEUE, "limit": 100}
+    while True:
+        while True:
+            cursor = await conn.execute(raw.NARROW_TRIP, {**trip, "ids": ids}, prepare=True)
+            ids = [row[0] for row in await cursor.fetchall()]
+            if not ids:
+                break
+        async for _ in listener.notifies(timeout=1.0, stop_after=1):
+            pass
+
+
 async def pgqueuer_work(url: str) -> None:
     """PgQueuer's worker at its throughput settings (as `make bench-peers` runs it), steady:
     it waits for jobs instead of draining. Its log is not folded into statistics, so that the
@@ -556,7 +625,7 @@ async def pgqueuer_work(url: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.tenants")
     parser.add_argument("action", choices=("produce", "work", "install"))
-    parser.add_argument("system", choices=("pgjobs", "pgqueuer"))
+    parser.add_argument("system", choices=("pgjobs", "pgqueuer", "narrow"))
     parser.add_argument("--dsn", required=True)
     parser.add_argument("--rate", type=float, default=RATE)
     parser.add_argument("--batch", type=int, default=BATCH)
@@ -565,6 +634,8 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(produce(args.system, args.dsn, args.rate, args.batch))
     elif args.action == "work" and args.system == "pgqueuer":
         asyncio.run(pgqueuer_work(args.dsn))
+    elif args.action == "work" and args.system == "narrow":
+        asyncio.run(narrow_work(args.dsn))
     elif args.action == "install" and args.system == "pgqueuer":
         from benchmarks import peers
 
