@@ -12,6 +12,7 @@ The body has its own deadline, in the guards (``pgjobs.web.guards``).
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from collections.abc import Callable
@@ -163,6 +164,15 @@ def throttle_logs() -> list[LogThrottle]:
     return added
 
 
+def settle_heap() -> None:
+    """Collect once, then freeze what exists: the application, its routes and models live as
+    long as the process, and a full collection walked all of them (about 84,000 objects: 20 ms
+    on a quiet machine, 54 ms seen under load), stalling every request in flight. Frozen, the
+    collector never walks them again; what requests leave behind it still collects."""
+    gc.collect()
+    gc.freeze()
+
+
 def serve(
     web: Any,
     *,
@@ -184,6 +194,7 @@ def serve(
         http=guarded_protocol(header_timeout, max_connections),
     )
     throttles = throttle_logs()  # after Config, which configures uvicorn's logging
+    settle_heap()
     try:
         uvicorn.Server(config).run()
     finally:

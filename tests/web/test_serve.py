@@ -5,16 +5,19 @@ writes without a token, floods of bad requests) with a log of a few lines."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import re
 import socket
 
 import httpx
 import pytest
+import uvicorn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pgjobs.db.dsn import Dsn
+from pgjobs.web import serving
 from pgjobs.web.serving import LogThrottle
 from tests.support.helpers import pgjobs_process, run_pgjobs, wait_until
 from tests.web.conftest import READ_TOKEN, TOKEN
@@ -255,3 +258,27 @@ def test_serve_timeouts_must_be_finite(subprocess_env: dict[str, str]) -> None:
             result = run_pgjobs(subprocess_env, "serve", "--insecure-no-auth", option, value)
             assert result.returncode == 2, result.stderr
             assert result.stderr.count("\n") == 1 and option in result.stderr, result.stderr
+
+
+def test_serve_collects_and_freezes_what_exists_before_it_serves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The application and everything built before it are frozen when uvicorn starts, so that no
+    full collection walks them while requests are in flight (each one stalled every request)."""
+    built = [{"route": n} for n in range(10_000)]  # long-lived, as an application's routes
+    frozen: list[int] = []
+
+    class Server:
+        def __init__(self, config: object) -> None:
+            pass
+
+        def run(self) -> None:
+            frozen.append(gc.get_freeze_count())
+
+    monkeypatch.setattr(uvicorn, "Server", Server)
+    gc.unfreeze()
+    try:
+        serving.serve(built, host="127.0.0.1", port=0, log_level="warning", root_path="")
+    finally:
+        gc.unfreeze()
+    assert frozen and frozen[0] >= len(built)
