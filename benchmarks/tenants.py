@@ -7,9 +7,9 @@ of its own (``pgbench -i``, dropped afterwards) alone, then beside pgjobs proces
 process), then, when the peers' venv is there (`make bench-peers` builds it), beside PgQueuer on
 asyncpg at the same rate in a database of its own. The cases alternate run by run (alone,
 pgjobs, alone, PgQueuer, ...) so that drift on a shared machine falls on all of them. The
-leanest queue there is runs beside it too, as the floor: ``benchmarks/raw.py``'s narrow tables
-and its one-statement trip, fed by the same producer's pace (one INSERT and NOTIFY per batch)
-and woken by LISTEN. The figure is pgbench's TPS; beside it, the server CPU per job of the
+raw reference runs beside it too: ``benchmarks/raw.py``'s narrow tables and its one-statement
+trip, fed at the same pace (one statement inserts a batch and notifies) and woken by LISTEN.
+The figure is pgbench's TPS; beside it, the server CPU per job of the
 queue's backends over the pgbench run (read from /proc as group f reads it) and the rate the
 queue kept.
 
@@ -60,7 +60,7 @@ HELD = 0.95
 #: The worker's --concurrency, and PgQueuer's batch size (as in `make bench-peers`).
 PGJOBS_CONCURRENCY = 32
 PGQUEUER_BATCH = 100
-#: The floor's row name, and the channel its producer notifies its worker on.
+#: The raw reference's row name, and the channel its producer notifies its worker on.
 NARROW_NAME = "the narrow raw queue"
 NARROW_CHANNEL = "narrow_jobs"
 #: The narrow producer's statement: a batch's jobs and the worker's notification, in one.
@@ -487,7 +487,7 @@ def _tps_rows(sizes: Sizes, runs: Runs) -> list[Row]:
                 "pgbench alone, runs interleaved with these",
                 target if system == "pgjobs" else None,
                 (
-                    "the floor: the leanest queue at this rate (raw.py's narrow tables and trip); "
+                    "raw SQL at this rate (raw.py's narrow tables and trip); "
                     if system == NARROW_NAME
                     else ""
                 )
@@ -522,7 +522,7 @@ def _us(cases: list[Case]) -> Figure | None:
 
 def _cpu_row(runs: Runs) -> Row:
     pgjobs, peer, narrow = _us(runs.pgjobs), _us(runs.pgqueuer), _us(runs.narrow)
-    floor = f"; the narrow raw queue: {narrow.median:.0f} µs/job" if narrow is not None else ""
+    raw_cpu = f"; the narrow raw queue: {narrow.median:.0f} µs/job" if narrow is not None else ""
     return Row(
         "tenants",
         f"PostgreSQL CPU per job (enqueue and processing) at {RATE:,} jobs/s beside pgbench",
@@ -531,7 +531,7 @@ def _cpu_row(runs: Runs) -> Row:
         "PgQueuer 1.6 (asyncpg) at the same rate" if peer is not None else "",
         None,
         "the producer's and the worker's backends, over pgbench's runs: what a producer and a "
-        f"worker on other hosts would still cost the server{floor}"
+        f"worker on other hosts would still cost the server{raw_cpu}"
         if pgjobs is not None
         else "server not on this machine: /proc unavailable",
         reference="beside",
