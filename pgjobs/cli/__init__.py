@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import atexit
 import gc
-import importlib.metadata
 import os
 import sys
 import traceback
@@ -47,6 +46,10 @@ def _print_version(wanted: bool) -> None:
     """``--version``: the installed version, from the package's metadata (no database)."""
     if not wanted:
         return
+    # Imported here: about 20 ms of `pgjobs --help` and of every command that never connects
+    # (psycopg imports it for its own version).
+    import importlib.metadata
+
     try:
         version = importlib.metadata.version(DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError:

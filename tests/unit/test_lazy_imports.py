@@ -44,6 +44,9 @@ def tops(modules: set[str]) -> set[str]:
 def test_the_cli_entry_imports_no_command_and_no_driver() -> None:
     modules = loaded("import pgjobs.cli")
     assert not tops(modules) & {*OPTIONAL, "psycopg", "psycopg_pool"}
+    # The installed version is read only for --version (importlib.metadata brings email and
+    # importlib.resources: about 20 ms of `pgjobs --help`).
+    assert "importlib.metadata" not in modules
     commands = {m for m in modules if m.startswith("pgjobs.cli.")}
     light = {"commands", "completion", "messages", "coercion"}
     assert commands <= {f"pgjobs.cli.{name}" for name in light}
