@@ -596,19 +596,20 @@ async def narrow_produce(url: str, rate: float, batch: int) -> None:
 async def narrow_work(url: str) -> None:
     """The narrow queue's worker: raw.py's narrow trip (archive the last batch, claim up to 100)
     until a trip claims nothing, then wait for a notification (or a second without one)."""
-    listener = await psycopg.AsyncConnection.connect(url, autocommit=True)
-    await listener.execute(f"LISTEN {NARROW_CHANNEL}")
-    conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
-    ids: list[int] = []
-    trip = {"owner": "narrow", "queue": QUEUE, "limit": 100}
-    while True:
-        while True:
-            cursor = await conn.execute(raw.NARROW_TRIP, {**trip, "ids": ids}, prepare=True)
-            ids = [row[0] for row in await cursor.fetchall()]
-            if not ids:
-                break
-        async for _ in listener.notifies(timeout=1.0, stop_after=1):
-            pass
+    connect = psycopg.AsyncConnection.connect
+    async with await connect(url, autocommit=True) as listener:
+        await listener.execute(f"LISTEN {NARROW_CHANNEL}")
+        async with await connect(url, autocommit=True) as conn:
+            ids: list[int] = []
+            trip = {"owner": "narrow", "queue": QUEUE, "limit": 100}
+            while True:
+                while True:
+                    cursor = await conn.execute(raw.NARROW_TRIP, {**trip, "ids": ids}, prepare=True)
+                    ids = [row[0] for row in await cursor.fetchall()]
+                    if not ids:
+                        break
+                async for _ in listener.notifies(timeout=1.0, stop_after=1):
+                    pass
 
 
 async def pgqueuer_work(url: str) -> None:
