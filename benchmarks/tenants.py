@@ -9,9 +9,8 @@ asyncpg at the same rate in a database of its own. The cases alternate run by ru
 pgjobs, alone, PgQueuer, ...) so that drift on a shared machine falls on all of them. The
 raw reference runs beside it too: ``benchmarks/raw.py``'s narrow tables and its one-statement
 trip, fed at the same pace (one statement inserts a batch and notifies) and woken by LISTEN.
-The figure is pgbench's TPS; beside it, the server CPU per job of the
-queue's backends over the pgbench run (read from /proc as group f reads it) and the rate the
-queue kept.
+The figure is pgbench's TPS; beside it, the server CPU per job of the queue's backends over the
+pgbench run (read from /proc as group f reads it) and the rate the queue kept.
 
 What idle workers cost the server is the idle group's (``benchmarks/idle.py``).
 
