@@ -339,8 +339,8 @@ def _rows(measured: dict[str, list[float]], single: int, batches: int, seconds: 
         ),
         Row(
             "api",
-            f"the stack's ceiling: an ASGI app that does nothing, on uvicorn as `pgjobs serve` "
-            f"runs it, one POST per request ({clients})",
+            f"the ceiling: an ASGI app that does nothing, on uvicorn as `pgjobs serve` runs it, "
+            f"one POST per request ({clients})",
             jobs("floor_single"),
             jobs("app_single"),
             f"app.enqueue, same run, {threads}",

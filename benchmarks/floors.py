@@ -3,8 +3,8 @@
 HTTP API's rows can be read against what its stack allows on the same machine in the same run.
 
 - ``nothing``: a bare ASGI application that reads each request's body and answers 201 with a
-  job-sized JSON body. No application served by uvicorn here answers faster: its rate is the
-  ceiling of the one-job POST row (group h).
+  job-sized JSON body. No application served by uvicorn to the same clients on the same cores
+  answers faster: its rate is the ceiling of the one-job POST row (group h).
 - ``stack``: a FastAPI application with one POST route taking a pydantic model, in a process
   that has imported psycopg and psycopg_pool, as `pgjobs serve` has. Its peak RSS after the same
   200 POSTs is the memory floor of the `pgjobs serve` row (group d): what its libraries cost
