@@ -144,15 +144,6 @@ def database_name(url: str) -> str:
     return str(conninfo_to_dict(url)["dbname"])
 
 
-def with_userinfo(url: str, user: str, password: str | None = None) -> str:
-    """``url`` connecting as ``user`` (and ``password``, written as given), whatever form its
-    host takes: ``user@127.0.0.1:5432/db`` or the embedded server's ``user:@/db?host=/folder``."""
-    scheme, rest = url.split("://", 1)
-    hostinfo = rest.partition("@")[2] if "@" in rest else rest
-    userinfo = user if password is None else f"{user}:{password}"
-    return f"{scheme}://{userinfo}@{hostinfo}"
-
-
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     """``pgjobs ARGV`` in process: (exit code, stdout, stderr)."""
     code = cli.main(list(argv))

@@ -1,8 +1,9 @@
 """A PgBouncer of its own in transaction mode, in front of a PostgreSQL server: for the tests of
 ``PGJOBS_POOLER=transaction`` and for the benchmark that compares throughput through it with a
-direct connection. Runs Debian's ``pgbouncer`` binary (1.18 on Debian 12) as the ``postgres`` OS
-user when started as root (PgBouncer refuses to run as root), on a free port, with a generated
-ini file, and stops it however the caller ends.
+direct connection. Runs Debian's ``pgbouncer`` binary (1.18 on Debian 12) on a free port, with a
+generated ini file, as an unprivileged user when started as root (PgBouncer refuses to run as
+root): the ``postgres`` OS user, or the owner of the server's socket folder when the server is
+reached by one. Stopped however the caller ends.
 
 Example::
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -23,9 +25,10 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 from psycopg.conninfo import conninfo_to_dict
+
+from tests.support.urls import url_with
 
 #: Where Debian installs it (``apt-get install pgbouncer``); else the one on $PATH.
 BINARY = "/usr/sbin/pgbouncer"
@@ -50,11 +53,9 @@ class Bouncer:
     log: Path
 
     def url(self, database_url: str) -> str:
-        """``database_url`` (a ``postgresql://`` URL) through this PgBouncer instead."""
-        parts = urlsplit(database_url)
-        userinfo = parts.netloc.rpartition("@")[0]
-        netloc = f"{userinfo}@127.0.0.1:{self.port}" if userinfo else f"127.0.0.1:{self.port}"
-        return urlunsplit(parts._replace(netloc=netloc))
+        """``database_url`` through this PgBouncer instead, however it reaches the server (a
+        socket folder in its query, as the embedded server's, is not kept)."""
+        return url_with(database_url, host="127.0.0.1", port=self.port)
 
     def log_text(self) -> str:
         try:
@@ -113,9 +114,8 @@ def pgbouncer(server_url: str, *, pool_size: int = POOL_SIZE) -> Iterator[Bounce
         (workdir / "users.txt").write_text(f'"{user}" "{password}"\n')
         ini = workdir / "pgbouncer.ini"
         ini.write_text(ini_text(server_url, port, workdir, pool_size))
-        run_as = None
-        if os.geteuid() == 0:  # PgBouncer refuses to run as root
-            run_as = "postgres"
+        run_as = _unprivileged_user(server_url)
+        if run_as is not None:
             shutil.chown(workdir, run_as)
             for path in workdir.iterdir():
                 shutil.chown(path, run_as)
@@ -132,6 +132,20 @@ def pgbouncer(server_url: str, *, pool_size: int = POOL_SIZE) -> Iterator[Bounce
             yield bouncer
         finally:
             _stop(proc)
+
+
+def _unprivileged_user(server_url: str) -> str | None:
+    """Whom PgBouncer runs as when started by root (it refuses to run as root), else None: the
+    owner of the server's socket folder when the server is reached by one (the embedded server's
+    is its data folder, closed to other users), else ``postgres``."""
+    if os.geteuid() != 0:
+        return None
+    host = str(conninfo_to_dict(server_url).get("host") or "")
+    if host.startswith("/"):
+        owner = pwd.getpwuid(os.stat(host).st_uid).pw_name
+        if owner != "root":
+            return owner
+    return "postgres"
 
 
 def _wait_listening(port: int, proc: subprocess.Popen[bytes], bouncer: Bouncer) -> None:

@@ -13,7 +13,8 @@ from psycopg import sql
 
 from pgjobs import migrate
 from pgjobs.errors import SchemaMissing
-from tests.support.helpers import assert_one_line_error, run, with_userinfo
+from tests.support.helpers import assert_one_line_error, run
+from tests.support.urls import url_with
 
 APP = "tests.integration.cli_app:app"
 
@@ -88,7 +89,7 @@ def reader_without_version_table(database):
     with psycopg.connect(database.url, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
         conn.execute(sql.SQL("GRANT SELECT ON queued_jobs TO {}").format(sql.Identifier(role)))
-    yield with_userinfo(database.url, role)
+    yield url_with(database.url, user=role)
     with psycopg.connect(database.url, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
         conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))

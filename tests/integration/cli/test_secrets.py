@@ -10,7 +10,8 @@ import pytest
 
 from pgjobs import App, ConfigurationError, DatabaseUnavailable
 from pgjobs.db.dsn import Dsn
-from tests.support.helpers import assert_one_line_error, run, with_userinfo
+from tests.support.helpers import assert_one_line_error, run
+from tests.support.urls import url_with
 
 PASSWORDS = ["p#?/@%:x", "sec%ret", "p@ss:wqrd", "zq x7w k"]
 
@@ -32,7 +33,7 @@ def with_password(dsn: Dsn, password: str, *, encoded: bool, port: int | None = 
     secret = quote(password, safe="") if encoded else password
     if port is not None:
         return f"postgresql://postgres:{secret}@127.0.0.1:{port}/pgjobs"
-    return with_userinfo(dsn.url, "postgres", secret)
+    return url_with(dsn.url, user="postgres", raw_password=secret)
 
 
 @pytest.mark.parametrize("password", PASSWORDS)

@@ -4,7 +4,6 @@ and very large payloads either work or are refused whole."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -12,6 +11,7 @@ from pgjobs import App, InvalidPayload, JobSpec, producer
 from pgjobs.cli import main
 from tests.support.factories import counts, work
 from tests.support.helpers import assert_one_home
+from tests.support.urls import url_with
 
 NASTY = "x'); DROP TABLE queued_jobs; --"
 
@@ -37,18 +37,6 @@ def test_sql_in_names_and_payloads_is_data(make_app: Callable[..., App], conn):
     assert queue == task == NASTY
 
 
-def _with_password(url: str, password: str) -> str:
-    """``url`` carrying ``password``: in the user part for a TCP URL, else (a Unix socket, as
-    the embedded server's) as a ``password`` parameter, which libpq accepts too."""
-    parts = urlsplit(url)
-    if parts.hostname is None:
-        query = "&".join(filter(None, [parts.query, f"password={password}"]))
-        return urlunsplit(parts._replace(query=query))
-    user = parts.username or "postgres"
-    port = f":{parts.port}" if parts.port else ""
-    return urlunsplit(parts._replace(netloc=f"{user}:{password}@{parts.hostname}{port}"))
-
-
 def test_password_never_printed_on_connection_errors(capsys):
     secret = "s3cr3t-pw"
     code = main(["stats", "--dsn", f"postgresql://postgres:{secret}@127.0.0.1:1/nowhere"])
@@ -61,7 +49,7 @@ def test_password_never_printed_on_connection_errors(capsys):
 
 def test_password_never_printed_by_commands(dsn, capsys):
     secret = "s3cr3t-pw"
-    url = _with_password(dsn.url, secret)  # trust auth: the password is sent but not needed
+    url = url_with(dsn.url, password=secret)  # trust auth: the password is sent but not needed
     assert main(["migrate", "--dsn", url]) == 0
     assert main(["enqueue", "cli.add", "--payload", '{"a": 1, "b": 2}', "--dsn", url]) == 0
     assert main(["stats", "--dsn", url]) == 0

@@ -12,13 +12,20 @@ import subprocess
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
 
 from pgjobs.models import ArchivedStatus, DeadReason
-from tests.support.helpers import pgjobs_command, pgjobs_env, pgjobs_process, run, wait_until
+from tests.support.helpers import (
+    database_name,
+    pgjobs_command,
+    pgjobs_env,
+    pgjobs_process,
+    run,
+    wait_until,
+)
+from tests.support.urls import url_with
 
 
 def archive(
@@ -185,11 +192,8 @@ def test_stats_watch_json_prints_a_line_per_reading_and_survives_a_lost_database
 
         wait_until(lambda: len(lines()) >= 2 or not watch.alive(), timeout=20, what="2 readings")
         assert all(isinstance(reading, list) for reading in lines()), watch.err()
-        # The URL may name a Unix socket in its query (the embedded server), so edit its path.
-        parts = urlsplit(doomed.url)
-        admin_url = urlunsplit(parts._replace(path="/postgres"))
-        with psycopg.connect(admin_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE "{parts.path.lstrip("/")}" WITH (FORCE)')
+        with psycopg.connect(url_with(doomed.url, dbname="postgres"), autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE "{database_name(doomed.url)}" WITH (FORCE)')
         wait_until(
             lambda: any("error" in r for r in lines() if isinstance(r, dict)) or not watch.alive(),
             timeout=20,

@@ -19,7 +19,8 @@ from pgjobs.maintenance.leases import LeaseRescuer
 from pgjobs.models import DeadReason, Job
 from pgjobs.tasks import make_task
 from tests.support.factories import insert_raw, lease_expired, row, run_service, work
-from tests.support.helpers import assert_one_home, count, with_userinfo
+from tests.support.helpers import assert_one_home, count
+from tests.support.urls import url_with
 
 # Incompressible, so that a dead_letter index entry of it would exceed the btree row limit.
 LONG_TASK = "t." + secrets.token_hex(3000)
@@ -150,7 +151,7 @@ def worker_role(dsn: Dsn, conn) -> Iterator[tuple[str, Dsn]]:
     conn.execute(f"CREATE ROLE {role} LOGIN")
     conn.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA public TO {role}")
     conn.execute(f"GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role}")
-    url = with_userinfo(dsn.url, role)
+    url = url_with(dsn.url, user=role)
     try:
         yield role, Dsn(url, "test")
     finally:

@@ -14,6 +14,7 @@ from pgjobs.db.dsn import Dsn
 from pgjobs.worker import depths as depths_module
 from pgjobs.worker.depths import Depths, QueueDepths
 from tests.support.admin_factories import claim_one
+from tests.support.urls import url_with
 
 
 def test_depths_count_the_workers_queues_and_are_read_once_per_max_age(
@@ -46,7 +47,7 @@ def test_depths_count_the_workers_queues_and_are_read_once_per_max_age(
 
 
 def test_an_unreadable_database_is_said_not_raised(dsn: Dsn) -> None:
-    gone = replace(dsn, url=dsn.url.rsplit("/", 1)[0] + "/pgjobs_no_such_database")
+    gone = replace(dsn, url=url_with(dsn.url, dbname="pgjobs_no_such_database"))
     reading = asyncio.run(QueueDepths(gone, ["a"]).read())
     assert reading.queues is None
     assert reading.error is not None and "pgjobs_no_such_database" in reading.error

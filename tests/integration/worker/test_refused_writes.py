@@ -20,7 +20,8 @@ from pgjobs.db.dsn import Dsn
 from pgjobs.worker import Worker
 from tests.support.external import run_worker_while
 from tests.support.factories import declared_task
-from tests.support.helpers import assert_one_home, wait_until, with_userinfo
+from tests.support.helpers import assert_one_home, wait_until
+from tests.support.urls import url_with
 
 
 @pytest.fixture
@@ -59,7 +60,7 @@ def test_a_read_only_database_is_backed_off_from_and_work_resumes_once_it_takes_
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     producer: App = make_app()
-    app = App(with_userinfo(dsn.url, read_only_role))
+    app = App(url_with(dsn.url, user=read_only_role))
     done: list[int] = []
 
     @app.task(name="t.ok")
@@ -104,7 +105,7 @@ def test_a_refused_claim_is_not_called_a_refused_lease_extension(
     dsn: Dsn, read_only_role: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     completer = Completer(ClaimParams("w", ["default"]))
-    url = with_userinfo(dsn.url, read_only_role)
+    url = url_with(dsn.url, user=read_only_role)
 
     async def trip() -> Claimed:
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as aconn:
@@ -124,7 +125,7 @@ def test_outcomes_refused_by_a_read_only_database_are_kept_for_a_later_trip(
     app: App = make_app(check_task_names=False)
     job_id = app.enqueue("t.a", {})
     completer = Completer(ClaimParams("w", ["default"]))
-    url = with_userinfo(dsn.url, read_only_role)
+    url = url_with(dsn.url, user=read_only_role)
 
     async def scenario() -> tuple[Claimed, int]:
         async with await psycopg.AsyncConnection.connect(dsn.url, autocommit=True) as writable:
