@@ -14,8 +14,8 @@ from typing import Annotated, Any
 import typer
 
 from pgjobs.app import App
-from pgjobs.cli.project import find_project, nearest_pyproject
 from pgjobs.db.dsn import ENV_DSN, Dsn, normalize_dsn, resolve_dsn
+from pgjobs.db.project import check_trusted, find_project, nearest_pyproject
 from pgjobs.errors import ConfigurationError
 from pgjobs.submission import MAX_JOB_ID
 
@@ -56,15 +56,15 @@ NAME_THE_APP = (
 )
 
 
-def app_option(what: str) -> Any:
+def app_option(what: str, *, found: bool = True) -> Any:
     """The ``--app`` option (typer's ``OptionInfo``); ``what`` says what the command does with
-    the app."""
-    return typer.Option(
-        "--app",
-        help=f"package.module:app {what}. Default: ${APP_ENV}, then "
-        f"\\[tool.pgjobs] app in the nearest pyproject.toml.",
-        show_default=False,
+    the app. ``found=False``: a command that imports an app only when given ``--app``."""
+    default = (
+        f"Default: ${APP_ENV}, then \\[tool.pgjobs] app in the nearest pyproject.toml."
+        if found
+        else f"Only when given: ${APP_ENV} and \\[tool.pgjobs] app are not read."
     )
+    return typer.Option("--app", help=f"package.module:app {what}. {default}", show_default=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,15 +129,19 @@ def use_database(app: App, raw: str | None) -> None:
 def load_app(reference: str, source: str = "--app") -> App:
     """The ``pgjobs.App`` that ``package.module:attribute`` names (attribute: ``app``), given
     as ``source``. The module is imported from the working directory or from the directory of
-    the nearest ``pyproject.toml`` (the project's root)."""
+    the nearest ``pyproject.toml`` (the project's root). Neither that file nor the module (nor
+    a package above it) is imported when someone else may have written it: ``check_trusted``."""
     where = f"{source} {reference!r}"
     module_name, _, attribute = reference.partition(":")
     if not module_name:
         raise ConfigurationError(f"{where}: expected package.module:app")
     pyproject = nearest_pyproject()
+    if pyproject is not None:
+        check_trusted(pyproject)
     for root in (*([pyproject.parent] if pyproject else []), Path(os.getcwd())):
         if str(root) not in sys.path:
             sys.path.insert(0, str(root))
+    _check_module_files(module_name, where)
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -152,6 +156,42 @@ def load_app(reference: str, source: str = "--app") -> App:
             f"{where}: {module_name} has no pgjobs.App named {attribute or 'app'!r}"
         )
     return app
+
+
+def _check_module_files(module_name: str, where: str) -> None:
+    """Refuse, before anything runs, the app's module when its file, or that of a package above
+    it that importing it would run, may have been written by someone else (``check_trusted``).
+    The files are found as the import will find them, without running any; a module pgjobs
+    cannot find is left to the import's own message."""
+    search: Any = None  # top level: sys.path
+    parts = module_name.split(".")
+    for depth in range(1, len(parts) + 1):
+        name = ".".join(parts[:depth])
+        loaded = sys.modules.get(name)
+        spec = loaded.__spec__ if loaded is not None else _find_spec(name, search)
+        if spec is None:
+            return
+        if loaded is None and spec.has_location and spec.origin:
+            check_trusted(Path(spec.origin), f"{spec.origin} (module {name} of {where})")
+        search = spec.submodule_search_locations
+        if search is None:
+            return
+
+
+def _find_spec(name: str, search: Any) -> Any:
+    """The spec the import system would find for ``name`` (the finders of ``sys.meta_path``,
+    given the parent package's folders), without importing anything; None when none does."""
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        if find is None:
+            continue
+        try:
+            spec = find(name, search)
+        except (ImportError, ValueError):
+            return None
+        if spec is not None:
+            return spec
+    return None
 
 
 def _where_it_failed(exc: Exception) -> str:

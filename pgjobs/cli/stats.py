@@ -15,9 +15,9 @@ from rich.text import Text
 from pgjobs import db, groups
 from pgjobs import stats as read_model
 from pgjobs.cli import render
-from pgjobs.cli.options import DsnOption, app_option, database, find_app
+from pgjobs.cli.options import DsnOption, app_option, database, load_app
 from pgjobs.db.dsn import Dsn
-from pgjobs.errors import ConfigurationError, PgjobsError
+from pgjobs.errors import PgjobsError
 from pgjobs.tasks import Task
 
 
@@ -39,7 +39,8 @@ def stats_command(
         str | None,
         app_option(
             "holding your tasks: their group_concurrency and ordered tell which groups are at "
-            "their limit, beside the queue's, and what holds an ordered task's groups"
+            "their limit, beside the queue's, and what holds an ordered task's groups",
+            found=False,
         ),
     ] = None,
     dsn: DsnOption = None,
@@ -75,17 +76,11 @@ def stats_command(
 
 
 def _app_tasks(app_ref: str | None) -> list[Task] | None:
-    """The app's tasks (their own group limits, which are ordered), or None without an app. An
-    app named only by the environment or pyproject.toml that cannot be loaded is a warning, not a
-    failure: stats then judges groups by their queue's group concurrency alone."""
-    try:
-        found = find_app(app_ref)
-    except ConfigurationError as exc:
-        if app_ref is not None:
-            raise
-        render.warning(f"{exc}; groups are judged by their queue's group concurrency only")
-        return None
-    return None if found is None else list(found.tasks.values())
+    """The tasks (their own group limits, which are ordered) of the app ``--app`` names, or None
+    without it. Stats imports an app only when asked: what it reads otherwise is the database,
+    so it never runs the code $PGJOBS_APP or pyproject.toml names. Groups are then judged by
+    their queue's group concurrency alone."""
+    return None if app_ref is None else list(load_app(app_ref).tasks.values())
 
 
 def _watch(

@@ -1,15 +1,20 @@
 """What a project says about pgjobs in its ``pyproject.toml``: the ``[tool.pgjobs]`` table of the
-nearest one, searched from the working directory upward.
+nearest one, searched from the working directory upward, no further than the repository's root
+(a folder holding ``.git``) or the user's home.
 
 ``app = "package.module:app"`` names the app, as ``--app`` does. ``dsn = "env:VARIABLE"`` names
 the environment variable that holds the database's URL: a file never holds the URL itself (it
 would hold the password too, and end up in version control).
+
+A settings file, like the app's code, is trusted only when no one but the current user or root
+could have written it (``check_trusted``): it names code that pgjobs imports and runs.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,19 +47,101 @@ class Project:
 
 def nearest_pyproject(start: Path | None = None) -> Path | None:
     """The ``pyproject.toml`` of ``start`` (the working directory) or of its nearest parent that
-    has one; None when no directory up to the root has one."""
+    has one, up to the first folder that is a repository's root (holds ``.git``) or the user's
+    home, included; None when none has one. Not checked: see ``check_trusted``."""
     here = (start or Path(os.getcwd())).resolve()
+    home = _home()
     for directory in (here, *here.parents):
         candidate = directory / PYPROJECT
         if candidate.is_file():
             return candidate
+        if directory == home or (directory / ".git").exists():
+            return None
     return None
+
+
+def _home() -> Path | None:
+    try:
+        return Path.home().resolve()
+    except (KeyError, RuntimeError):  # no home: no such boundary
+        return None
+
+
+def check_trusted(path: Path, what: str | None = None) -> None:
+    """Refuse ``path`` (``ConfigurationError``, one line naming it and why) when someone other
+    than the current user or root may have written it: it belongs to another user, everyone may
+    write it, or its group may and that group is not its owner's own (a group of one user, as
+    a umask of 002 makes files group-writable on many systems). ``what`` names the file in the
+    message (default: the path), for an app's module.
+
+    Example: ``check_trusted(Path("pyproject.toml"))`` returns quietly for a file of yours
+    (mode 0644), and raises for one of ``nobody``'s.
+    """
+    if not hasattr(os, "geteuid"):
+        return  # Windows: files have no uid and mode bits to judge by
+    label = what or str(path)
+    try:
+        found = path.stat()
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read {label}: {exc.strerror}") from None
+    if found.st_uid not in (os.geteuid(), 0):
+        raise ConfigurationError(
+            f"refusing {label}: it belongs to {_user_name(found.st_uid)}, not to you or root; "
+            "pgjobs takes settings and code only from files of yours or root's (work from a "
+            "folder of your own, or chown the file if it is yours)"
+        )
+    mode = stat.S_IMODE(found.st_mode)
+    if mode & stat.S_IWOTH:
+        writer, bits = "everyone", "o"
+    elif mode & stat.S_IWGRP and not _own_group(found.st_gid, found.st_uid):
+        writer, bits = f"group {_group_name(found.st_gid)}", "g"
+    else:
+        return
+    raise ConfigurationError(
+        f"refusing {label}: {writer} can write it (mode {mode:04o}); pgjobs takes settings "
+        f"and code only from files no one else can change (chmod {bits}-w {path})"
+    )
+
+
+def _own_group(gid: int, uid: int) -> bool:
+    """Whether ``gid`` is the private group of user ``uid``: the user's primary group, with no
+    other user in it."""
+    import grp
+    import pwd
+
+    try:
+        owner = pwd.getpwuid(uid)
+        group = grp.getgrgid(gid)
+    except KeyError:
+        return False
+    if owner.pw_gid != gid or set(group.gr_mem) - {owner.pw_name}:
+        return False
+    return not any(user.pw_gid == gid and user.pw_uid != uid for user in pwd.getpwall())
+
+
+def _user_name(uid: int) -> str:
+    import pwd
+
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _group_name(gid: int) -> str:
+    import grp
+
+    try:
+        return f"{grp.getgrgid(gid).gr_name} (gid {gid})"
+    except KeyError:
+        return f"gid {gid}"
 
 
 def find_project(start: Path | None = None) -> Project | None:
     """The ``[tool.pgjobs]`` settings of the nearest ``pyproject.toml``; None when there is no
-    such file or it has no ``[tool.pgjobs]`` table. A file that is not valid TOML, or a table
-    with an unknown key or a value of the wrong type, raises ``ConfigurationError``.
+    such file or it has no ``[tool.pgjobs]`` table. A file that is not valid TOML, a table
+    with an unknown key or a value of the wrong type, or a table in a file someone else may have
+    written (``check_trusted``) raises ``ConfigurationError``.
 
     Example: ``find_project().app == "shop.jobs:app"`` under a project whose pyproject.toml has
     ``[tool.pgjobs]`` and ``app = "shop.jobs:app"``.
@@ -79,6 +166,7 @@ def read_project(path: Path) -> Project | None:
     table = tool.get("pgjobs") if isinstance(tool, dict) else None
     if table is None:
         return None
+    check_trusted(path)
     if not isinstance(table, dict):
         raise ConfigurationError(f"{path}: tool.pgjobs must be a table ([tool.pgjobs])")
     unknown = sorted(set(table) - set(_KEYS))

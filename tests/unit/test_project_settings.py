@@ -9,7 +9,7 @@ import pytest
 
 from pgjobs import App
 from pgjobs.cli.options import app_reference, database, use_database
-from pgjobs.cli.project import find_project
+from pgjobs.db.project import find_project, nearest_pyproject
 from pgjobs.errors import ConfigurationError
 
 FROM_FILE = "postgresql://file@127.0.0.1/file"
@@ -114,3 +114,22 @@ def test_a_literal_dsn_in_the_file_is_refused_and_not_shown(project, literal):
         find_project()
     assert "s3cret" not in str(refused.value)
     assert 'dsn = "env:VARIABLE"' in str(refused.value)
+
+
+@pytest.mark.parametrize("boundary", ["repository", "home"])
+def test_the_search_stops_at_the_repository_root_or_the_home_folder(
+    tmp_path, monkeypatch, boundary
+):
+    """The boundary folder's own pyproject.toml is read; one above it never is."""
+    (tmp_path / "pyproject.toml").write_text('[tool.pgjobs]\napp = "above:app"\n')
+    root = tmp_path / "checkout"
+    (root / "src").mkdir(parents=True)
+    if boundary == "repository":
+        (root / ".git").write_text("gitdir: /elsewhere\n")  # a worktree's .git is a file
+    else:
+        monkeypatch.setenv("HOME", str(root))
+    assert nearest_pyproject(root / "src") is None
+    assert find_project(root / "src") is None
+    (root / "pyproject.toml").write_text('[tool.pgjobs]\napp = "mine:app"\n')
+    found = find_project(root / "src")
+    assert found is not None and found.app == "mine:app"

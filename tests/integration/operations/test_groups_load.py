@@ -218,13 +218,19 @@ def test_stats_with_the_app_counts_a_tasks_own_limit(capsys, dsn, conn, monkeypa
     assert "groups of q: 1 group, 1 at its limit" in out
 
 
-def test_stats_warns_when_the_app_named_by_the_environment_cannot_load(capsys, dsn, monkeypatch):
+def test_stats_uses_only_the_app_it_is_given(capsys, dsn, conn, monkeypatch):
+    """$PGJOBS_APP is not read by stats (it imports an app only when given --app): the task's own
+    limit is not known, and a module that does not import is no warning."""
+    add(conn, "q", "customer-1", 1, task="cli.limited", leased=True)
+    add(conn, "q", "customer-1", 4, task="cli.limited")
+    monkeypatch.setenv("PGJOBS_APP", "tests.integration.groups_app:app")
+    code, out, err = run(capsys, "stats", "--dsn", dsn.url)
+    assert (code, err) == (0, "")
+    assert "groups of q: 1 group, 0 at their limit" in out
     monkeypatch.setenv("PGJOBS_APP", "no_such_module_here:app")
-    code, _, err = run(capsys, "stats", "--dsn", dsn.url)
-    assert code == 0
-    assert "cannot import no_such_module_here" in err and "queue's group concurrency" in err
+    assert run(capsys, "stats", "--dsn", dsn.url)[::2] == (0, "")
     code, _, err = run(capsys, "stats", "--app", "no_such_module_here:app", "--dsn", dsn.url)
-    assert code == 2
+    assert code == 2 and "cannot import no_such_module_here" in err
 
 
 def held(conn: psycopg.Connection[Any], **options: Any) -> dict[str, tuple[GroupHold, ...]]:
