@@ -2156,11 +2156,13 @@ ORDER BY array_position(
 # -- Doctor (pgjobs.doctor) ----------------------------------------------------------------------
 
 #: Who and where this session is, and the server settings the doctor judges. Rows: (server
-#: version, database, user, server address or NULL over a socket, server port or NULL, backend
+#: version, database, user, server address or NULL over a socket, the port the session reached
+#: (over a socket, the one the server listens on: the number in its socket's name), backend
 #: pid, autovacuum, track_counts).
 DOCTOR_SERVER = """
 SELECT current_setting('server_version'), current_database()::text, current_user::text,
-       host(inet_server_addr()), inet_server_port(), pg_backend_pid(),
+       host(inet_server_addr()), coalesce(inet_server_port(), current_setting('port')::int),
+       pg_backend_pid(),
        current_setting('autovacuum'), current_setting('track_counts')
 """
 

@@ -22,6 +22,7 @@ from pgjobs.db.dsn import Dsn
 from pgjobs.doctor import connections as doctor_connections
 from tests.support.factories import claim
 from tests.support.helpers import assert_one_line_error, pgjobs_process, run, scalar, wait_until
+from tests.support.urls import url_with
 
 pytestmark = pytest.mark.usefixtures("no_dsn_in_env")
 
@@ -284,11 +285,21 @@ def test_an_unreachable_database_is_a_failed_connection_check(capsys):
 
 @pytest.fixture
 def proxied(dsn: Dsn) -> Iterator[Callable[[], str]]:
-    """A TCP relay in front of the test server: the URL through it names another port than the
-    one the server listens on, as a DSN through a pooler does."""
+    """A TCP relay in front of the test server (reached as its URL says: on TCP, or on a Unix
+    socket as the embedded server is): the URL through it names another port than the one the
+    server listens on, as a DSN through a pooler does."""
     target = conninfo_to_dict(dsn.url)
-    if not str(target.get("host") or "").startswith(("127.", "localhost")):
-        pytest.skip("the test server is not on TCP")
+    host, server_port = str(target.get("host") or "127.0.0.1"), int(target.get("port") or 5432)
+    if "," in host:
+        pytest.skip("the test server's URL names several hosts")
+
+    def connect_server() -> socket.socket:
+        if host.startswith("/"):
+            unix = socket.socket(socket.AF_UNIX)
+            unix.connect(f"{host}/.s.PGSQL.{server_port}")
+            return unix
+        return socket.create_connection((host, server_port))
+
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
     stop = threading.Event()
@@ -309,9 +320,7 @@ def proxied(dsn: Dsn) -> Iterator[Callable[[], str]]:
                 client, _ = listener.accept()
             except TimeoutError:
                 continue
-            server = socket.create_connection(
-                (str(target["host"]), int(target.get("port") or 5432))
-            )
+            server = connect_server()
             opened.extend((client, server))
             for a, b in ((client, server), (server, client)):
                 threads.append(threading.Thread(target=pump, args=(a, b), daemon=True))
@@ -319,7 +328,7 @@ def proxied(dsn: Dsn) -> Iterator[Callable[[], str]]:
 
     acceptor = threading.Thread(target=accept, daemon=True)
     acceptor.start()
-    yield lambda: dsn.url.replace(f":{target.get('port') or 5432}/", f":{port}/", 1)
+    yield lambda: url_with(dsn.url, host="127.0.0.1", port=port)
     stop.set()
     acceptor.join(5)
     listener.close()
