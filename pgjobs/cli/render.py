@@ -198,14 +198,14 @@ def groups_table(queue: QueueGroups) -> RenderableType:
     table.add_column("group")
     table.add_column("ready", justify="right")
     table.add_column("running", justify="right")
-    table.add_column("")
+    table.add_column("at its limit")
     table.add_column("held by (times UTC)")
     for group in queue.top:
         table.add_row(
             cell(group.group_key),
             f"{group.ready:,}" + ("+" if group.ready_capped else ""),
             f"{group.running:,}",
-            "[bold yellow]at limit[/bold yellow]" if group.at_limit else "",
+            "[bold yellow]at limit[/bold yellow]" if group.at_limit else "no",
             "\n".join(hold_text(h) for h in group.held_by),
         )
     return Group(Text.from_markup(title, style="italic"), table)

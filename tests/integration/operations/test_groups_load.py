@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from unittest.mock import ANY
 
 import psycopg
 import pytest
@@ -196,6 +197,30 @@ def test_stats_shows_the_top_groups_and_those_at_their_limit(capsys, dsn, conn, 
         2,
         2,
     )
+
+
+@pytest.mark.usefixtures("no_dsn_in_env")
+def test_every_column_of_the_stats_tables_is_named(capsys, dsn, conn):
+    # A group at its limit and one not, so that the groups table's every cell is filled.
+    add(conn, "tenants", "customer-1", 3)
+    add(conn, "tenants", "customer-2", 2)
+    add(conn, "tenants", "customer-2", 2, leased=True)
+    queues.limit(dsn, "tenants", group_concurrency=2)
+    printed = {}
+    for argv in (["stats", "--verbose"], ["queue", "list"]):
+        code, printed[argv[0]], err = run(capsys, *argv, "--dsn", dsn.url)
+        assert code == 0, err
+    headers = [line for out in printed.values() for line in out.splitlines() if "┃" in line]
+    assert any("group" in line for line in headers), headers
+    for line in headers:
+        names = [name.strip() for name in line.strip().strip("┃").split("┃")]
+        assert all(names), f"a column without a name: {line}"
+    cells = {
+        cut[1].strip(): [c.strip() for c in cut[2:-1]]
+        for cut in (line.split("│") for line in printed["stats"].splitlines())
+        if len(cut) > 2 and "customer-" in cut[1]
+    }
+    assert cells == {"customer-1": ["3", "0", "no", ""], "customer-2": ["2", "2", "at limit", ANY]}
 
 
 @pytest.mark.parametrize("top", [0, 5])
