@@ -13,7 +13,7 @@ import psycopg
 # admin, batches and schedules are imported where they are used: `pgjobs enqueue` and a worker
 # need none of them (admin brings the completer's reports).
 from pgjobs import coalescing, dependencies, producer, queues, results
-from pgjobs.db.dsn import Dsn, normalize_dsn, resolve_dsn
+from pgjobs.db.dsn import APP_SOURCE, Dsn, normalize_dsn, resolve_dsn
 from pgjobs.db.pooler import Pooler, parse_pooler
 from pgjobs.errors import ConfigurationError
 from pgjobs.models import JobHistory
@@ -31,7 +31,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 #: How messages name a DSN given to ``App``.
-DSN_SOURCE = "App(dsn=...)"
+DSN_SOURCE = APP_SOURCE
 READ_DSN_SOURCE = "App(read_dsn=...)"
 
 
@@ -40,14 +40,16 @@ class App(Registry):
 
     ``dsn`` is a ``postgresql://`` URL or a libpq ``key=value`` string (``"host=127.0.0.1
     dbname=app user=postgres"``), checked here (``ConfigurationError``); it may be omitted:
-    pgjobs then reads $PGJOBS_DATABASE_URL, $DATABASE_URL, or starts the embedded server, on
-    first use. The pool opens on first use too, or ahead of it with ``open()``. With
-    ``check_task_names`` (the default) and at least one task registered, enqueueing an unknown
-    task name raises ``UnknownTask``. ``read_dsn`` names a standby (or any server) that
-    ``pgjobs serve`` reads its statistics, listings and metrics from when it serves this app;
-    every write still goes to ``dsn``. ``pooler="transaction"`` (else ``$PGJOBS_POOLER``) is for
-    a DSN through a transaction-mode pooler such as PgBouncer, with ``listen_dsn`` a direct DSN
-    that workers LISTEN on (else they poll): see the manual's "Behind PgBouncer".
+    pgjobs then looks on first use as the CLI does: $PGJOBS_DATABASE_URL, the variable
+    ``[tool.pgjobs] dsn`` names in the nearest pyproject.toml, $DATABASE_URL, else the embedded
+    server (said on stderr, with its folder). The pool opens on first use too, or ahead of it
+    with ``open()``. With ``check_task_names`` (the default) and at least one task registered,
+    enqueueing an unknown task name raises ``UnknownTask``. ``read_dsn`` names a standby (or any
+    server) that ``pgjobs serve`` reads its statistics, listings and metrics from when it serves
+    this app; every write still goes to ``dsn``. ``pooler="transaction"`` (else
+    ``$PGJOBS_POOLER``) is for a DSN through a transaction-mode pooler such as PgBouncer, with
+    ``listen_dsn`` a direct DSN that workers LISTEN on (else they poll): see the manual's "Behind
+    PgBouncer".
 
     Example::
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import psycopg
 
 from pgjobs import db
-from pgjobs.db.dsn import Dsn, resolve_dsn
+from pgjobs.db.dsn import Dsn, app_dsn, resolve_dsn
 from pgjobs.db.pooler import Pooler
 from pgjobs.errors import DatabaseUnavailable
 
@@ -61,7 +61,7 @@ class Pools:
         embedded server)."""
         with self._lock:
             if self.known_dsn is None:
-                self.known_dsn = self._moded(resolve_dsn(None))
+                self.known_dsn = self._moded(app_dsn())
             return self.known_dsn
 
     def _moded(self, dsn: Dsn) -> Dsn:

@@ -3,7 +3,7 @@
 # (pyproject.toml names the app; tests/integration/docs/test_doc_snippets.py runs the last two).
 import pgjobs
 
-app = pgjobs.App()  # the database: $PGJOBS_DATABASE_URL, else $DATABASE_URL, else embedded
+app = pgjobs.App()  # the database: found as the pgjobs commands find it (see Configuration)
 
 
 @app.task(name="emails.welcome", queue="emails", max_attempts=5, retry_base=2, retry_cap=600)

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from pgjobs.app import App
-from pgjobs.db.dsn import ENV_DSN, Dsn, normalize_dsn, resolve_dsn
+from pgjobs.db.dsn import Dsn, resolve_dsn
 from pgjobs.db.project import check_trusted, find_project, nearest_pyproject
 from pgjobs.errors import ConfigurationError
 from pgjobs.submission import MAX_JOB_ID
@@ -102,21 +102,8 @@ def find_app(explicit: str | None) -> App | None:
 def database(raw: str | None) -> Dsn:
     """The database a command works on: ``--dsn``, else ``$PGJOBS_DATABASE_URL``, else the
     variable that ``dsn = "env:NAME"`` under ``[tool.pgjobs]`` names, else ``$DATABASE_URL``,
-    else the embedded server. The variable a project names comes before ``$DATABASE_URL``: it is
-    the project's own choice, where ``DATABASE_URL`` may be set for something else."""
-    if raw or os.environ.get(ENV_DSN[0]):
-        return resolve_dsn(raw)
-    project = find_project()
-    name = project.dsn_variable if project is not None else None
-    if project is None or name is None:
-        return resolve_dsn(None)
-    value = os.environ.get(name)
-    if not value:
-        raise ConfigurationError(
-            f"{project.where('dsn')} names ${name}, which is not set: set it to the "
-            "database's URL, or give --dsn"
-        )
-    return normalize_dsn(value, f"${name} (named by [tool.pgjobs] dsn)")
+    else the embedded server: the order ``App()`` follows too (``resolve_dsn``)."""
+    return resolve_dsn(raw)
 
 
 def use_database(app: App, raw: str | None) -> None:

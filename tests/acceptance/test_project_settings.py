@@ -5,6 +5,8 @@ variable under ``[tool.pgjobs]``: no --app, no --dsn, run from a folder below th
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -170,3 +172,26 @@ def test_a_bad_pyproject_is_one_line_and_exit_2(tmp_path, shop_env, content, wor
     failed = run_pgjobs(shop_env, "work", "--burst", cwd=tmp_path)
     assert failed.returncode == 2
     assert_one_line_error(failed.returncode, failed.stderr, str(tmp_path), *words)
+
+
+def test_a_scripts_app_uses_the_database_the_commands_use(shop, shop_env, conn):
+    """A plain script's ``App()`` reads ``[tool.pgjobs] dsn`` as the commands do (before the
+    decoy $DATABASE_URL): the job it enqueues is the one the worker runs."""
+    script = "from shop.jobs import app\nprint(app.enqueue('shop.welcome', {'user_id': 7}))\n"
+    (shop / "enqueue_one.py").write_text(script)
+    ran = subprocess.run(
+        [sys.executable, "enqueue_one.py"],
+        cwd=shop,
+        env=shop_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stderr == "", "a database was found: nothing said of the embedded server"
+    job_id = int(ran.stdout)
+    worked = run_pgjobs(shop_env, "work", "--burst", "--log-level", "error", cwd=shop / "docs")
+    assert worked.returncode == 0, worked.stderr
+    done = conn.execute("SELECT id, status, result FROM archived_jobs").fetchall()
+    assert done == [(job_id, ArchivedStatus.SUCCEEDED, 7)]

@@ -9,6 +9,7 @@ import pytest
 
 from pgjobs import App
 from pgjobs.cli.options import app_reference, database, use_database
+from pgjobs.db import embedded
 from pgjobs.db.project import find_project, nearest_pyproject
 from pgjobs.errors import ConfigurationError
 
@@ -17,6 +18,7 @@ FROM_PGJOBS = "postgresql://pgjobs@127.0.0.1/pgjobs"
 FROM_GENERIC = "postgresql://generic@127.0.0.1/generic"
 FROM_OPTION = "postgresql://option@127.0.0.1/option"
 FROM_APP = "postgresql://app@127.0.0.1/app"
+FROM_EMBEDDED = "postgresql://postgres@127.0.0.1:1/embedded"
 
 
 @pytest.fixture
@@ -133,3 +135,63 @@ def test_the_search_stops_at_the_repository_root_or_the_home_folder(
     (root / "pyproject.toml").write_text('[tool.pgjobs]\napp = "mine:app"\n')
     found = find_project(root / "src")
     assert found is not None and found.app == "mine:app"
+
+
+@pytest.mark.parametrize("pgjobs_url", [None, FROM_PGJOBS])
+@pytest.mark.parametrize("file_names", ["SHOP_DB_URL", None])
+@pytest.mark.parametrize("generic_url", [None, FROM_GENERIC])
+def test_a_plain_app_finds_the_database_the_cli_finds(
+    project, monkeypatch, pgjobs_url, file_names, generic_url
+):
+    """``App()`` without a DSN and a command without --dsn look in the one same order, whatever
+    is set: the variables, and the variable the project's file names."""
+    if file_names is None:
+        (project / "pyproject.toml").write_text('[tool.pgjobs]\napp = "shop.jobs:app"\n')
+    monkeypatch.setenv("SHOP_DB_URL", FROM_FILE)
+    for name, value in (("PGJOBS_DATABASE_URL", pgjobs_url), ("DATABASE_URL", generic_url)):
+        if value is not None:
+            monkeypatch.setenv(name, value)
+    if pgjobs_url is None and file_names is None and generic_url is None:
+        monkeypatch.setattr(embedded, "start", lambda announce: FROM_EMBEDDED)
+    expected = pgjobs_url or (FROM_FILE if file_names else generic_url) or FROM_EMBEDDED
+    assert database(None).url == expected
+    assert App().dsn.url == expected
+    assert App().dsn.source == database(None).source
+
+
+def test_a_plain_app_says_when_it_falls_back_to_the_embedded_server(project, monkeypatch, capsys):
+    (project / "pyproject.toml").write_text('[tool.pgjobs]\napp = "shop.jobs:app"\n')
+    monkeypatch.setattr(embedded, "start", lambda announce: FROM_EMBEDDED)
+    for _ in range(2):  # each script that runs says it, not only the first since boot
+        assert App().dsn.url == FROM_EMBEDDED
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1
+        assert "App() was given no database" in err and "[tool.pgjobs] dsn" in err
+        assert f"using the embedded PostgreSQL in {embedded.data_dir()}" in err
+    monkeypatch.setenv("DATABASE_URL", FROM_GENERIC)
+    assert App().dsn.url == FROM_GENERIC
+    assert capsys.readouterr().err == "", "a database found: nothing to say"
+
+
+def test_with_no_database_at_all_each_says_what_it_can_do(project, monkeypatch):
+    """The embedded extra not installed: a script's App is told the ways a script has (not
+    --dsn); a command is told --dsn."""
+    (project / "pyproject.toml").write_text('[tool.pgjobs]\napp = "shop.jobs:app"\n')
+    monkeypatch.setattr(embedded, "installed", lambda: False)
+    with pytest.raises(ConfigurationError) as by_app:
+        App().dsn  # noqa: B018 (resolved on first use)
+    message = str(by_app.value)
+    for way in ("App(dsn=...)", "PGJOBS_DATABASE_URL", "[tool.pgjobs]", "pgjobs-queue[embedded]"):
+        assert way in message
+    assert "--dsn" not in message
+    with pytest.raises(ConfigurationError, match="give --dsn, set PGJOBS_DATABASE_URL"):
+        database(None)
+    monkeypatch.setenv("SHOP_DB_URL", FROM_FILE)
+    (project / "pyproject.toml").write_text('[tool.pgjobs]\ndsn = "env:SHOP_DB_URL"\n')
+    assert App().dsn.url == FROM_FILE
+
+
+def test_an_unset_project_variable_tells_a_script_its_way(project):
+    with pytest.raises(ConfigurationError, match=r"\$SHOP_DB_URL, which is not set") as raised:
+        App().dsn  # noqa: B018
+    assert "App(dsn=...)" in str(raised.value) and "--dsn" not in str(raised.value)
