@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import re
 import traceback
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 # -- What a terminal or a page can show ----------------------------------------------------------
@@ -176,11 +178,12 @@ def storable(text: str) -> str:
     return text.replace("\x00", "\\x00") if "\x00" in text else text
 
 
-def progress_text(progress: object) -> str | None:
-    """A job's progress (``current_job().progress``) in one line; None for none.
+def progress_text(progress: object, when: Callable[[datetime], str]) -> str | None:
+    """A job's progress (``current_job().progress``) in one line, the time it was reported
+    written by ``when`` as the surface writes every time; None for none.
 
-    Example: ``progress_text({"done": 40, "total": 100, "message": "resizing", "at": "..."})``
-    is ``"40 of 100 (40%): resizing, at ..."``
+    Example: ``progress_text({"done": 40, "total": 100, "message": "resizing", "at": ...}, when)``
+    is ``"40 of 100 (40%): resizing, at 2026-12-01 19:10:52 UTC"``
     """
     if not isinstance(progress, dict):
         return None if progress is None else printable(progress)
@@ -192,6 +195,24 @@ def progress_text(progress: object) -> str | None:
             line += f" ({done / total:.0%})"
     if progress.get("message"):
         line += f": {progress['message']}"
+    line = printable(line)
     if progress.get("at"):
-        line += f", at {progress['at']}"
-    return printable(line)
+        line += f", at {progress_time(progress['at'], when)}"
+    return line
+
+
+def progress_time(at: object, when: Callable[[datetime], str]) -> str:
+    """The time a progress was reported (its ``"at"``: ISO 8601 text with its offset, as pgjobs
+    writes it) as ``when`` writes a time; anything else (a row pgjobs did not write) as it is.
+
+    Example: ``progress_time("2026-12-01T19:10:52.5+00:00", render.when)`` is
+    ``"2026-12-01 19:10:52 UTC"``
+    """
+    if isinstance(at, str):
+        try:
+            moment = datetime.fromisoformat(at)
+            if moment.tzinfo is not None:
+                return when(moment)
+        except (ValueError, OverflowError):  # not a time, or one that UTC cannot hold
+            pass
+    return printable(at)

@@ -50,7 +50,7 @@ def job_show_command(
             ("expires", render.when(job.expires_at) if job.expires_at else None),
             ("attempts", f"{job.attempts} of {job.max_attempts}"),
             ("snoozes", job.snoozes or None),
-            ("progress", progress_text(job.progress)),
+            ("progress", progress_text(job.progress, render.when)),
             ("started", _started(job)),
             ("running", running),
             ("finished" if job.status is not JobStatus.DEAD else "failed", finished),

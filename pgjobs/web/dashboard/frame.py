@@ -113,6 +113,7 @@ def _environment() -> jinja2.Environment:
         shown=text.shown,
         expired=text.expired,
         when=text.when,
+        progress_time=text.progress_time,
         iso=text.iso,
         age=text.age,
         number=text.number,

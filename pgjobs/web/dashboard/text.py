@@ -17,6 +17,7 @@ from typing import Any
 from pgjobs.models import QueueState, Unloadable
 from pgjobs.rates import limits_text
 from pgjobs.text import clipped, printable
+from pgjobs.text import progress_time as progress_time_by
 
 
 def pretty_json(value: Any) -> str:
@@ -44,6 +45,11 @@ def when(value: datetime | Unloadable | None) -> str:
     if isinstance(value, Unloadable):
         return printable(value.raw)
     return f"{value.astimezone(UTC):%Y-%m-%d %H:%M:%S}Z"
+
+
+def progress_time(at: object) -> str:
+    """When a job's progress was reported (its ``"at"``), as every other moment reads."""
+    return progress_time_by(at, when)
 
 
 def iso(value: datetime | Unloadable | None) -> str:
