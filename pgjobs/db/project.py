@@ -49,15 +49,36 @@ def nearest_pyproject(start: Path | None = None) -> Path | None:
     """The ``pyproject.toml`` of ``start`` (the working directory) or of its nearest parent that
     has one, up to the first folder that is a repository's root (holds ``.git``) or the user's
     home, included; None when none has one. Not checked: see ``check_trusted``."""
+    found, _ = _search(start)
+    return found
+
+
+def project_root(start: Path | None = None) -> Path | None:
+    """The folder of the project ``start`` (the working directory) is in: that of the nearest
+    ``pyproject.toml`` (``nearest_pyproject``), else the repository's root the search stopped
+    at; None outside both.
+
+    Example: ``project_root(Path("/srv/shop/src")) == Path("/srv/shop")`` when
+    /srv/shop/pyproject.toml exists.
+    """
+    found, repository = _search(start)
+    return found.parent if found is not None else repository
+
+
+def _search(start: Path | None) -> tuple[Path | None, Path | None]:
+    """(the nearest pyproject.toml, the repository root the search stopped at), each or both
+    None."""
     here = (start or Path(os.getcwd())).resolve()
     home = _home()
     for directory in (here, *here.parents):
         candidate = directory / PYPROJECT
         if candidate.is_file():
-            return candidate
-        if directory == home or (directory / ".git").exists():
-            return None
-    return None
+            return candidate, None
+        if (directory / ".git").exists():
+            return None, directory
+        if directory == home:
+            break
+    return None, None
 
 
 def _home() -> Path | None:
