@@ -6,8 +6,9 @@ psycopg's async cursor spends ~80 µs of client CPU per execution more than this
 (at 32 jobs per trip, ~2.5 µs per job, ``python -m benchmarks.trips``: the cursor's machinery, a
 reader added and removed and a timer armed at every wait); its sync cursor ~50 µs more for the
 one-row insert (about 100 against 45 µs a call on this kind of machine). Here a statement is
-prepared once per connection with untyped parameters (or, through a transaction-mode pooler, sent
-unnamed with every execution), and every execution sends them as text
+prepared once per connection with untyped parameters, and again when the server dropped it (after
+any rollback psycopg runs: see ``_prepared``), or, through a transaction-mode pooler, sent
+unnamed with every execution; every execution sends them as text
 (the statement casts each one) with ``PGconn.send_query_prepared``, then waits for the socket
 (on the running event loop, or in ``poll`` for the sync insert). The claim's rows come in
 binary, loaded with the connection's own loaders (so its json loader too): the server then
@@ -26,10 +27,9 @@ as ``pgjobs.errors``, translated as everywhere else in ``pgjobs.db``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 import weakref
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
 import psycopg
@@ -110,21 +110,20 @@ async def succeed_and_claim(
     statement = _LIMITED if limited else _PLAIN
     values = [_text(params[name]) for name in statement.order]
     session = _session(conn)
-    with translate_errors(), _forget_on_missing(session, statement):
+    with translate_errors():
         async with conn.lock:
             pgconn = conn.pgconn
             if not _preparing(conn):
                 result = await _exchange(conn, _send_unnamed, pgconn, statement.text, values)
-                result = _check(conn, result)
             else:
-                if statement.name not in session.prepared:
-                    _check(
-                        conn,
-                        await _exchange(conn, pgconn.send_prepare, statement.name, statement.text),
-                    )
-                    session.prepared.add(statement.name)
-                result = await _exchange(conn, _send, pgconn, statement.name, values)
-                result = _check(conn, result)
+                steps = _prepared(conn, session, statement, _send, pgconn, statement.name, values)
+                send, args = next(steps)
+                try:
+                    while True:
+                        send, args = steps.send(await _exchange(conn, send, *args))
+                except StopIteration as done:
+                    result = done.value
+            result = _check(conn, result)
         transformer = session.transformer
         transformer.set_pgresult(result)
         # A value Python cannot hold (a row pgjobs did not write) spoils only its own row.
@@ -141,24 +140,72 @@ def insert_ready(
     statement = _INSERT_READY
     values = [_text(params[name]) for name in statement.order]
     session = _session(conn)
-    with translate_errors(dsn), _forget_on_missing(session, statement):
+    with translate_errors(dsn):
         with conn.lock:
             pgconn = conn.pgconn
             if not _preparing(conn):
                 result = _exchange_sync(pgconn.send_query_params, pgconn, statement.text, values)
             else:
-                if statement.name not in session.prepared:
-                    _check(
-                        conn,
-                        _exchange_sync(pgconn.send_prepare, pgconn, statement.name, statement.text),
-                    )
-                    session.prepared.add(statement.name)
-                result = _exchange_sync(pgconn.send_query_prepared, pgconn, statement.name, values)
+                execute = pgconn.send_query_prepared
+                steps = _prepared(conn, session, statement, execute, statement.name, values)
+                send, args = next(steps)
+                try:
+                    while True:
+                        send, args = steps.send(_exchange_sync(send, pgconn, *args))
+                except StopIteration as done:
+                    result = done.value
             result = _check(conn, result)
         job_id = result.get_value(0, 0) if result.ntuples == 1 else None
         if job_id is None:
             raise psycopg.InterfaceError("the insert returned no job id")
         return int(job_id)
+
+
+#: What ``_prepared`` asks its caller to send: a libpq ``send_*`` call and its arguments.
+_Send = tuple[Callable[..., None], tuple[Any, ...]]
+
+
+def _prepared(
+    conn: Connection, session: _Session, statement: _Statement, execute: Callable[..., None],
+    *args: Any,
+) -> Generator[_Send, pq.abc.PGresult, pq.abc.PGresult]:  # fmt: skip
+    """Execute the prepared ``statement`` (``execute(*args)``), preparing it first when this
+    connection has not yet; yields what to send, is sent each answer, and returns the
+    execution's result (an error too). Sync and async callers drive the same steps.
+
+    ``session.prepared`` is what this path prepared, not what the server still has: the server
+    drops every prepared statement of the session, unknown to pgjobs, at a ``DEALLOCATE ALL``
+    or ``DISCARD ALL``, and psycopg sends ``DEALLOCATE ALL`` itself after every rollback it
+    runs (a refused call in a transaction, a pool rolling back a connection given back in one)
+    and after DDL, once it prepared statements of its own on the connection. So when the server
+    says the statement does not exist (SQLSTATE 26000), it is prepared again and executed once
+    more: the server looks the statement up when it binds it, before anything of it runs, and
+    an autocommit connection that the error left in no transaction has nothing of it to roll
+    back, so the second execution is the only one that can have run. A statement prepared just
+    now and already gone (a transaction-mode pooler moved the connection to another server
+    session) is not tried again: the error says so (``translate``)."""
+    known = statement.name in session.prepared
+    while True:
+        if statement.name not in session.prepared:
+            _check(conn, (yield conn.pgconn.send_prepare, (statement.name, statement.text)))
+            session.prepared.add(statement.name)
+        result = yield execute, args
+        if not _dropped(conn, result):
+            return result
+        session.prepared.discard(statement.name)
+        if not known:
+            return result
+        known = False
+
+
+def _dropped(conn: Connection, result: pq.abc.PGresult) -> bool:
+    """Whether ``result`` says the prepared statement it executed does not exist (SQLSTATE
+    26000), on a connection left in no transaction (so nothing of it ran, nor is to undo)."""
+    return (
+        result.status == pq.ExecStatus.FATAL_ERROR
+        and result.error_field(pq.DiagnosticField.SQLSTATE) == b"26000"
+        and conn.pgconn.transaction_status == pq.TransactionStatus.IDLE
+    )
 
 
 def _preparing(conn: Connection) -> bool:
@@ -167,18 +214,6 @@ def _preparing(conn: Connection) -> bool:
     transaction may run on a server session that never saw the statement). Those run each
     statement unnamed, parsed again at every execution."""
     return conn.prepare_threshold is not None
-
-
-@contextlib.contextmanager
-def _forget_on_missing(session: _Session, statement: _Statement) -> Iterator[None]:
-    """Forget that ``statement`` is prepared on this connection when the server says it is not
-    (SQLSTATE 26000: a pooler or ``DISCARD ALL`` dropped it), so that the next execution
-    prepares it again instead of failing the same way for ever."""
-    try:
-        yield
-    except psycopg.errors.InvalidSqlStatementName:
-        session.prepared.discard(statement.name)
-        raise
 
 
 def _exchange_sync(send: Callable[..., None], pgconn: pq.abc.PGconn, *args: Any) -> pq.abc.PGresult:
