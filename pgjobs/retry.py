@@ -83,11 +83,15 @@ MAX_RETRY_AFTER = 86_400.0
 
 def _retry_after(exc: BaseException) -> float | None:
     """The seconds ``exc.retry_after`` asks to wait, when it is a number in 0..MAX_RETRY_AFTER
-    (an exception of a library may carry anything under that name: anything else is ignored)."""
-    value = getattr(exc, "retry_after", None)
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    (an exception of a library may carry anything under that name: anything else is ignored,
+    even an int beyond any float or a property that raises)."""
+    try:
+        value = getattr(exc, "retry_after", None)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        seconds = float(value)
+    except BaseException:  # a hostile property or __float__ (even one raising SystemExit)
         return None
-    seconds = float(value)
     if not math.isfinite(seconds) or not 0 <= seconds <= MAX_RETRY_AFTER:
         return None
     return seconds
