@@ -167,8 +167,8 @@ class Completer:
         refunded; past its task's ``max_snoozes``, to dead_letter (``snoozed_out``)."""
         if job.snoozes >= task.max_snoozes:
             error = (
-                f"snoozed out: the job snoozed {job.snoozes + 1} times, more than its task's "
-                f"max_snoozes ({task.max_snoozes})"
+                f"snoozed out: the job asked to snooze again after {job.snoozes} snooze"
+                f"{'' if job.snoozes == 1 else 's'}; its task's max_snoozes is {task.max_snoozes}"
             )
             self.outcomes.bury(job, DeadReason.SNOOZED_OUT, error, "pgjobs.errors.Snooze")
             log.warning("job %d (%s): %s; sent to dead_letter", job.id, job.task, error)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 from datetime import timedelta
@@ -52,23 +53,34 @@ def test_a_snoozed_job_waits_its_seconds(make_app, conn):
     assert timedelta(seconds=590) < waiting["run_at"] - db_now(conn) <= timedelta(seconds=600)
 
 
-def test_one_snooze_past_max_snoozes_is_a_dead_letter(make_app, conn):
+@pytest.mark.parametrize("max_snoozes", [0, 1, 2])
+def test_one_snooze_past_max_snoozes_is_a_dead_letter(make_app, conn, caplog, max_snoozes):
     app: App = make_app()
     runs: list[int] = []
 
-    @app.task(name="t.never_ready", max_snoozes=2)
+    @app.task(name="t.never_ready", max_snoozes=max_snoozes)
     def never_ready() -> None:
         runs.append(1)
         raise Snooze(0)
 
     job_id = app.enqueue("t.never_ready", {})
-    assert work(app) == 0
-    assert len(runs) == 3
+    with caplog.at_level(logging.WARNING, logger="pgjobs.worker"):
+        assert work(app) == 0
+    assert len(runs) == max_snoozes + 1
     assert assert_one_home(conn, [job_id]) == {job_id: "dead_letter"}
     dead = row(conn, "dead_letter", job_id)
     assert dead is not None
-    assert (dead["reason"], dead["snoozes"], dead["attempts"]) == ("snoozed_out", 2, 1)
-    assert "more than its task's max_snoozes (2)" in dead["last_error"]
+    assert (dead["reason"], dead["snoozes"], dead["attempts"]) == ("snoozed_out", max_snoozes, 1)
+    # The error and the log count the snoozes that happened, as the snoozes column does.
+    plural = "" if max_snoozes == 1 else "s"
+    said = (
+        f"snoozed out: the job asked to snooze again after {max_snoozes} snooze{plural}; "
+        f"its task's max_snoozes is {max_snoozes}"
+    )
+    assert dead["last_error"] == said
+    assert [r.getMessage() for r in caplog.records if "snoozed out" in r.getMessage()] == [
+        f"job {job_id} (t.never_ready): {said}; sent to dead_letter"
+    ]
     # Redriven, it gets its snoozes again.
     assert app.redrive(job_id) == 1
     again = row(conn, "queued_jobs", job_id)
