@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 
 from pgjobs.errors import ConfigurationError, PgjobsError, Snooze
 from pgjobs.models import Job
+from pgjobs.text import storable
 
 #: Longest lease extension (seconds): a year. A job that runs longer extends again.
 MAX_EXTENSION = 365 * 86400.0
@@ -157,10 +158,16 @@ def progress_json(done: object, total: object = None, message: object = None) ->
             raise ConfigurationError(
                 f"progress message must be a string, got {type(message).__name__}"
             )
-        if len(message) > MAX_PROGRESS_MESSAGE or "\x00" in message:
+        message = str.__str__(message)  # the text itself: a subclass' len() or `in` may lie
+        if len(message) > MAX_PROGRESS_MESSAGE:
             raise ConfigurationError(
-                f"progress message must be at most {MAX_PROGRESS_MESSAGE:,} characters "
-                f"without NUL, got {len(message):,} characters"
+                f"progress message must be at most {MAX_PROGRESS_MESSAGE:,} characters, got "
+                f"{len(message):,} characters"
+            )
+        if storable(message) != message:
+            raise ConfigurationError(
+                f"progress message must be text PostgreSQL can store, without NUL or a lone "
+                f"surrogate (not valid UTF-8), got {ascii(message)[:80]}"
             )
     at = datetime.now(UTC).isoformat()
     return json.dumps({"done": done, "total": total, "message": message, "at": at})

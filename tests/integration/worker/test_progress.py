@@ -129,6 +129,16 @@ def test_a_job_without_progress_has_none(make_app, conn):
     assert progress_of(conn, "archived_jobs", job_id) is None
 
 
+class _Sly(str):
+    """Text whose len() and `in` lie about what it holds."""
+
+    def __contains__(self, _: object) -> bool:
+        return False
+
+    def __len__(self) -> int:
+        return 0
+
+
 @pytest.mark.parametrize(
     ("args", "words"),
     [
@@ -141,6 +151,10 @@ def test_a_job_without_progress_has_none(make_app, conn):
         ((1, None, 5), "message must be a string"),
         ((1, None, "x" * 1001), "at most 1,000 characters"),
         ((1, None, "a\x00b"), "without NUL"),
+        ((1, None, "half \ud800 a pair"), "lone surrogate"),
+        ((1, None, _Sly("a\x00b")), "without NUL"),
+        ((1, None, _Sly("x" * 1001)), "at most 1,000 characters"),
+        ((10**400,), "done must be a number >= 0"),
     ],
 )
 def test_bad_progress_is_a_one_line_error_in_the_handler(make_app, conn, args, words):
