@@ -71,16 +71,55 @@ class Snooze(Exception):
     """
 
     def __init__(self, seconds: float) -> None:
-        try:
-            value = float(seconds)
-        except (TypeError, ValueError, OverflowError):
-            value = float("nan")
-        if not 0 <= value <= MAX_SNOOZE:  # NaN and infinity too
-            raise ValueError(
-                f"Snooze takes seconds from 0 to {MAX_SNOOZE:.0f} (a year), got {seconds!r}"
-            )
+        value = snooze_seconds(seconds)
         super().__init__(f"snoozed for {value:g}s")
         self.seconds = value
+
+
+def snooze_seconds(seconds: object) -> float:
+    """``seconds`` as a snooze takes them, a number from 0 to ``MAX_SNOOZE`` (a year); anything
+    else (NaN, infinity, an int beyond any float, not a number) raises ``ValueError`` naming it.
+
+    Example: ``snooze_seconds(30) == 30.0``
+    """
+    try:
+        value = float(seconds)  # type: ignore[arg-type]
+    except BaseException:  # not a number, or a hostile __float__
+        value = float("nan")
+    if not 0 <= value <= MAX_SNOOZE:  # NaN and infinity too
+        raise ValueError(f"{_SNOOZE_RANGE}, got {_shown(seconds)}")
+    return value
+
+
+def snoozed_for(snooze: Snooze) -> float:
+    """The seconds a ``Snooze`` that a handler raised asks for, checked again where the worker
+    takes them: a subclass, or code that set ``seconds`` after the ``Snooze`` was built, may
+    hold anything. A bad value raises ``ValueError`` (caused by ``snooze``), which fails the
+    attempt as any error does.
+
+    Example: ``snoozed_for(Snooze(30)) == 30.0``
+    """
+    try:
+        seconds = snooze.seconds
+    except BaseException as exc:  # no seconds at all, or a hostile property
+        problem = f"{_SNOOZE_RANGE}; reading its seconds raised {type(exc).__name__}"
+        raise ValueError(problem) from snooze
+    try:
+        return snooze_seconds(seconds)
+    except ValueError as exc:
+        raise exc from snooze
+
+
+_SNOOZE_RANGE = f"Snooze takes seconds from 0 to {MAX_SNOOZE:.0f} (a year)"
+
+
+def _shown(value: object) -> str:
+    """``repr(value)`` in at most 40 characters, whatever ``value`` is."""
+    try:
+        text = repr(value)
+    except BaseException:  # a hostile __repr__, or an int too long to write
+        text = f"a {type(value).__name__}"
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 class JobNotFound(PgjobsError):

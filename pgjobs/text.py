@@ -102,7 +102,7 @@ def _result_json(value: Any) -> str | None:
         text = json.dumps(value, default=str, allow_nan=False)
     except ValueError:
         text = _as_string(value)
-    except Exception as exc:  # whatever encoding raised is reported, not raised
+    except BaseException as exc:  # whatever encoding raised (even SystemExit) is reported
         text = _unstorable(exc)
     if "\\ud" in text:
         text = _LONE_SURROGATE_ESCAPE_TO_REPLACE.sub(_keep_escape_or_replace, text)
@@ -113,7 +113,7 @@ def _result_json(value: Any) -> str | None:
 def _as_string(value: Any) -> str:
     try:
         return json.dumps(str(value))
-    except Exception as exc:
+    except BaseException as exc:
         return _unstorable(exc)
 
 
@@ -150,12 +150,39 @@ def error_line(text: str) -> str:
     return line if len(line) <= MAX_ERROR_LENGTH else line[: MAX_ERROR_LENGTH - 1] + "…"
 
 
+#: Longest traceback kept in dead_letter (characters): its beginning and its end, the middle
+#: cut. A traceback goes in the worker's round trip, beside every other job's outcome.
+MAX_TRACEBACK_LENGTH = 100_000
+
+
 def traceback_text(exc: BaseException) -> str | None:
-    """``exc``'s traceback as dead_letter stores it; None when formatting it fails."""
+    """``exc``'s traceback as dead_letter stores it, at most ``MAX_TRACEBACK_LENGTH``
+    characters; None when formatting it fails."""
     try:
-        return storable("".join(traceback.format_exception(exc)))
+        text = "".join(traceback.format_exception(exc))
     except BaseException:  # a hostile __str__ or __traceback__: the error line says enough
         return None
+    if len(text) > MAX_TRACEBACK_LENGTH:
+        half = MAX_TRACEBACK_LENGTH // 2 - 100
+        cut = len(text) - 2 * half
+        text = f"{text[:half]}\n… ({cut:,} characters cut) …\n{text[-half:]}"
+    return storable(text)
+
+
+def error_type(exc: BaseException) -> str:
+    """``exc``'s class as dead_letter's error_type names it, ``module.QualifiedName``, whatever
+    the class says of itself (a ``__module__`` that is not text is ``<unknown>``, as in a
+    traceback).
+
+    Example: ``error_type(ValueError()) == "builtins.ValueError"``
+    """
+    cls = type(exc)
+    try:
+        module = cls.__module__
+    except BaseException:  # a metaclass' hostile property
+        module = None
+    name = f"{module if type(module) is str else '<unknown>'}.{cls.__qualname__}"
+    return error_line(name)
 
 
 def _message(exc: BaseException) -> str:

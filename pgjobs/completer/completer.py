@@ -26,10 +26,11 @@ from pgjobs.errors import (
     QueryFailed,
     SchemaMissing,
     Snooze,
+    snoozed_for,
 )
 from pgjobs.models import DeadReason, Job
 from pgjobs.tasks import Task
-from pgjobs.text import MAX_RESULT_BYTES, error_text, result_json, storable, traceback_text
+from pgjobs.text import MAX_RESULT_BYTES, error_text, error_type, result_json, traceback_text
 
 # Outcomes are what a worker did with its jobs: they log under the worker's name.
 log = logging.getLogger("pgjobs.worker")
@@ -146,15 +147,19 @@ class Completer:
             self.outcomes.succeed(job, result_json(result, self._max_result_bytes))
             return _SUCCEEDED
         if isinstance(exc, Snooze):
-            return self._snoozed(job, task, exc)
+            try:
+                seconds = snoozed_for(exc)
+            except ValueError as problem:  # not a snooze's seconds: the attempt fails, saying so
+                exc = problem
+            else:
+                return self._snoozed(job, task, seconds)
         error = error_text(exc)
         where = f"job {job.id} ({job.task}) failed on attempt {job.attempts}/{job.max_attempts}"
         worth_retry = not isinstance(exc, NonRetryableError) and task.retry.retries(exc)
         if not worth_retry or job.is_last_attempt:
             reason = DeadReason.EXHAUSTED if worth_retry else DeadReason.NON_RETRYABLE
-            error_type = storable(f"{type(exc).__module__}.{type(exc).__qualname__}")
             trace = traceback_text(exc)
-            self.outcomes.bury(job, reason, error, error_type, trace)
+            self.outcomes.bury(job, reason, error, error_type(exc), trace)
             log.warning("%s: %s; sent to dead_letter (%s)", where, error, reason)
             return _DEAD
         delay = task.retry.delay(job.attempts, exc)
@@ -162,8 +167,8 @@ class Completer:
         log.warning("%s: %s; retry in %.1fs", where, error, delay)
         return _RETRIED
 
-    def _snoozed(self, job: Job, task: Task, snooze: Snooze) -> Outcome:
-        """``job``'s handler snoozed it: back to the queue for ``snooze.seconds``, its attempt
+    def _snoozed(self, job: Job, task: Task, seconds: float) -> Outcome:
+        """``job``'s handler snoozed it: back to the queue for ``seconds``, its attempt
         refunded; past its task's ``max_snoozes``, to dead_letter (``snoozed_out``)."""
         if job.snoozes >= task.max_snoozes:
             error = (
@@ -173,8 +178,8 @@ class Completer:
             self.outcomes.bury(job, DeadReason.SNOOZED_OUT, error, "pgjobs.errors.Snooze")
             log.warning("job %d (%s): %s; sent to dead_letter", job.id, job.task, error)
             return _DEAD
-        self.outcomes.release(job, refund=True, hold=snooze.seconds, snooze=True)
-        log.debug("job %d (%s) snoozed for %gs", job.id, job.task, snooze.seconds)
+        self.outcomes.release(job, refund=True, hold=seconds, snooze=True)
+        log.debug("job %d (%s) snoozed for %gs", job.id, job.task, seconds)
         return _SNOOZED
 
     def timed_out(self, job: Job, task: Task, timeout: float) -> Outcome:

@@ -336,7 +336,7 @@ class Slots:
         else:
             try:
                 outcome = self.completer.finished(job, task, result, exc)
-            except Exception as problem:  # the outcome of one job never stops the others
+            except BaseException as problem:  # the outcome of one job never stops the others
                 log.exception("job %d: its outcome could not be recorded", job.id)
                 outcome = self.completer.finished(job, task, None, problem)
         if self.metrics is not None:
