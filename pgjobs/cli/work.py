@@ -27,11 +27,13 @@ from pgjobs.errors import ConfigurationError, PgjobsError
 from pgjobs.submission import check_seconds
 from pgjobs.targets import ExternalTarget, check_headers, check_url
 from pgjobs.worker import Worker, WorkerConfig
-from pgjobs.worker.config import MAX_READ_AHEAD, READ_AHEAD_PER_SLOT
-from pgjobs.worker.http import address_text, parse_address
+from pgjobs.worker.config import MAX_READ_AHEAD, READ_AHEAD_PER_SLOT, check_http_token
+from pgjobs.worker.http import DEFAULT_HOST, address_text, parse_address
 
 #: The environment variable whose port the worker serves its endpoint on when --http is not given.
 PORT_ENV = "PORT"
+#: The environment variable that holds the token of the endpoint's /metrics and /stats.
+HTTP_TOKEN_ENV = "PGJOBS_WORKER_HTTP_TOKEN"
 #: The worker's defaults, shown by --help (WorkerConfig holds them).
 _DEFAULTS = WorkerConfig()
 
@@ -98,10 +100,23 @@ def work_command(
         str | None,
         typer.Option(
             "--http",
-            metavar="HOST:PORT",
-            help="Serve /metrics, /healthz, /readyz and /stats on HOST:PORT (e.g. 127.0.0.1:9090; "
-            "port 0: any free port). Default: 0.0.0.0:$PORT when $PORT is set, else none. With "
-            "--processes N, worker process i listens on PORT+i.",
+            metavar="[HOST:]PORT",
+            help="Serve /metrics, /healthz, /readyz and /stats on HOST:PORT (e.g. 0.0.0.0:9090 "
+            "for other machines; port 0: any free port); a PORT alone listens on 127.0.0.1 only. "
+            "Default: 127.0.0.1:$PORT when $PORT is set, else none. With --processes N, worker "
+            "process i listens on PORT+i.",
+            show_default=False,
+        ),
+    ] = None,
+    http_token: Annotated[
+        str | None,
+        typer.Option(
+            "--http-token",
+            metavar="TOKEN",
+            help="The token /metrics and /stats ask for (Authorization: Bearer TOKEN), at least "
+            "16 characters; /healthz and /readyz never ask. Prefer "
+            f"${HTTP_TOKEN_ENV} (a command line shows in ps). Default: ${HTTP_TOKEN_ENV}, "
+            "else none.",
             show_default=False,
         ),
     ] = None,
@@ -150,6 +165,7 @@ def work_command(
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
+    address = _http_address(http, processes) if http is not None else _port_address(processes)
     config = WorkerConfig(
         concurrency=concurrency,
         queues=queues or None,
@@ -159,7 +175,8 @@ def work_command(
         maintenance=maintenance,
         rescue_interval=rescue_interval,
         expire_interval=expire_interval,
-        http=_http_address(http, processes) if http is not None else _port_address(processes),
+        http=address,
+        http_token=_http_token(http_token, address),
         external=_external(external_url, external_timeout, external_headers),
         read_ahead=read_ahead,
     )
@@ -168,6 +185,9 @@ def work_command(
     link = supervisor.SupervisorLink(supervisor_fd) if supervisor_fd is not None else None
     forked: list[supervisor.Forked] = []
     if processes > 1 and link is None:
+        if config.http_token is not None:
+            # Worker processes started afresh read it there: a secret never goes on a command line.
+            os.environ[HTTP_TOKEN_ENV] = config.http_token
         link, forked = supervisor.fork_workers(processes)
     if link is not None:
         config = replace(config, http=_slot_address(config.http, link.slot))
@@ -261,8 +281,9 @@ def _http_address(text: str, processes: int, source: str = "--http") -> tuple[st
 
 
 def _port_address(processes: int) -> tuple[str, int] | None:
-    """Without --http: 0.0.0.0:$PORT when $PORT is set (the port a platform gives a process and
-    probes), else no endpoint. An empty $PORT is unset."""
+    """Without --http: 127.0.0.1:$PORT when $PORT is set (a port alone, as ``--http PORT``: for
+    this machine only; a platform that probes from elsewhere is given --http 0.0.0.0:$PORT),
+    else no endpoint. An empty $PORT is unset."""
     value = os.environ.get(PORT_ENV, "").strip()
     if not value:
         return None
@@ -270,7 +291,23 @@ def _port_address(processes: int) -> tuple[str, int] | None:
         raise ConfigurationError(
             f"${PORT_ENV} {value[:40]!r}: expected a port number 0..65535 (or give --http HOST:PORT)"
         )
-    return _http_address(f"0.0.0.0:{int(value)}", processes, f"${PORT_ENV}")
+    return _http_address(f"{DEFAULT_HOST}:{int(value)}", processes, f"${PORT_ENV}")
+
+
+def _http_token(given: str | None, address: tuple[str, int] | None) -> str | None:
+    """--http-token, else $PGJOBS_WORKER_HTTP_TOKEN (spaces around it dropped: a secret read
+    from a file ends in a newline), checked; None when there is no endpoint to protect. An empty
+    variable is unset. Nothing of the token is ever shown."""
+    if given is not None:
+        if address is None:
+            raise ConfigurationError(
+                "--http-token protects the worker's endpoint: give --http [HOST:]PORT too"
+            )
+        return check_http_token(given.strip(), "--http-token")
+    value = os.environ.get(HTTP_TOKEN_ENV, "").strip()
+    if not value or address is None:
+        return None
+    return check_http_token(value, f"${HTTP_TOKEN_ENV}")
 
 
 def _slot_address(address: tuple[str, int] | None, slot: int) -> tuple[str, int] | None:

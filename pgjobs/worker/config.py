@@ -42,6 +42,32 @@ MAX_READ_AHEAD = 10_000
 #: Seconds an async handler cancelled at its timeout (or by `pgjobs cancel --force`) may take to
 #: unwind (its ``finally`` blocks) before its slot is given back anyway.
 STOP_GRACE = 5.0
+#: Characters the endpoint's token must have at least: a guessable token is no protection.
+MIN_TOKEN_LENGTH = 16
+
+
+def check_http_token(token: str, source: str) -> str:
+    """``token``, the secret ``/metrics`` and ``/stats`` ask for, when it is one: at least
+    ``MIN_TOKEN_LENGTH`` characters of printable ASCII without spaces (what an Authorization
+    header carries). Else a ``ConfigurationError`` naming ``source`` and never the token.
+
+    Example: ``check_http_token(secrets.token_urlsafe(32), "--http-token")``
+    """
+    hint = "generate one with: python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+    if not isinstance(token, str) or len(token) < MIN_TOKEN_LENGTH:
+        size = len(token) if isinstance(token, str) else 0
+        raise ConfigurationError(
+            f"{source}: the token is {size} characters long; use at least "
+            f"{MIN_TOKEN_LENGTH} ({hint})",
+            field="http_token",
+        )
+    if not (token.isascii() and token.isprintable()) or any(c.isspace() for c in token):
+        raise ConfigurationError(
+            f"{source}: the token holds spaces or characters outside printable ASCII, which an "
+            f"Authorization header cannot carry ({hint})",
+            field="http_token",
+        )
+    return token
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +92,9 @@ class WorkerConfig:
     #: (host, port) to serve /metrics, /healthz, /readyz and /stats on; None serves nothing and
     #: counts nothing. Port 0 picks a free port (logged).
     http: tuple[str, int] | None = None
+    #: The secret /metrics and /stats ask for (``Authorization: Bearer <token>``), at least 16
+    #: characters; None leaves them open. /healthz and /readyz never ask. Never shown in a repr.
+    http_token: str | None = field(default=None, repr=False)
     #: Defaults for external tasks: the URL, timeout and headers of the tasks that set none.
     external: ExternalTarget = field(default_factory=ExternalTarget)
     #: Seconds the claim loop may go without turning (or wait on one round trip) before
@@ -109,6 +138,12 @@ class WorkerConfig:
                     f"http must be (host, port) with port 0..65535, got {self.http!r}",
                     field="http",
                 )
+        if self.http_token is not None:
+            if self.http is None:
+                raise ConfigurationError(
+                    "http_token protects the endpoint of http: set http too", field="http_token"
+                )
+            check_http_token(self.http_token, "http_token")
         if not self.stuck_after > self.poll_interval:
             raise ConfigurationError(
                 f"stuck_after ({self.stuck_after}s) must exceed the poll interval "

@@ -188,7 +188,9 @@ class Worker:
         probes answer (503, "starting") while the schema is checked."""
         if self.config.http is None or self.metrics is None:
             return None
-        probe = ProbeServer(self.metrics, self.probe_state, self.stats)
+        probe = ProbeServer(
+            self.metrics, self.probe_state, self.stats, token=self.config.http_token
+        )
         self._http_address = await probe.start(*self.config.http)
         log.info(
             "worker %s: serving /metrics, /healthz, /readyz and /stats on http://%s",

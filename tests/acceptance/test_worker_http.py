@@ -1,14 +1,20 @@
 """`pgjobs work --http HOST:PORT` as a real process: its /metrics (parsed by prometheus_client's
 parser) count the jobs it ran, /readyz turns 503 while its database is gone, /stats shows its
 slots and its queues' depths, bad addresses and an address in use are one line and exit 2, with
---processes N worker process i listens on PORT+i, and without --http a worker listens on $PORT."""
+--processes N worker process i listens on PORT+i, and without --http a worker listens on $PORT.
+A port alone listens on loopback only; clients that trickle their requests starve neither the
+probes nor the cap on connections; with a token, /metrics and /stats ask for it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import select
 import signal
 import socket
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -20,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pgjobs import App, migrate
 from pgjobs.db.dsn import Dsn
+from pgjobs.worker.http import MAX_CONNECTIONS
 from tests.support.external import downstream_service
 from tests.support.helpers import (
     Proc,
@@ -36,10 +43,13 @@ APP = "tests.acceptance.http_app:app"
 LISTENING = re.compile(r"serving /metrics, /healthz, /readyz and /stats on http://([^\s]+):(\d+)")
 
 
-def _get(port: int, path: str) -> tuple[int, str]:
+def _get(
+    port: int, path: str, headers: dict[str, str] | None = None, timeout: float = 10
+) -> tuple[int, str]:
     """(status, body) of GET http://127.0.0.1:PORT/PATH."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers or {})
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as answer:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
             return answer.status, answer.read().decode()
     except urllib.error.HTTPError as error:
         return error.code, error.read().decode()
@@ -293,7 +303,7 @@ def test_without_http_a_worker_listens_on_port(
     env = {**subprocess_env, "PORT": str(base)}
     worker = spawn("work", "--app", APP, "--queue", "default", env=env)
     assert _port(worker) == base
-    assert re.search(rf"on http://0\.0\.0\.0:{base}\b", worker.err())
+    assert re.search(rf"on http://127\.0\.0\.1:{base}\b", worker.err()), "a port alone: loopback"
     wait_until(lambda: _get(base, "/readyz")[0] == 200, timeout=30, what="ready", procs=[worker])
     assert _stats(base)["slots"]["total"] == 8
     assert worker.stop() == 0
@@ -328,5 +338,174 @@ def test_a_bad_port_value_exits_2_in_one_line(
     env = {**subprocess_env, "PORT": "65535"}
     proc = spawn("work", "--app", APP, "--queue", "default", "--processes", "2", env=env)
     code = proc.wait_exit(60)
-    assert_one_line_error(code, proc.err(), "$PORT 0.0.0.0:65535", "--processes 2")
+    assert_one_line_error(code, proc.err(), "$PORT 127.0.0.1:65535", "--processes 2")
     assert code == 2
+
+
+#: Trickling clients: more than the cap, so that some always wait for a place.
+TRICKLERS = MAX_CONNECTIONS + 16
+#: A request head that takes a trickler a minute to send, a byte a second.
+SLOW_HEAD = b"GET /healthz HTTP/1.1\r\nHost: worker\r\nX-Pad: " + b"p" * 30 + b"\r\n\r\n"
+
+
+class _Trickler(threading.Thread):
+    """A client that sends its request head one byte a second, and connects again whenever the
+    server drops it; ``dropped`` counts the times it was, ``answered`` the times it was not."""
+
+    def __init__(self, port: int, done: threading.Event) -> None:
+        super().__init__(daemon=True)
+        self.port, self.done = port, done
+        self.connected = self.dropped = self.answered = 0
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=5) as sock:
+                    self.connected += 1
+                    self._trickle(sock)
+            except OSError:
+                self.dropped += 1
+                self.done.wait(0.05)
+
+    def _trickle(self, sock: socket.socket) -> None:
+        for byte in SLOW_HEAD:
+            if self.done.is_set():
+                return
+            sock.sendall(bytes([byte]))
+            if select.select([sock], [], [], 0)[0]:
+                if sock.recv(1):
+                    self.answered += 1
+                raise ConnectionResetError  # the server is done with this connection
+            self.done.wait(1.0)
+        self.answered += 1
+
+
+def _endpoint_sockets(pid: int, port: int) -> int:
+    """Connections to ``port`` that process ``pid`` holds open (Linux: its sockets' inodes found
+    among /proc/net/tcp's and tcp6's non-listening sockets of that local port)."""
+    held = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.startswith("socket:["):
+                held.add(target[8:-1])
+    found = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table, encoding="ascii") as lines:
+            for line in list(lines)[1:]:
+                fields = line.split()
+                local_port = int(fields[1].rsplit(":", 1)[1], 16)
+                if local_port == port and fields[3] != "0A" and fields[9] in held:  # 0A: LISTEN
+                    found += 1
+    return found
+
+
+def test_trickling_clients_starve_neither_the_probes_nor_the_cap(spawn: Callable[..., Proc]):
+    worker = spawn(
+        "work", "--app", APP, "--queue", "default", "--http", "127.0.0.1:0",
+        "--poll-interval", "0.2",
+    )  # fmt: skip
+    port = _port(worker)
+    wait_until(lambda: _get(port, "/readyz")[0] == 200, timeout=30, what="ready", procs=[worker])
+    done = threading.Event()
+    tricklers = [_Trickler(port, done) for _ in range(TRICKLERS)]
+    try:
+        for trickler in tricklers:
+            trickler.start()
+        wait_until(
+            lambda: all(t.connected for t in tricklers),
+            timeout=30,
+            what="every trickling client connected",
+            procs=[worker],
+        )
+        held, probes = [], []
+        for _ in range(6):
+            # A probe as the kubelet sends it, with its own timeout: each one is answered.
+            held.append(_endpoint_sockets(worker.pid, port))
+            try:
+                status, body = _get(port, "/healthz", timeout=5)
+                probes.append(status == 200 and json.loads(body)["status"])
+            except OSError as error:  # refused, reset, timed out
+                probes.append(repr(error))
+            done.wait(1.0)
+        assert probes == ["ok"] * 6
+        # Every trickling client was dropped before it sent its head, many times over.
+        wait_until(
+            lambda: all(t.dropped for t in tricklers),
+            timeout=30,
+            what="every trickling client dropped",
+            procs=[worker],
+        )
+    finally:
+        done.set()
+        for trickler in tricklers:
+            trickler.join(10)
+    assert sum(t.answered for t in tricklers) == 0
+    # The cap holds: at most MAX_CONNECTIONS, and the few that the worker's loop accepted on
+    # its last turn and had not counted in (or closed, having made way) yet.
+    assert max(held) <= MAX_CONNECTIONS + 4 < TRICKLERS, held
+    assert worker.alive()
+    assert worker.stop() == 0
+
+
+def test_a_port_alone_listens_on_loopback_only(spawn: Callable[..., Proc]):
+    # 127.0.0.2 reaches a socket bound to every address, not one bound to 127.0.0.1.
+    with socket.socket() as control:
+        control.bind(("0.0.0.0", 0))
+        control.listen()
+        socket.create_connection(("127.0.0.2", control.getsockname()[1]), timeout=5).close()
+    worker = spawn("work", "--app", APP, "--queue", "default", "--http", "0")
+    port = _port(worker)
+    assert re.search(rf"on http://127\.0\.0\.1:{port}\b", worker.err())
+    wait_until(lambda: _get(port, "/readyz")[0] == 200, timeout=30, what="ready", procs=[worker])
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.2", port), timeout=5).close()
+    assert worker.stop() == 0
+
+
+TOKEN = "worker-metrics-token-0123456789abcdef"
+
+
+def test_with_a_token_metrics_and_stats_ask_for_it(
+    spawn: Callable[..., Proc], subprocess_env: dict[str, str]
+):
+    env = {**subprocess_env, "PGJOBS_WORKER_HTTP_TOKEN": f"{TOKEN}\n"}  # as read from a file
+    worker = spawn("work", "--app", APP, "--queue", "default", "--http", "127.0.0.1:0", env=env)
+    port = _port(worker)
+    wait_until(lambda: _get(port, "/readyz")[0] == 200, timeout=30, what="ready", procs=[worker])
+    assert _get(port, "/healthz")[0] == 200, "the probes never ask"
+    for path in ("/metrics", "/stats"):
+        for headers in ({}, {"Authorization": f"Bearer {TOKEN}x"}, {"Authorization": TOKEN}):
+            status, body = _get(port, path, headers)
+            assert status == 401, (path, headers)
+            error = json.loads(body)["error"]
+            assert error["code"] == "unauthenticated" and TOKEN not in error["message"]
+            assert set(error) == {"code", "message", "field"}
+        status, body = _get(port, path, {"Authorization": f"Bearer {TOKEN}"})
+        assert status == 200, body
+    samples = _samples(_get(port, "/metrics", {"Authorization": f"Bearer {TOKEN}"})[1])
+    assert samples[_key("pgjobs_worker_connected")] == 1
+    assert TOKEN not in worker.err()
+    assert worker.stop() == 0
+
+
+def test_a_bad_token_exits_2_in_one_line(
+    spawn: Callable[..., Proc], subprocess_env: dict[str, str]
+):
+    cases = [
+        (["--http", "127.0.0.1:0", "--http-token", "short"], {}, "--http-token"),
+        (["--http-token", TOKEN], {}, "--http-token protects"),
+        (
+            ["--http", "127.0.0.1:0"],
+            {"PGJOBS_WORKER_HTTP_TOKEN": "has spaces in it, sixteen+"},
+            "$PGJOBS_WORKER_HTTP_TOKEN",
+        ),
+    ]
+    for args, extra, said in cases:
+        proc = spawn(
+            "work", "--app", APP, "--queue", "default", *args, env={**subprocess_env, **extra}
+        )
+        code = proc.wait_exit(60)
+        assert code == 2
+        assert_one_line_error(code, proc.err(), said)
+        assert "short" not in proc.err() and "has spaces" not in proc.err()

@@ -25,6 +25,10 @@ from pgjobs.worker.metrics import WorkerMetrics
         ("localhost:0", ("localhost", 0)),
         ("[::1]:9090", ("::1", 9090)),
         ("0.0.0.0:65535", ("0.0.0.0", 65535)),
+        # A port alone is this machine's only: another must be named.
+        ("9090", ("127.0.0.1", 9090)),
+        (":9090", ("127.0.0.1", 9090)),
+        ("0", ("127.0.0.1", 0)),
     ],
 )
 def test_http_addresses(text, address):
@@ -34,8 +38,9 @@ def test_http_addresses(text, address):
 @pytest.mark.parametrize(
     "text",
     [
-        "9090",
-        ":9090",
+        "",
+        ":",
+        "nope",
         "127.0.0.1:",
         "127.0.0.1:65536",
         "::1:9090",
@@ -127,9 +132,9 @@ async def _exchange(port: int, raw: bytes, *, read: bool = True) -> bytes:
     return answer
 
 
-def _serve(state: ProbeState, *requests: bytes) -> list[bytes]:
+def _serve(state: ProbeState, *requests: bytes, token: str | None = None) -> list[bytes]:
     async def go() -> list[bytes]:
-        server = ProbeServer(WorkerMetrics("w", 2, ()), lambda: state, _stats)
+        server = ProbeServer(WorkerMetrics("w", 2, ()), lambda: state, _stats, token=token)
         _, port = await server.start("127.0.0.1", 0)
         try:
             return [await _exchange(port, raw) for raw in requests]
@@ -195,6 +200,12 @@ def test_not_ready_and_stuck_answer_503():
         (b"GET /metrics HTTP/1.1\r\nX: \xff\r\n\r\n", 400),
         (b"GET /" + b"a" * MAX_REQUEST_HEAD + b" HTTP/1.1\r\n\r\n", 431),
         (b"GET /metrics HTTP/1.1\r\n" + b"X: y\r\n" * 2000 + b"\r\n", 431),
+        # No path takes a body: a small one is read and dropped, a large or chunked one refused.
+        (b"POST /healthz HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello", 405),
+        (b"GET /metrics HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n", 413),
+        (b"GET /metrics HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
+        (b"GET /metrics HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400),
+        (b"GET /metrics HTTP/1.1\r\nContent-Length: 1\r\nContent-length: 1\r\n\r\nxx", 400),
     ],
 )
 def test_bad_requests_get_a_4xx_in_the_error_shape(raw, status):
@@ -237,3 +248,144 @@ def test_an_address_in_use_is_a_configuration_error():
             await first.close()
 
     asyncio.run(go())
+
+
+def test_a_small_body_is_read_and_the_request_answered():
+    [answer] = _serve(OK, b"GET /healthz HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc")
+    assert _status(answer) == 200
+
+
+TOKEN = "a-token-of-thirty-two-characters"
+
+
+@pytest.mark.parametrize("path", ["/metrics", "/stats"])
+def test_with_a_token_metrics_and_stats_ask_for_it(path):
+    get = f"GET {path} HTTP/1.1\r\n".encode()
+    none, other, basic, head, right = _serve(
+        OK,
+        get + b"\r\n",
+        get + b"Authorization: Bearer " + TOKEN.upper().encode() + b"\r\n\r\n",
+        get + b"Authorization: Basic " + TOKEN.encode() + b"\r\n\r\n",
+        f"HEAD {path} HTTP/1.1\r\n\r\n".encode(),
+        get + b"authorization: bearer " + TOKEN.encode() + b"\r\n\r\n",
+        token=TOKEN,
+    )
+    for refused in (none, other, basic):
+        assert _status(refused) == 401
+        assert b'WWW-Authenticate: Bearer realm="pgjobs"' in refused
+        error = json.loads(refused.split(b"\r\n\r\n", 1)[1])["error"]
+        assert error["code"] == "unauthenticated" and "\n" not in error["message"]
+        assert TOKEN not in error["message"] and TOKEN.upper() not in error["message"]
+    assert b'error="invalid_token"' in other
+    assert _status(head) == 401 and head.endswith(b"\r\n\r\n"), "HEAD has no body"
+    assert _status(right) == 200
+
+
+def test_with_a_token_the_probes_stay_open():
+    health, ready = _serve(
+        OK, b"GET /healthz HTTP/1.1\r\n\r\n", b"GET /readyz HTTP/1.1\r\n\r\n", token=TOKEN
+    )
+    assert (_status(health), _status(ready)) == (200, 200)
+
+
+@pytest.mark.parametrize(
+    "token", ["", "short", "sixteen chars ok", "caf\u00e9-token-of-32-characters!!"]
+)
+def test_a_weak_or_unsendable_token_is_refused_in_one_line(token):
+    with pytest.raises(ConfigurationError, match="the token") as refused:
+        ProbeServer(WorkerMetrics("w", 2, ()), lambda: OK, _stats, token=token)
+    assert "\n" not in str(refused.value) and (not token or token not in str(refused.value))
+
+
+async def _dropped(reader: asyncio.StreamReader) -> bytes:
+    """What the server sent before it dropped the connection (b"" for nothing at all)."""
+    try:
+        return await asyncio.wait_for(reader.read(), 30)
+    except ConnectionError:
+        return b""
+
+
+def test_a_client_that_does_not_finish_its_head_or_body_is_dropped_unanswered():
+    async def go() -> list[bytes]:
+        server = ProbeServer(WorkerMetrics("w", 2, ()), lambda: OK, _stats)
+        _, port = await server.start("127.0.0.1", 0)
+        try:
+            half_head = await asyncio.open_connection("127.0.0.1", port)
+            half_head[1].write(b"GET /healthz HTTP/1.1\r\nHost: x")
+            half_body = await asyncio.open_connection("127.0.0.1", port)
+            half_body[1].write(b"GET /healthz HTTP/1.1\r\nContent-Length: 9\r\n\r\nabc")
+            said = await asyncio.gather(_dropped(half_head[0]), _dropped(half_body[0]))
+            half_head[1].close()
+            half_body[1].close()
+            assert server.open_connections == 0
+            return list(said)
+        finally:
+            await server.close()
+
+    assert asyncio.run(go()) == [b"", b""]
+
+
+def test_past_the_cap_the_oldest_waiting_client_makes_way_and_the_cap_holds():
+    cap = 8
+
+    async def go() -> list[bytes]:
+        server = ProbeServer(WorkerMetrics("w", 2, ()), lambda: OK, _stats, max_connections=cap)
+        _, port = await server.start("127.0.0.1", 0)
+        try:
+            # Three times the cap of clients that send nothing after their first bytes, then
+            # probes: each probe is served, and the server never holds more than the cap.
+            stalled = []
+            for _ in range(3 * cap):
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(b"GET /heal")
+                stalled.append((reader, writer))
+                await asyncio.sleep(0.01)
+                assert server.open_connections <= cap
+            answers = []
+            for _ in range(5):
+                answers.append(await _exchange(port, b"GET /healthz HTTP/1.1\r\n\r\n"))
+                assert server.open_connections <= cap
+            # The oldest made way: their connections ended without an answer.
+            first = await asyncio.gather(*(_dropped(r) for r, _ in stalled[: 2 * cap]))
+            assert first == [b""] * (2 * cap)
+            for _, writer in stalled:
+                writer.close()
+            return answers
+        finally:
+            await server.close()
+
+    assert [_status(a) for a in asyncio.run(go())] == [200] * 5
+
+
+def test_past_the_cap_a_new_client_is_closed_at_once_while_every_one_is_answered():
+    cap = 4
+    release = asyncio.Event()
+
+    async def slow_stats() -> dict[str, Any]:
+        await release.wait()  # the worker reads its queues' depths: the exchange is ours
+        return STATS
+
+    async def go() -> tuple[list[bytes], bytes]:
+        server = ProbeServer(WorkerMetrics("w", 2, ()), lambda: OK, slow_stats, max_connections=cap)
+        _, port = await server.start("127.0.0.1", 0)
+        try:
+            waiting = [
+                asyncio.create_task(_exchange(port, b"GET /stats HTTP/1.1\r\n\r\n"))
+                for _ in range(cap)
+            ]
+            for _ in range(500):  # until each is being answered
+                await asyncio.sleep(0.01)
+                if server.open_connections == cap:
+                    break
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET /healthz HTTP/1.1\r\n\r\n")
+            turned_away = await _dropped(reader)
+            writer.close()
+            release.set()
+            return await asyncio.gather(*waiting), turned_away
+        finally:
+            await server.close()
+
+    answered, turned_away = asyncio.run(go())
+    assert [_status(a) for a in answered] == [200] * cap
+    assert turned_away == b""

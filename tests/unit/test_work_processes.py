@@ -175,6 +175,7 @@ def test_every_work_option_reaches_the_worker_processes(capsys, fakes):
         "dsn",  # resolved once and handed over in the environment
         "pooler",  # set as $PGJOBS_POOLER, which the worker processes inherit
         "listen_dsn",  # set as $PGJOBS_LISTEN_DSN (a DSN never goes on a command line)
+        "http_token",  # set as $PGJOBS_WORKER_HTTP_TOKEN (a secret never goes on one either)
     }
     code, _, err = run(capsys, "work", "--app", APP, "--processes", "2", *OPTIONS)
     assert code == 0, err
@@ -185,6 +186,22 @@ def test_every_work_option_reaches_the_worker_processes(capsys, fakes):
         if param.name in not_forwarded:
             continue
         assert given & {*param.opts, *param.secondary_opts}, f"{param.opts} not forwarded"
+
+
+def test_the_http_token_reaches_the_worker_processes_by_the_environment(capsys, fakes, monkeypatch):
+    token = "a-token-of-thirty-two-characters"
+    monkeypatch.setenv(cli.work.HTTP_TOKEN_ENV, "")  # restored after the test
+    args = ["--processes", "2", "--http=127.0.0.1:9090", f"--http-token={token}"]
+    code, _, err = run(capsys, "work", "--app", APP, *args)
+    assert code == 0, err
+    [made] = _FakeSupervisor.made
+    assert token not in " ".join(made.command)
+    assert os.environ[cli.work.HTTP_TOKEN_ENV] == token
+    code, _, err = run(capsys, *made.command[3:])  # a worker process, started afresh
+    assert code == 0, err
+    [worker] = _FakeWorker.made
+    assert worker.config.http_token == token
+    assert token not in repr(worker.config)
 
 
 def test_dsn_option_is_resolved_in_the_supervisor(capsys, fakes):
