@@ -30,11 +30,12 @@ $(VENV)/.installed: pyproject.toml | $(PY)
 install: $(VENV)/.installed
 
 # The demo names its app as a project does without --app (PGJOBS_APP; a project's pyproject.toml
-# can say it under [tool.pgjobs]), so the worker's command is the one the README shows.
+# can say it under [tool.pgjobs]), so the worker's command is the one the README shows. Its
+# enqueue first removes the demo jobs an earlier run left: every run ends with the same counts.
 demo: export PGJOBS_APP = examples.demo:app
 demo: install
 	$(BIN)/pgjobs migrate
-	$(PY) -m examples.demo enqueue $(DEMO_JOBS)
+	$(PY) -m examples.demo enqueue --fresh $(DEMO_JOBS)
 	$(BIN)/pgjobs work --concurrency 8 --burst --log-level error
 	$(BIN)/pgjobs stats
 	@$(MAKE) --no-print-directory demo-next

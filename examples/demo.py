@@ -1,4 +1,5 @@
-"""A demo app: `python -m examples.demo enqueue 300` then `pgjobs work --app examples.demo:app`.
+"""A demo app: `python -m examples.demo enqueue 300` then `pgjobs work --app examples.demo:app`
+(`enqueue --fresh` first removes the jobs earlier demos left, as `make demo` does).
 
 Of the image jobs, one in ten fails for good (its three attempts all fail: it ends in
 dead_letter), one in ten fails once and succeeds on its second attempt, the rest succeed at
@@ -17,6 +18,8 @@ import signal
 import threading
 import time
 from types import FrameType
+
+import psycopg
 
 import pgjobs
 
@@ -50,7 +53,30 @@ def jobs(count: int, first: int = 0) -> list[pgjobs.JobSpec]:
     return specs
 
 
-def enqueue(count: int) -> None:
+#: The demo's tasks: what ``clear`` removes (and nothing else).
+TASKS = ("demo.resize", "demo.send_email")
+
+
+def clear() -> int:
+    """Remove the jobs of the demo's tasks that earlier runs left, wherever they are (ready,
+    finished or dead), in one transaction, so that a demo that runs again ends with the counts
+    it promises; other jobs in the database are left alone. Returns how many were removed."""
+    removed = 0
+    with psycopg.connect(app.dsn.url) as conn:
+        for statement in (
+            "DELETE FROM queued_jobs WHERE task = ANY(%s)",
+            "DELETE FROM archived_jobs WHERE task = ANY(%s)",
+            "DELETE FROM dead_letter WHERE task = ANY(%s)",
+        ):
+            removed += conn.execute(statement, [list(TASKS)]).rowcount
+    return removed
+
+
+def enqueue(count: int, *, fresh: bool = False) -> None:
+    """Enqueue ``count`` image jobs and their e-mails; ``fresh``: first remove what earlier
+    demos left (``clear``)."""
+    if fresh and (removed := clear()):
+        print(f"removed {removed} jobs an earlier demo left")
     with app:
         ids = app.enqueue_many(jobs(count))
     print(
@@ -95,6 +121,9 @@ def main() -> None:
     commands = parser.add_subparsers(dest="command", required=True)
     once = commands.add_parser("enqueue", help="enqueue COUNT image jobs and their e-mails")
     once.add_argument("count", type=int)
+    once.add_argument(
+        "--fresh", action="store_true", help="first remove the jobs earlier demos left"
+    )
     loop = commands.add_parser("produce", help="enqueue a batch every few seconds until stopped")
     loop.add_argument("--every", type=float, default=2.0, help="seconds between batches")
     loop.add_argument("--count", type=int, default=5, help="image jobs per batch")
@@ -102,7 +131,7 @@ def main() -> None:
     if args.count < 1 or (args.command == "produce" and not 0 < args.every < 86400):
         parser.error("COUNT must be at least 1, and --every between 0 and 86400 seconds")
     if args.command == "enqueue":
-        enqueue(args.count)
+        enqueue(args.count, fresh=args.fresh)
     else:
         produce(args.every, args.count)
 

@@ -14,7 +14,7 @@ import pytest
 from examples import demo
 from pgjobs.db.dsn import Dsn
 from pgjobs.models import ArchivedStatus, DeadReason
-from tests.support.factories import work
+from tests.support.factories import insert_raw, work
 from tests.support.helpers import REPO, scalar, wait_until
 
 
@@ -43,6 +43,26 @@ def test_the_demo_ends_as_the_readme_says(demo_app, conn):
     }
     assert {status for *_, status in archived} == {ArchivedStatus.SUCCEEDED}
     assert sum(task == "demo.send_email" for task, *_ in archived) == 10
+
+
+def test_the_demo_run_again_ends_with_the_same_counts(demo_app, conn, capsys):
+    """`make demo` twice: its enqueue (--fresh) first removes what the first run left, in each
+    of the three tables, so the second ends with the README's counts too; jobs of other tasks
+    in the database stay."""
+    other = insert_raw(conn, "shop.welcome", queue="elsewhere")
+    counts = []
+    for _ in range(2):
+        demo.enqueue(30, fresh=True)
+        assert work(demo_app, concurrency=8) == 0
+        counts.append(
+            [
+                scalar(conn, f"SELECT count(*) FROM {table} WHERE task LIKE 'demo.%'")
+                for table in ("queued_jobs", "archived_jobs", "dead_letter")
+            ]
+        )
+    assert counts == [[0, 37, 3]] * 2
+    assert "removed 40 jobs an earlier demo left" in capsys.readouterr().out
+    assert scalar(conn, "SELECT array_agg(id) FROM queued_jobs") == [other]
 
 
 def test_the_demo_ends_by_saying_how_to_run_pgjobs():
