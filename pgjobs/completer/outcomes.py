@@ -112,6 +112,13 @@ class Outcomes:
         batch.release_holds.append(hold)
         batch.release_snoozes.append(snooze)
 
+    def due_in(self) -> float | None:
+        """Seconds after the next settle until the first job it puts back for later (a retry,
+        a release held back such as a snooze) falls due; None when it puts back none so."""
+        batch = self._batch
+        waits = [*batch.retry_delays, *(hold for hold in batch.release_holds if hold > 0)]
+        return min(waits) if waits else None
+
     def drain(self) -> SettleParams:
         """Everything buffered, as the settle statement's parameters; empties the buffer."""
         batch, self._batch = self._batch, SettleParams(self.owner)

@@ -18,7 +18,7 @@ from pgjobs.worker.config import BATCH_WINDOW, FED_BATCH_WINDOW, READ_AHEAD_WAIT
 class Lane:
     """One of the worker's claim connections and the round trip in flight on it."""
 
-    __slots__ = ("asked", "conn", "ready_at", "sent_at", "trip")
+    __slots__ = ("asked", "conn", "due_in", "ready_at", "sent_at", "trip")
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
@@ -26,6 +26,9 @@ class Lane:
         self.asked = 0  # slots reserved for the claim in flight
         self.ready_at = 0.0  # loop time before which no trip starts (reconnection backoff)
         self.sent_at = 0.0  # loop time the trip in flight started
+        #: Seconds after the trip's settle until the first job it put back for later (a retry,
+        #: a snooze) falls due; None: it put back none so.
+        self.due_in: float | None = None
 
 
 class ClaimPacer:
@@ -51,6 +54,8 @@ class ClaimPacer:
         self.idle = False  # the last claim found fewer jobs than it asked for
         self.backlog = False  # the last claim filled every slot it asked for: more jobs wait
         self.poll_at = 0.0  # while idle, when to claim again without a NOTIFY
+        #: The soonest ``Lane.due_in`` of the trips taken since the last ``learn``.
+        self._due_in: float | None = None
         #: The database refused the last trip: no trip before then unless woken (a NOTIFY
         #: means it takes writes again). A lost connection ends it (the next may differ), and so
         #: does a trip it accepts again (0.0: no refusal in force).
@@ -101,7 +106,10 @@ class ClaimPacer:
         assert lane.trip is not None
         trip = lane.trip
         lane.trip, lane.asked = None, 0
-        return trip.result()
+        claimed = trip.result()
+        if lane.due_in is not None and (self._due_in is None or lane.due_in < self._due_in):
+            self._due_in = lane.due_in
+        return claimed
 
     def lost(self, lane: Lane, ready_at: float | None = None) -> None:
         """``lane``'s connection is gone: reconnect on its next trip (not before ``ready_at``,
@@ -137,8 +145,11 @@ class ClaimPacer:
         if lane.conn is None or lane.conn.closed:
             assert self._dsn is not None
             lane.conn = await db.connect_async(self._dsn, hot=True)
+        lane.due_in = None
         if poll and not self.completer.pending and not await self._ready(lane.conn):
             return Claimed([], None, free + ahead)
+        # Read just before the trip takes the outcomes (nothing runs in between).
+        lane.due_in = self.completer.outcomes.due_in()
         return await self.completer.trip(lane.conn, free, ahead=ahead)
 
     async def _ready(self, conn: Any) -> bool:
@@ -152,8 +163,9 @@ class ClaimPacer:
         return bool(rows[0][0])
 
     def learn(self, claimed: Claimed, now: float) -> None:
-        """Learn from a landed claim how busy the queues are, and from its status when limits
-        held it back."""
+        """Learn from a landed claim how busy the queues are, from its status when limits held
+        it back, and from the trip's settle when the worker put a job back for later: no NOTIFY
+        says when it falls due, so the worker claims again then rather than at its poll."""
         asked = claimed.asked
         if asked > 0:
             self.idle = len(claimed.jobs) < asked  # the queues ran dry: poll from now on
@@ -161,6 +173,11 @@ class ClaimPacer:
             self.poll_at = now + self.poll_interval
             if claimed.status is not None:
                 self._limits_said(claimed.status, now)
+        if self._due_in is not None:
+            # The run_at written is the server's now() in the trip (before it landed) plus
+            # the delay: due by now + the delay.
+            self.poll_at = min(self.poll_at, now + self._due_in)
+            self._due_in = None
 
     def _limits_said(self, status: ClaimStatus, now: float) -> None:
         """Claim again sooner than the poll when limits held the claim back: at once after it

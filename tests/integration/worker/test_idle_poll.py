@@ -1,18 +1,24 @@
 """An idle worker's poll: it asks whether its queues hold a ready job (``JOB_READY_IN_QUEUES``)
 and claims only when they may, so that a poll that finds nothing costs the server a small read;
-a job that no NOTIFY announced is still claimed at the next poll."""
+a job that no NOTIFY announced is still claimed at the next poll; one the worker itself put back
+for later (a retry, a snooze) is claimed when it falls due."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import threading
 from typing import Any
 
 import psycopg
+import pytest
 
-from pgjobs import App, Worker, WorkerConfig, db, queries
+from pgjobs import App, Snooze, Worker, WorkerConfig, db, queries
 from pgjobs.db.dsn import Dsn
 from pgjobs.worker.pacing import ClaimPacer
-from tests.support.factories import insert_raw
+from tests.support.factories import insert_raw, work
+from tests.support.helpers import assert_one_home
 
 
 def ready(conn: psycopg.Connection[Any], *queues: str) -> bool:
@@ -60,3 +66,39 @@ def test_a_poll_that_finds_nothing_claims_nothing_and_one_that_does_claims(make_
     assert asyncio.run(_poll(app, dsn)) == (4, [job])
     leased = conn.execute("SELECT id FROM queued_jobs WHERE lease_owner IS NOT NULL").fetchall()
     assert leased == [(job,)] and scheduled != job
+
+
+class _Busy(Exception):
+    """A failure that asks for its retry in 0.2 s (``retry_after``)."""
+
+    retry_after = 0.2
+
+
+@pytest.mark.parametrize("outcome", ["retry", "snooze"])
+def test_a_job_this_worker_put_back_for_less_than_its_poll_is_claimed_when_due(
+    make_app, conn, outcome
+):
+    # The worker wrote the job's run_at itself, so it claims again then; no NOTIFY says so, and
+    # its poll is 50 s away. A watchdog stops the worker after 20 s (a bound, not a
+    # measurement): without the claim at the time due, the job would still wait for the poll.
+    app: App = make_app()
+    runs: list[int] = []
+
+    @app.task(name="t.later", max_attempts=2)
+    def later() -> None:
+        runs.append(1)
+        if len(runs) == 1:
+            if outcome == "snooze":
+                raise Snooze(0.2)
+            raise _Busy("not yet")
+        os.kill(os.getpid(), signal.SIGTERM)  # ran again: the worker stops after this attempt
+
+    job_id = app.enqueue("t.later", {})
+    watchdog = threading.Timer(20, os.kill, [os.getpid(), signal.SIGTERM])
+    watchdog.start()
+    try:
+        assert work(app, burst=False, poll_interval=50) == 0
+    finally:
+        watchdog.cancel()
+    assert len(runs) == 2
+    assert assert_one_home(conn, [job_id]) == {job_id: "archived_jobs"}
