@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 
 from pgjobs import App
+from pgjobs.text import MAX_ERROR_LENGTH
 from pgjobs.worker import Worker
 from tests.support.admin_factories import claim_one
 from tests.support.factories import row
@@ -111,6 +112,14 @@ def test_results_and_errors_are_stored_as_pgjobs_stores_a_handlers(
         ('{"attempt": 1, "status": "succeeded", "result": {"x": NaN}}', "{'x': nan}"),
         ('{"attempt": 1, "status": "succeeded", "result": "nul \\u0000"}', "nul \ufffd"),
         ('{"attempt": 1, "status": "failed", "retryable": false, "error": "a\\u0000b"}', None),
+        ('{"attempt": 1, "status": "succeeded", "result": "half \\ud800"}', "half \ufffd"),
+        ('{"attempt": 1, "status": "failed", "retryable": false, "error": "half \\ud800"}', None),
+        (
+            '{"attempt": 1, "status": "failed", "retryable": false, "error": "'
+            + "x" * 10**5
+            + '"}',
+            None,
+        ),
     ]
     ids = []
     for raw, stored in reports:
@@ -127,6 +136,7 @@ def test_results_and_errors_are_stored_as_pgjobs_stores_a_handlers(
             assert job["result"] == stored
         else:
             assert job["status"] == "dead" and "\x00" not in job["last_error"]
+            assert len(job["last_error"]) <= MAX_ERROR_LENGTH
     assert_one_home(conn, ids)
 
 
