@@ -6,13 +6,22 @@ oldest and the newest Kubernetes version checked. KEDA's ScaledObject is not in 
 is checked against ``SCALED_OBJECT``, a schema of the ScaledObject fields KEDA documents, written
 here (strict as well). Then what no schema knows: the commands' options exist, the probes ask the
 worker's own paths on its port, the termination period outlasts the worker's drain, the KEDA
-target and the secrets named exist, and kustomization.yaml lists every manifest."""
+target and the secrets named exist, and kustomization.yaml lists every manifest.
+
+Every pod spec (of a Deployment, a Job, whatever holds one) passes the Pod Security Standards'
+"restricted" profile, each rule checked (``tests.support.pod_security``, which is shown to catch
+each one), runs as the Dockerfile's numeric user with no service-account token, gives every probe
+a timeout, period and threshold, and is selected by a NetworkPolicy that lets in only its ports
+and out only PostgreSQL and DNS."""
 
 from __future__ import annotations
 
 import copy
+import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import jsonschema
 import kubernetes_validate
@@ -23,6 +32,7 @@ import yaml
 from pgjobs.cli import cli, completion
 from pgjobs.worker.http import PATHS
 from tests.support.helpers import REPO
+from tests.support.pod_security import containers, restricted_violations
 
 MANIFESTS = REPO / "deploy" / "kubernetes"
 #: The Kubernetes versions the manifests are valid for: the oldest checked and the newest the
@@ -293,3 +303,238 @@ def _secret_refs(node: Any) -> list[tuple[str, str]]:
         for value in node:
             found += _secret_refs(value)
     return found
+
+
+# --- Pod Security "restricted", the image's user, probes, network policies -----------------
+
+#: Where a pod template sits in each kind of workload resource.
+_TEMPLATES: dict[str, tuple[str, ...]] = {
+    "Deployment": ("spec", "template"),
+    "StatefulSet": ("spec", "template"),
+    "DaemonSet": ("spec", "template"),
+    "ReplicaSet": ("spec", "template"),
+    "Job": ("spec", "template"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template"),
+}
+#: The Dockerfile's user, as its USER line names it.
+_USER = re.compile(r"^USER\s+(\S+)\s*$", re.MULTILINE)
+
+
+def _pods() -> dict[str, dict[str, Any]]:
+    """The pod template (metadata and spec) of every resource that runs pods, by kind/name."""
+    pods = {}
+    for (kind, name), resource in _all().items():
+        if kind == "Pod":
+            pods[f"{kind}/{name}"] = resource
+        elif kind in _TEMPLATES:
+            template: Any = resource
+            for key in _TEMPLATES[kind]:
+                template = template[key]
+            pods[f"{kind}/{name}"] = template
+    return pods
+
+
+def test_the_pods_are_found():
+    expected = {"Deployment/pgjobs-worker", "Deployment/pgjobs-serve", "Job/pgjobs-migrate"}
+    assert set(_pods()) == expected
+
+
+@pytest.mark.parametrize("pod", sorted(_pods()))
+def test_every_pod_meets_pod_security_restricted(pod: str) -> None:
+    template = _pods()[pod]
+    annotations = template.get("metadata", {}).get("annotations")
+    assert restricted_violations(template["spec"], annotations) == []
+
+
+def _worker_spec(resource: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = resource["spec"]["template"]["spec"]
+    return spec
+
+
+def _context(resource: dict[str, Any]) -> dict[str, Any]:
+    context: dict[str, Any] = _container(resource).setdefault("securityContext", {})
+    return context
+
+
+def _pod_context(resource: dict[str, Any]) -> dict[str, Any]:
+    context: dict[str, Any] = _worker_spec(resource).setdefault("securityContext", {})
+    return context
+
+
+#: One breakage per rule of the profile, and the rule that must be named.
+BREAKAGES: list[tuple[str, Callable[[dict[str, Any]], Any]]] = [
+    ("host namespaces", lambda r: _worker_spec(r).__setitem__("hostNetwork", True)),
+    ("host namespaces", lambda r: _worker_spec(r).__setitem__("hostPID", True)),
+    ("host namespaces", lambda r: _worker_spec(r).__setitem__("hostIPC", True)),
+    ("HostProcess", lambda r: _context(r).__setitem__("windowsOptions", {"hostProcess": True})),
+    ("privileged containers", lambda r: _context(r).__setitem__("privileged", True)),
+    ("capabilities", lambda r: _context(r)["capabilities"].__setitem__("add", ["SYS_ADMIN"])),
+    ("capabilities", lambda r: _context(r)["capabilities"].__setitem__("add", ["CHOWN"])),
+    ("capabilities", lambda r: _context(r)["capabilities"].__setitem__("drop", ["NET_RAW"])),
+    ("capabilities", lambda r: _context(r).pop("capabilities")),
+    (
+        "hostPath volumes",
+        lambda r: _worker_spec(r)["volumes"].append({"name": "h", "hostPath": {"path": "/"}}),
+    ),
+    (
+        "volume types",
+        lambda r: _worker_spec(r)["volumes"].append(
+            {"name": "n", "nfs": {"server": "nfs", "path": "/"}}
+        ),
+    ),
+    ("host ports", lambda r: _container(r)["ports"][0].__setitem__("hostPort", 9090)),
+    (
+        "AppArmor",
+        lambda r: (
+            r["spec"]["template"]["metadata"]
+            .setdefault("annotations", {})
+            .__setitem__(APPARMOR_KEY, "unconfined")
+        ),
+    ),
+    ("AppArmor", lambda r: _context(r).__setitem__("appArmorProfile", {"type": "Unconfined"})),
+    ("SELinux", lambda r: _context(r).__setitem__("seLinuxOptions", {"type": "spc_t"})),
+    ("SELinux", lambda r: _pod_context(r).__setitem__("seLinuxOptions", {"user": "root"})),
+    ("/proc mount type", lambda r: _context(r).__setitem__("procMount", "Unmasked")),
+    (
+        "sysctls",
+        lambda r: _pod_context(r).__setitem__("sysctls", [{"name": "kernel.msgmax", "value": "1"}]),
+    ),
+    ("privilege escalation", lambda r: _context(r).__setitem__("allowPrivilegeEscalation", True)),
+    ("privilege escalation", lambda r: _context(r).pop("allowPrivilegeEscalation")),
+    ("running as non-root", lambda r: _pod_context(r).pop("runAsNonRoot")),
+    ("running as non-root", lambda r: _context(r).__setitem__("runAsNonRoot", False)),
+    ("running as non-root user", lambda r: _pod_context(r).__setitem__("runAsUser", 0)),
+    ("running as non-root user", lambda r: _context(r).__setitem__("runAsUser", 0)),
+    ("seccomp", lambda r: _pod_context(r).pop("seccompProfile")),
+    (
+        "seccomp",
+        lambda r: _context(r).__setitem__("seccompProfile", {"type": "Unconfined"}),
+    ),
+    (
+        "seccomp",
+        lambda r: _pod_context(r).__setitem__("seccompProfile", {"type": "Unconfined"}),
+    ),
+    # An init container is a container too: it must meet every rule on its own.
+    (
+        "privilege escalation",
+        lambda r: _worker_spec(r).__setitem__(
+            "initContainers", [{"name": "init", "image": "busybox"}]
+        ),
+    ),
+]
+APPARMOR_KEY = "container.apparmor.security.beta.kubernetes.io/worker"
+
+
+@pytest.mark.parametrize(
+    ("rule", "breakage"), BREAKAGES, ids=[f"{i}-{rule}" for i, (rule, _) in enumerate(BREAKAGES)]
+)
+def test_the_restricted_check_refuses_each_breakage(
+    rule: str, breakage: Callable[[dict[str, Any]], Any]
+) -> None:
+    worker = copy.deepcopy(_all()["Deployment", "pgjobs-worker"])
+    template = worker["spec"]["template"]
+    assert restricted_violations(template["spec"], template["metadata"].get("annotations")) == []
+    breakage(worker)
+    found = restricted_violations(template["spec"], template["metadata"].get("annotations"))
+    assert any(f.startswith(f"{rule}: ") for f in found), found
+
+
+def _dockerfile_user() -> tuple[int, int]:
+    """(uid, gid) of the Dockerfile's USER, which must be numeric, and created by it."""
+    text = (REPO / "Dockerfile").read_text(encoding="utf-8")
+    users = _USER.findall(text)
+    assert users, "the Dockerfile sets no USER"
+    user = users[-1]
+    assert re.fullmatch(r"\d+:\d+", user), f"USER {user}: a numeric uid:gid, for runAsNonRoot"
+    uid, gid = (int(n) for n in user.split(":"))
+    assert uid > 0 and gid > 0
+    assert re.search(rf"useradd\b[^\n]*--uid {uid}\b[^\n]*--gid {gid}\b", text), "USER is created"
+    assert re.search(rf"groupadd\b[^\n]*--gid {gid}\b", text), "its group is created"
+    return uid, gid
+
+
+@pytest.mark.parametrize("pod", sorted(_pods()))
+def test_every_pod_runs_as_the_images_numeric_user_without_an_api_token(pod: str) -> None:
+    spec = _pods()[pod]["spec"]
+    uid, gid = _dockerfile_user()
+    context = spec["securityContext"]
+    assert (context["runAsUser"], context["runAsGroup"]) == (uid, gid)
+    assert context["runAsNonRoot"] is True
+    assert context["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert spec["automountServiceAccountToken"] is False
+    mounts = {v["name"]: v for v in spec.get("volumes", [])}
+    for where, container in containers(spec):
+        own = container.get("securityContext", {})
+        assert "runAsUser" not in own and "runAsGroup" not in own, f"{where}: the pod's user"
+        if own.get("readOnlyRootFilesystem"):
+            # The one place a process may write: an emptyDir at /tmp.
+            (tmp,) = [m for m in container.get("volumeMounts", []) if m["mountPath"] == "/tmp"]
+            assert "emptyDir" in mounts[tmp["name"]] and not tmp.get("readOnly")
+
+
+@pytest.mark.parametrize("pod", sorted(_pods()))
+def test_every_probe_has_a_timeout_period_and_thresholds(pod: str) -> None:
+    for where, container in containers(_pods()[pod]["spec"]):
+        for kind in ("startupProbe", "livenessProbe", "readinessProbe"):
+            probe = container.get(kind)
+            if probe is None:
+                continue
+            for field in ("timeoutSeconds", "periodSeconds", "failureThreshold"):
+                assert isinstance(probe.get(field), int), f"{where} {kind}: no {field}"
+            assert 1 <= probe["timeoutSeconds"] < probe["periodSeconds"], f"{where} {kind}"
+            assert probe.get("successThreshold", 1) == 1, "liveness and startup need 1"
+    if pod.startswith("Deployment/"):
+        (container,) = _pods()[pod]["spec"]["containers"]
+        assert {"livenessProbe", "readinessProbe"} <= set(container)
+
+
+def _selects(policy: dict[str, Any], labels: dict[str, str]) -> bool:
+    selector = policy["spec"]["podSelector"]
+    assert set(selector) <= {"matchLabels"}, "matchLabels only, which this test reads"
+    wanted: dict[str, str] = selector.get("matchLabels", {})
+    return wanted.items() <= labels.items()
+
+
+def _database_port() -> int:
+    secret = _all()["Secret", "pgjobs-database"]
+    return urlsplit(secret["stringData"]["url"]).port or 5432
+
+
+def test_every_pod_has_a_network_policy_that_lets_in_only_its_ports():
+    policies = {name: r for (kind, name), r in _all().items() if kind == "NetworkPolicy"}
+    assert policies, "no NetworkPolicy"
+    kustomization = _resources(MANIFESTS / "kustomization.yaml")[0]
+    files = {MANIFESTS / name for name in kustomization["resources"]}
+    assert any(r["kind"] == "NetworkPolicy" for path in files for r in _resources(path)), (
+        "kubectl apply -k applies the policies"
+    )
+    used = set()
+    for pod, template in _pods().items():
+        labels = template["metadata"]["labels"]
+        selecting = [name for name, policy in policies.items() if _selects(policy, labels)]
+        assert len(selecting) == 1, f"{pod}: selected by {selecting}"
+        (name,) = selecting
+        used.add(name)
+        policy = policies[name]["spec"]
+        assert set(policy["policyTypes"]) == {"Ingress", "Egress"}, f"{pod}: both directions"
+        ports = {
+            (p.get("protocol", "TCP"), n)
+            for _, c in containers(template["spec"])
+            for p in c.get("ports", [])
+            for n in (p["containerPort"], p.get("name"))
+        }
+        let_in = [
+            (p.get("protocol", "TCP"), p["port"])
+            for rule in policy.get("ingress", [])
+            for p in rule.get("ports") or [{"port": None}]
+        ]
+        assert set(let_in) <= ports, f"{pod}: lets in {let_in}, not only its ports {ports}"
+        if ports:
+            assert let_in, f"{pod}: its port is not let in"
+        let_out = {
+            (p.get("protocol", "TCP"), p["port"])
+            for rule in policy["egress"]
+            for p in rule.get("ports") or [{"port": None}]
+        }
+        assert let_out == {("TCP", _database_port()), ("UDP", 53), ("TCP", 53)}, pod
+    assert used == set(policies), "a policy that selects no pod of the manifests"
