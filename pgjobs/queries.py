@@ -473,13 +473,16 @@ group_window AS MATERIALIZED (
     CROSS JOIN LATERAL (
         SELECT s.queue, s.group_key
         FROM pgjobs_group_states s
+        JOIN pgjobs_groups a ON a.group_key = s.group_key
         WHERE s.queue = w.queue AND w.cap > 0
-          -- The row as this statement's snapshot sees it: checked again, by the lock, on the row
-          -- as last written when another claim or an enqueue wrote it since, which leaves the
-          -- group out of this claim. So a group in the window is one whose running jobs this
-          -- snapshot counts right: every claim that starts its jobs writes its row.
+          -- The rows as this statement's snapshot sees them: checked again, by the lock, on a
+          -- row as last written when another claim or an enqueue wrote it since, which leaves
+          -- the group out of this claim. So a group in the window is one whose running jobs this
+          -- snapshot counts right: every claim that starts its jobs writes its (queue, group)
+          -- row, and with it (pgjobs_group_touched) the group's row of every queue (a).
           AND s.xmin = (SELECT v.xmin FROM pgjobs_group_states v
                         WHERE v.queue = s.queue AND v.group_key = s.group_key)
+          AND a.xmin = (SELECT v.xmin FROM pgjobs_groups v WHERE v.group_key = a.group_key)
           -- One probe of the group's ready range per group (a scalar subquery with a LIMIT is
           -- never planned as a join: an EXISTS could be, reading every ready job of the queue).
           AND (SELECT true FROM queued_jobs j
@@ -488,13 +491,15 @@ group_window AS MATERIALIZED (
                LIMIT 1)
         ORDER BY s.last_claim_at
         LIMIT %(limit)s
-        FOR UPDATE OF s SKIP LOCKED
+        FOR UPDATE OF s, a SKIP LOCKED
     ) g
 ),
+-- The window's groups' running jobs in every queue (a task's group concurrency and order hold
+-- per (task, group), a queue's per (queue, group)).
 group_running AS MATERIALIZED (
     SELECT j.queue, j.group_key, j.task, count(*) AS jobs
-    FROM group_window r
-    JOIN queued_jobs j ON j.queue = r.queue AND j.group_key = r.group_key
+    FROM (SELECT DISTINCT group_key FROM group_window) r
+    JOIN queued_jobs j ON j.group_key = r.group_key
     WHERE j.lease_expires_at > now() AND j.id <> ALL({{settled}})
     GROUP BY j.queue, j.group_key, j.task
 ),
@@ -516,8 +521,7 @@ group_takes AS MATERIALIZED (
 group_picked AS (
     SELECT c.*, k.room,
            row_number() OVER (PARTITION BY c.queue, c.group_key {_CLAIM_ORDER}) AS turn,
-           row_number() OVER (PARTITION BY c.queue, c.group_key, c.task {_CLAIM_ORDER})
-               AS task_turn
+           row_number() OVER (PARTITION BY c.group_key, c.task {_CLAIM_ORDER}) AS task_turn
     FROM group_takes k
     CROSS JOIN LATERAL (
         SELECT j.id, j.queue, j.task, j.priority, j.run_at, j.group_key
@@ -526,10 +530,10 @@ group_picked AS (
           AND j.lease_expires_at IS NULL
           AND j.run_at <= now()
           AND (j.expires_at IS NULL OR j.expires_at > now())
+          -- An ordered task's job only when it is its (task, group)'s oldest in every queue.
           AND (j.task <> ALL(%(ordered_tasks)s::text[]) OR NOT EXISTS (
                   SELECT 1 FROM queued_jobs o
-                  WHERE o.queue = j.queue AND o.group_key = j.group_key AND o.task = j.task
-                    AND o.id < j.id))
+                  WHERE o.group_key = j.group_key AND o.task = j.task AND o.id < j.id))
           AND (j.task <> ALL(%(hold_tasks)s::text[]) OR NOT EXISTS (
                   SELECT 1 FROM dead_letter d
                   WHERE d.group_key = j.group_key AND d.task = j.task))
@@ -545,8 +549,8 @@ group_jobs AS (
         ON t.task = p.task
     WHERE t.task IS NULL
        OR p.task_turn <= t.cap - coalesce(
-              (SELECT x.jobs FROM group_running x
-               WHERE x.queue = p.queue AND x.group_key = p.group_key AND x.task = p.task), 0)
+              (SELECT sum(x.jobs) FROM group_running x
+               WHERE x.group_key = p.group_key AND x.task = p.task), 0)
 )"""
 
 # A queue with a setting a claim must obey: paused, or limited (JOB_CLAIM leaves such a queue to
@@ -901,7 +905,11 @@ SELECT EXISTS (
 #:      leaves, then at most what each task's ``group_limits`` leaves (``group_jobs``); an
 #:      ordered task's job only when no older job of its task and group is in queued_jobs (and,
 #:      for ``hold_tasks``, none is in dead_letter); the groups that gave jobs, or had nothing to
-#:      give, go to the back of the turn order (``turned``);
+#:      give, go to the back of the turn order (``turned``). A task's limit and order hold per
+#:      (task, group) in every queue, a queue's group_concurrency per (queue, group): each group
+#:      is taken only when its row of every queue (pgjobs_groups, written with each of its
+#:      (queue, group) rows) is locked too and the version the snapshot saw, and its running
+#:      jobs are counted in every queue;
 #:   3. of those, at most each task's and each queue's capacity are taken, ``limit`` in all, in
 #:      claim order, a group's first job before the second of any (``turn``); the jobs taken of
 #:      limited tasks keep their limit_key (it counts them);
@@ -1061,7 +1069,9 @@ RETURNING id
 #: Tidy the group rows of ``queues`` (maintenance.groups): remove up to ``limit`` rows of groups
 #: that hold no job and have seen no enqueue nor claim for ``idle`` seconds (the condition is
 #: checked again on the row as last written: an enqueue that wrote it meanwhile keeps it), and
-#: write the missing row of each group with ready jobs. Rows: one, (removed, written).
+#: write the missing row of each group with ready jobs; remove the pgjobs_groups row of a group
+#: whose last (queue, group) row it removed, and write the missing one of a group with rows.
+#: Rows: one, (removed, written), rows of pgjobs_group_states.
 GROUP_STATES_TIDY = """
 WITH idle AS (
     DELETE FROM pgjobs_group_states g
@@ -1077,7 +1087,30 @@ WITH idle AS (
     )
       AND g.touched_at < now() - %(idle)s * interval '1 second'
       AND g.last_claim_at < now() - %(idle)s * interval '1 second'
-    RETURNING 1
+    RETURNING g.queue, g.group_key
+),
+-- The row of every queue of a group whose last (queue, group) row was removed above (the
+-- snapshot still sees those). An enqueue or a claim that wrote it meanwhile keeps it
+-- (touched_at, checked again on the row as last written); one locked now is left for later.
+unused AS (
+    DELETE FROM pgjobs_groups a
+    WHERE a.group_key IN (
+        SELECT u.group_key FROM pgjobs_groups u
+        WHERE u.group_key IN (SELECT group_key FROM idle)
+          AND u.touched_at < now() - %(idle)s * interval '1 second'
+          AND NOT EXISTS (SELECT 1 FROM pgjobs_group_states s
+                          WHERE s.group_key = u.group_key
+                            AND (s.queue, s.group_key) NOT IN (SELECT * FROM idle))
+        FOR UPDATE SKIP LOCKED
+    )
+),
+unlinked AS (
+    INSERT INTO pgjobs_groups (group_key)
+    SELECT DISTINCT s.group_key FROM pgjobs_group_states s
+    WHERE s.queue = ANY(%(queues)s::text[])
+      AND NOT EXISTS (SELECT 1 FROM pgjobs_groups a WHERE a.group_key = s.group_key)
+    ORDER BY s.group_key
+    ON CONFLICT DO NOTHING
 ),
 missing AS (
     INSERT INTO pgjobs_group_states (queue, group_key)
@@ -1370,7 +1403,7 @@ SCHEDULE_NOW = "SELECT now()"
 #: start at ``next_run_ats`` (their first occurrence after now); a schedule whose expression or
 #: timezone changed starts again there; the others keep their place. Rows are locked in name
 #: order, so two workers declaring at once wait for each other instead of deadlocking. Rows:
-#: (name) per schedule.
+#: (name, whether this statement added it) per schedule.
 SCHEDULE_DECLARE = """
 INSERT INTO pgjobs_schedules AS s
     (name, task, queue, schedule, timezone, catch_up, next_run_at, declared_at)
@@ -1389,7 +1422,7 @@ SET task = excluded.task,
     schedule = excluded.schedule,
     timezone = excluded.timezone,
     declared_at = now()
-RETURNING name
+RETURNING name, xmax = 0 AS added
 """
 
 #: Whether any of the schedules among ``names`` is due and not paused: what a scheduler round
@@ -2698,16 +2731,16 @@ ORDER BY t.task
 #: most ``max_groups`` + 1 groups per queue: ``groups_capped``), and a group's ready jobs are
 #: counted up to ``ready_cap`` + 1 rows of the same index (a group of 50,000 reads 1,001); with
 #: ``top`` 0 no group's ready jobs are read. Running jobs are counted whole from
-#: ix_queued_jobs_group_leased: they are at most the workers' slots. A group is at its limit when
+#: ix_queued_jobs_group_running: they are at most the workers' slots. A group is at its limit when
 #: its running jobs reach the queue's group_concurrency, or those of one task reach that task's
 #: (``tasks``/``limits``: the app's tasks that limit their groups, when the caller has the app).
 #:
 #: Holds (``models.HoldReason``), for the top groups with ready jobs only: at its limit, its
 #: running jobs (the first ``holders`` ids and their count); for each ordered task
 #: (``ordered_tasks``, ``hold_tasks`` those declared ``ordered="hold"``, as the claim takes them)
-#: with a ready job in the group, its oldest job of the group when that job is not ready (one
-#: probe of ix_queued_jobs_group_order; the ready job looked for among the task's first
-#: ``ready_cap`` jobs of the group), and a dead job of a "hold" task (one probe of
+#: with a ready job in the group, its oldest job of the group in every queue when that job is not
+#: ready (one probe of ix_queued_jobs_group_sequence; the ready job looked for among the task's
+#: first ``ready_cap`` jobs of the group), and a dead job of a "hold" task (one probe of
 #: ix_dead_letter_group_key_task).
 GROUPS_LOAD = """
 WITH RECURSIVE queues AS (
@@ -2841,10 +2874,11 @@ LEFT JOIN LATERAL (
     -- behind it; a dead job of a "hold" task holds them all.
     SELECT v.nth, v.reason, t.task, ARRAY[v.id], 1, v.until
     FROM unnest(%(ordered_tasks)s::text[]) AS t(task)
-    -- The oldest job: ix_queued_jobs_group_order's first row of (queue, group, task).
+    -- The oldest job in every queue, as the claim takes an ordered group's head:
+    -- ix_queued_jobs_group_sequence's first row of (group, task).
     CROSS JOIN LATERAL (
         SELECT j.id, j.lease_expires_at, j.run_at, j.attempts FROM queued_jobs j
-        WHERE j.queue = r.queue AND j.group_key = r.group_key AND j.task = t.task
+        WHERE j.group_key = r.group_key AND j.task = t.task
         ORDER BY j.id LIMIT 1
     ) head
     -- A dead job of a "hold" task: ix_dead_letter_group_key_task, as the claim reads it.

@@ -168,18 +168,19 @@ queued_jobs = Table(
         "id",
         postgresql_where=text("lease_expires_at IS NULL AND group_key IS NOT NULL"),
     ),
-    # A group's running jobs, by task, counted against its group concurrency by each claim.
+    # A group's running jobs in every queue, by queue and task, counted by each claim against a
+    # task's group concurrency (all queues) and a queue's (that queue). Migration 0014.
     Index(
-        "ix_queued_jobs_group_leased",
-        "queue",
+        "ix_queued_jobs_group_running",
         "group_key",
+        "queue",
         "task",
         postgresql_where=text("lease_expires_at IS NOT NULL AND group_key IS NOT NULL"),
     ),
-    # An ordered task's jobs of one group in enqueue order: the claim takes a group's oldest.
+    # A task's jobs of one group in enqueue order, whatever their queue: the claim takes an
+    # ordered (task, group)'s oldest. Migration 0014.
     Index(
-        "ix_queued_jobs_group_order",
-        "queue",
+        "ix_queued_jobs_group_sequence",
         "group_key",
         "task",
         "id",
@@ -414,6 +415,22 @@ pgjobs_group_states = Table(
     # When an enqueue last added a job to the group.
     Column("touched_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     Index("ix_pgjobs_group_states_queue_last_claim_at", "queue", "last_claim_at"),
+)
+
+# One row per group, whatever its queues: the version a claim checks its count of the group's
+# running jobs in every queue against, so that a task's group concurrency and order hold per
+# (task, group) across queues. Written with the group's rows of pgjobs_group_states, by their
+# triggers (pgjobs_group_touched, after each statement that inserts or updates them, in group
+# order), so every enqueue into the group and every claim that starts its jobs, in any queue,
+# writes it. A claim locks it beside the (queue, group) row, FOR UPDATE SKIP LOCKED, and trusts
+# its count only when both are the versions its snapshot sees. Removed with the group's last row
+# of pgjobs_group_states by the maintenance services. Migration 0014.
+pgjobs_groups = Table(
+    "pgjobs_groups",
+    metadata,
+    Column("group_key", Text, primary_key=True),
+    # When an enqueue or a claim in any queue last wrote one of the group's rows.
+    Column("touched_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
 )
 
 # Unique keys of tasks declared with a throttle: the job that last took the key, whose start

@@ -28,13 +28,16 @@ PAIRS = declared_task("g.pairs", group_concurrency=2)
 FREE = declared_task("g.free")
 ORDERED = declared_task("g.ordered", ordered=True)
 HOLDING = declared_task("g.holding", ordered="hold")
+ONE = declared_task("g.one", group_concurrency=1)
 
 
 @pytest.fixture(autouse=True)
 def no_queue_settings(dsn: Dsn) -> Iterator[None]:
     yield
     with psycopg.connect(dsn.url, autocommit=True) as conn:
-        conn.execute("TRUNCATE pgjobs_queues, pgjobs_limit_states, pgjobs_group_states")
+        conn.execute(
+            "TRUNCATE pgjobs_queues, pgjobs_limit_states, pgjobs_group_states, pgjobs_groups"
+        )
 
 
 def enqueue(
@@ -187,6 +190,9 @@ def test_group_rows_follow_the_groups_that_hold_jobs(dsn, conn):
     assert (tidied.removed, tidied.restored) == (1, 1)
     rows = conn.execute("SELECT group_key FROM pgjobs_group_states ORDER BY 1").fetchall()
     assert [r[0] for r in rows] == ["busy", "orphan"]
+    # The rows of every queue follow: the idle group's is gone with its last queue's row.
+    rows = conn.execute("SELECT group_key FROM pgjobs_groups ORDER BY 1").fetchall()
+    assert [r[0] for r in rows] == ["busy", "orphan"]
     # A group seen recently keeps its row, even without jobs.
     conn.execute("DELETE FROM queued_jobs WHERE group_key = 'busy'")
     assert run_service(dsn, GroupRows(["default"])).removed == 0
@@ -219,3 +225,81 @@ def test_the_group_claims_generic_plan_probes_each_groups_range_never_the_whole_
     plan = generic_plan(conn, queries.JOB_SUCCEED_AND_CLAIM_LIMITED, params)
     assert "Seq Scan on queued_jobs" not in plan, plan
     assert "Index Scan using ix_queued_jobs_group_ready on queued_jobs" in plan, plan
+
+
+# A task's group limit and order hold per (task, group), whatever queues its jobs are in and
+# whichever queues each worker serves (docs/guides/fairness.md); a queue's --group-concurrency
+# holds per (queue, group).
+
+
+@pytest.mark.parametrize("task", [PAIRS, ONE, ORDERED], ids=lambda t: t.name)
+def test_a_tasks_group_limit_holds_across_queues_whichever_queues_a_worker_serves(conn, task):
+    cap = 1 if task.ordered else task.group_concurrency
+    for queue in ("east", "west"):
+        enqueue(conn, task.name, "a", 3, queue=queue)
+        enqueue(conn, task.name, f"only-{queue}", 1, queue=queue)
+    # One worker per queue: the first takes up to the limit, the second none of the group.
+    east, _ = claim_limited(conn, [task], queues=["east"], limit=10)
+    west, _ = claim_limited(conn, [task], queues=["west"], limit=10)
+    assert groups_of(east) == {"a": cap, "only-east": 1}
+    assert groups_of(west) == {"only-west": 1}
+    # One worker serving both: nothing more of the group either.
+    both, _ = claim_limited(conn, [task], queues=["east", "west"], limit=10)
+    assert groups_of(both)["a"] == 0
+    # One of its jobs ends: one more starts, in whichever queue holds its next job.
+    finish(conn, [j for j in east if j.group_key == "a"][:1])
+    more, _ = claim_limited(conn, [task], queues=["west", "east"], limit=10)
+    assert groups_of(more) == {"a": 1}
+    running = "SELECT count(*) FROM queued_jobs WHERE group_key = 'a' AND lease_owner IS NOT NULL"
+    assert scalar(conn, running) == cap
+
+
+def test_an_ordered_groups_head_is_its_oldest_job_in_every_queue(conn):
+    (first,) = enqueue(conn, "g.ordered", "a", 1, queue="east")
+    (second,) = enqueue(conn, "g.ordered", "a", 1, queue="west")
+    (third,) = enqueue(conn, "g.ordered", "a", 1, queue="east")
+    # A worker of the west queue only: the group's oldest job waits in east, so nothing starts.
+    assert claim_limited(conn, [ORDERED], queues=["west"])[0] == []
+    (job,), _ = claim_limited(conn, [ORDERED], queues=["east"])
+    assert job.id == first
+    finish(conn, [job])
+    # East's next job is not the group's next: west's is.
+    assert claim_limited(conn, [ORDERED], queues=["east"])[0] == []
+    (job,), _ = claim_limited(conn, [ORDERED], queues=["west", "east"])
+    assert job.id == second
+    assert claim_limited(conn, [ORDERED], queues=["east"])[0] == []
+    finish(conn, [job])
+    (job,), _ = claim_limited(conn, [ORDERED], queues=["east", "west"])
+    assert job.id == third
+
+
+def test_a_queues_group_concurrency_stays_per_queue(conn):
+    conn.execute(
+        "INSERT INTO pgjobs_queues (name, group_concurrency) VALUES ('east', 1), ('west', 1)"
+    )
+    for queue in ("east", "west"):
+        enqueue(conn, "g.free", "a", 3, queue=queue)
+    jobs, _ = claim_limited(conn, [FREE], queues=["east", "west"], limit=10)
+    assert Counter(j.queue for j in jobs) == {"east": 1, "west": 1}
+
+
+@pytest.mark.parametrize("task", [ONE, ORDERED], ids=lambda t: t.name)
+def test_concurrent_claims_in_two_queues_start_one_job_of_a_limited_group(dsn, conn, task):
+    for queue in ("east", "west"):
+        enqueue(conn, task.name, "a", 2, queue=queue)
+    with (
+        psycopg.connect(dsn.url) as east_worker,
+        psycopg.connect(dsn.url) as west_worker,
+    ):
+        # The east claim has started the group's job and not committed yet: the west claim,
+        # meanwhile, must not count the group's running jobs as none.
+        east, _ = claim_limited(east_worker, [task], queues=["east"])
+        west, _ = claim_limited(west_worker, [task], queues=["west"])
+        assert len(east) == 1 and west == []
+        west_worker.rollback()
+        east_worker.commit()
+        # Committed since: the group's running job counts, in every queue.
+        assert claim_limited(west_worker, [task], queues=["west"])[0] == []
+        west_worker.commit()
+    running = "SELECT count(*) FROM queued_jobs WHERE lease_owner IS NOT NULL"
+    assert scalar(conn, running) == 1
