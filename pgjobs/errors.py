@@ -147,6 +147,20 @@ class LockTimeout(QueryFailed):
     changed, and it may be tried again."""
 
 
+class PoolerMismatch(QueryFailed):
+    """PostgreSQL refused a statement because the connection's server session changed between
+    two of its statements, as it does behind a pooler in transaction mode (PgBouncer's
+    ``pool_mode = transaction``) that pgjobs was not told about: a prepared statement was
+    missing, already there, or another one. Set ``PGJOBS_POOLER=transaction`` (or
+    ``App(pooler="transaction")``, ``--pooler transaction``).
+
+    The statement was refused before it ran: unlike ``DatabaseUnavailable``, it wrote nothing,
+    and in a transaction the transaction rolled back.
+
+    Example: ``except pgjobs.errors.PoolerMismatch: ...  # fix the settings, then send it again``
+    """
+
+
 class JobFailed(PgjobsError):
     """The job ``app.wait`` waited for is in ``dead_letter``: ``reason`` (a ``DeadReason``
     value), ``error_type`` and ``last_error`` are its dead letter's.

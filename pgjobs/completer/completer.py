@@ -23,6 +23,7 @@ from pgjobs.context import JobContext
 from pgjobs.errors import (
     DatabaseUnavailable,
     NonRetryableError,
+    PoolerMismatch,
     QueryFailed,
     SchemaMissing,
     Snooze,
@@ -293,8 +294,9 @@ class Completer:
         except QueryFailed as exc:
             # Not a connection problem, so the same trip would be refused again: apply the
             # outcomes apart, to find the one the database refuses. Claim on the next trip.
-            read_only = _READ_ONLY in str(exc)  # a standby: no write is about one row
-            if settle is None or read_only:
+            # A standby, or a transaction-mode pooler pgjobs was not told about: about no row.
+            about_no_row = _READ_ONLY in str(exc) or isinstance(exc, PoolerMismatch)
+            if settle is None or about_no_row:
                 # Kept for a later trip; the worker's loop logs it and backs off while it repeats.
                 if settle is not None:
                     self.outcomes.restore(settle)

@@ -20,7 +20,7 @@ from pgjobs.completer.params import (
     SettleParams,
 )
 from pgjobs.db import libpq
-from pgjobs.errors import DatabaseUnavailable, QueryFailed, SchemaMissing
+from pgjobs.errors import DatabaseUnavailable, PoolerMismatch, QueryFailed, SchemaMissing
 from pgjobs.models import DeadReason, Job
 from pgjobs.text import MAX_ERROR_LENGTH, storable
 
@@ -155,7 +155,8 @@ async def settle_apart(
 ) -> None:
     """Apply ``batch``, which the database refused as a whole, in halves, down to the single
     outcomes it refuses; each of those goes to dead_letter (``_bury_refused``). On a lost
-    connection, what is left goes back to ``outcomes`` and the error is raised."""
+    connection, what is left goes back to ``outcomes`` and the error is raised; on a
+    ``PoolerMismatch``, it goes back too, for the next trip."""
     owner = claim.owner
     left = [batch.singles()]
     while left:
@@ -167,6 +168,10 @@ async def settle_apart(
             for rest in [parts, *reversed(left)]:
                 outcomes.restore(SettleParams.merged(owner, rest))
             raise
+        except PoolerMismatch:  # about the connection, not these outcomes: kept, as is the rest
+            for rest in [parts, *reversed(left)]:
+                outcomes.restore(SettleParams.merged(owner, rest))
+            return
         except QueryFailed as exc:
             if len(parts) == 1:
                 await _bury_refused(conn, part, exc)

@@ -1,6 +1,8 @@
 """The edge where driver errors become ``pgjobs.errors``: by SQLSTATE, a lost or refused
-connection is ``DatabaseUnavailable``, anything else the server refused a ``QueryFailed`` that
-names what happened. Nothing outside ``pgjobs.db`` catches ``psycopg.Error``."""
+connection is ``DatabaseUnavailable``, a prepared statement missing, already there or another
+one (a transaction-mode pooler pgjobs was not told about) ``PoolerMismatch``, anything else the
+server refused a ``QueryFailed`` that names what happened. Nothing outside ``pgjobs.db`` catches
+``psycopg.Error``."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from pgjobs.errors import (
     DatabaseUnavailable,
     LockTimeout,
     PgjobsError,
+    PoolerMismatch,
     QueryFailed,
     SchemaMissing,
 )
@@ -49,6 +52,8 @@ def translated(
         return SchemaMissing(f"the pgjobs schema is out of date: {MIGRATE_HINT}")
     if state == "55P03":
         return LockTimeout(f"gave up waiting for a lock (lock_timeout): {reason}")
+    if _prepared_mixup(exc):
+        return PoolerMismatch(_mixup_message(state, reason, dsn))
     if connecting or is_connection_failure(exc):
         if state in _SERVER_CLOSED or _closed_by_server(exc):
             return DatabaseUnavailable(f"the connection was closed by the server: {reason}")
@@ -77,16 +82,63 @@ _REFUSALS = {
     "40": "the transaction was rolled back",
     "57014": "the statement was cancelled (statement_timeout or a cancel request)",
     "25": "the statement is not allowed in this transaction state",
+    "08P01": "PostgreSQL refused a message of the protocol",
 }
+
+#: SQLSTATEs of a prepared statement the server session does not have (26000,
+#: invalid_sql_statement_name) or has already (42P05, duplicate_prepared_statement).
+_PREPARED_STATES = frozenset({"26000", "42P05"})
+
+
+def _prepared_mixup(exc: psycopg.Error) -> bool:
+    """Whether ``exc`` says a prepared statement is missing, already there, or another one
+    (``bind message supplies 9 parameters, but prepared statement "_pg3_0" requires 3``, a
+    protocol violation the server refuses without ending the session). pgjobs prepares a
+    statement once per connection and uses it until the server says it is gone: this happens
+    when consecutive statements of one connection run on different server sessions."""
+    state = exc.sqlstate
+    if state in _PREPARED_STATES:
+        return True
+    return state == "08P01" and _refused_only(exc) and "prepared statement" in str(exc)
+
+
+def _mixup_message(state: str, reason: str, dsn: Dsn | None) -> str:
+    if dsn is not None and dsn.transaction_pooled:  # pgjobs prepares nothing in this mode
+        fix = (
+            "PGJOBS_POOLER=transaction is set, so the statement came prepared on a connection "
+            "of yours: connect it with prepare_threshold=None"
+        )
+    else:
+        fix = (
+            'set PGJOBS_POOLER=transaction (or App(pooler="transaction"), --pooler '
+            "transaction; `pgjobs doctor` checks)"
+        )
+    return (
+        "the connection's server session changed between two statements, as behind a pooler "
+        f"in transaction mode (PgBouncer's pool_mode = transaction): {fix}; the statement was "
+        f"refused before it ran and wrote nothing (SQLSTATE {state}: {reason})"
+    )
+
+
+def _refused_only(exc: psycopg.Error) -> bool:
+    """Whether the server reported ``exc`` at severity ERROR: it refused one statement or
+    message and the session goes on (a FATAL one ends the session)."""
+    severity = exc.diag.severity_nonlocalized or exc.diag.severity
+    return severity == "ERROR"
 
 
 def is_connection_failure(exc: psycopg.Error) -> bool:
     """Whether ``exc`` means the connection is gone or could not be made (SQLSTATE class 08,
     57P01-57P03, or a libpq failure without SQLSTATE), or the server is out of resources
-    (class 53: disk, memory, connections), which passes: the statement may be sent again."""
+    (class 53: disk, memory, connections), which passes: the statement may be sent again. Not
+    a protocol violation the server refused at severity ERROR (08P01: ``bind message supplies
+    2 parameters, but prepared statement "x" requires 3``): the session goes on, and the
+    statement did not run."""
     state = exc.sqlstate
     if state is None:
         return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+    if state == "08P01" and _refused_only(exc):
+        return False
     return state.startswith(("08", "53")) or state in _SERVER_CLOSED
 
 

@@ -44,8 +44,8 @@ MAX_REQUEST_BODY = 64 * 1024
 HEAD_TIMEOUT = 5.0
 #: Seconds a client has to send the body it declared; a slower one is dropped.
 BODY_TIMEOUT = 5.0
-#: Seconds a whole exchange may take, the answer read by the client included.
-REQUEST_TIMEOUT = 10.0
+#: Seconds a whole exchange may take, the answer worked out and read by the client included.
+REQUEST_TIMEOUT = 15.0
 #: Connections open at once (a scraper and the probes need a few). One more takes the place of
 #: the oldest that waits on its client, or is closed at once when every one is being answered.
 MAX_CONNECTIONS = 32

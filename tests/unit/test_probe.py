@@ -389,3 +389,11 @@ def test_past_the_cap_a_new_client_is_closed_at_once_while_every_one_is_answered
     answered, turned_away = asyncio.run(go())
     assert [_status(a) for a in answered] == [200] * cap
     assert turned_away == b""
+
+
+def test_a_refused_head_request_has_no_body_either():
+    missing, wrong = _serve(
+        OK, b"HEAD /nope HTTP/1.1\r\n\r\n", b"HEAD /metrics HTTP/1.1\r\n\r\n", token=TOKEN
+    )
+    assert (_status(missing), _status(wrong)) == (404, 401)
+    assert missing.endswith(b"\r\n\r\n") and wrong.endswith(b"\r\n\r\n")
