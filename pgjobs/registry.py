@@ -80,11 +80,11 @@ class Registry:
         same in every worker that runs the task (a worker enforces what its code declares).
 
         ``group_concurrency`` caps the running jobs of this task that share a group
-        (``enqueue(..., group="customer-42")``); ``ordered=True`` runs one job of a group at a
-        time, in enqueue order, even across retries (``"hold"``: a dead job keeps holding its
-        group). ``debounce`` is the delay of ``on_conflict="debounce"``; ``throttle`` lets at most
-        one job per unique key start per so many seconds. See the "Fairness and uniqueness"
-        guide.
+        (``enqueue(..., group="customer-42")``), whatever queues they are in; ``ordered=True``
+        runs one job of a group at a time, in enqueue order across its queues, even across
+        retries (``"hold"``: a dead job keeps holding its group). ``debounce`` is the delay of
+        ``on_conflict="debounce"``; ``throttle`` lets at most one job per unique key start per so
+        many seconds. See the "Fairness and uniqueness" guide.
 
         The options and their defaults are those of ``pgjobs.tasks.HandlerOptions``.
 

@@ -124,10 +124,11 @@ class Task:
     concurrency: int | None = None
     #: At most so many starts of this task's jobs per period across every worker; None: no limit.
     rate: Rate | None = None
-    #: The most jobs of this task with the same group leased at once (None: no limit).
+    #: The most jobs of this task with the same group leased at once, in all queues together
+    #: (None: no limit).
     group_concurrency: int | None = None
-    #: False, True (one job per group at a time, in enqueue order; a dead job releases its
-    #: group) or "hold" (a dead job holds its group until it is redriven or purged).
+    #: False, True (one job per group at a time, in enqueue order across queues; a dead job
+    #: releases its group) or "hold" (a dead job holds its group until it is redriven or purged).
     ordered: bool | str = False
     #: Seconds a unique job waits after the enqueue that debounced it (``on_conflict="debounce"``).
     debounce: float | None = None
