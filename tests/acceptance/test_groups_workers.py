@@ -1,7 +1,8 @@
 """Groups across four `pgjobs work` processes: a task's group concurrency is never exceeded in
 any group, measured from the side table where every handler records when it starts and ends;
 an ordered task runs each group's jobs one at a time in enqueue order; a worker killed with two
-jobs of a group at its limit holds the group only until their leases end."""
+jobs of a group at its limit holds the group only until their leases end; a task's limit and
+order hold across queues, with a worker per queue and with workers serving them all."""
 
 from __future__ import annotations
 
@@ -137,3 +138,54 @@ def test_a_killed_worker_holds_its_group_only_until_the_leases_end(make_app, run
     assert (first_start - lease_end).total_seconds() < 5  # and released when they ended
     assert stop([survivor], timeout=20) == [0]
     assert len(ids) == 6
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "queues_per_worker",
+    [(["east"], ["west"]), (["east", "west"], ["east", "west"])],
+    ids=["a-worker-per-queue", "workers-of-both-queues"],
+)
+def test_a_tasks_group_limit_and_order_hold_across_queues(
+    make_app, runs, start_worker, queues_per_worker
+):
+    conn = runs
+    app = make_app()
+    workers = []
+    for queues in queues_per_worker:
+        workers.append(start_worker("--concurrency", "4", *(f"--queue={q}" for q in queues)))
+    wait_until(
+        lambda: scalar(conn, "SELECT count(*) FROM pgjobs_workers") == len(workers),
+        timeout=60,
+        what="the workers registered",
+        procs=workers,
+    )
+    # Each group's jobs alternate between the queues: limited (keys g*100 + n) and ordered
+    # (keys 1000 + g*100 + n).
+    ids = app.enqueue_many(
+        JobSpec(
+            task,
+            {"key": base + g * 100 + n, "seconds": seconds},
+            group=f"customer-{g}",
+            queue=("east", "west")[n % 2],
+        )
+        for task, base, seconds in (("accept.grouped", 0, 0.2), ("accept.in_order", 1000, 0.02))
+        for n in range(PER_GROUP)
+        for g in range(2)
+    )
+    wait_archived(conn, len(ids), timeout=120, procs=workers)
+
+    for g in range(2):
+        assert most_at_once(conn, g * 100, g * 100 + PER_GROUP) == GROUP_CONCURRENCY
+        low, high = 1000 + g * 100, 1000 + g * 100 + PER_GROUP
+        keys = [
+            r[0]
+            for r in conn.execute(
+                "SELECT key FROM runs WHERE phase = 'start' AND key >= %s AND key < %s ORDER BY at",
+                [low, high],
+            )
+        ]
+        assert keys == list(range(low, high))
+        assert most_at_once(conn, low, high) == 1
+    assert_one_home(conn, ids)
+    assert stop(workers, timeout=20) == [0] * len(workers)
