@@ -76,6 +76,9 @@ class Service(ABC, Generic[R]):
     name: ClassVar[str]
     #: Seconds between rounds unless a config says otherwise; the one place for the default.
     default_interval: ClassVar[float]
+    #: The level of the line that says what a round did: INFO, or DEBUG for a service whose
+    #: rounds do their routine work (the scheduler enqueues every occurrence of a schedule).
+    round_log_level: ClassVar[int] = logging.INFO
 
     def __init__(self, config: ServiceConfig | None = None) -> None:
         self.config = config or ServiceConfig(interval=self.default_interval)
@@ -153,4 +156,4 @@ async def _run(service: Service[Any], connections: SharedConnections, stop: asyn
             log.warning("%s: working again", service.name)
         if result:
             done = " ".join(f"{k}={v}" for k, v in result.counts().items())
-            log.info("%s: %s", service.name, done)
+            log.log(service.round_log_level, "%s: %s", service.name, done)

@@ -20,10 +20,11 @@ database's clock, so workers whose clocks disagree still agree on what is due.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import psycopg
@@ -65,6 +66,9 @@ class Scheduler(Service[Scheduled]):
 
     name = "scheduler"
     default_interval = SCHEDULER_INTERVAL
+    # An occurrence enqueued is the schedule doing its work (logged at DEBUG); a schedule added,
+    # an occurrence skipped or a round that fails are logged at INFO or above.
+    round_log_level = logging.DEBUG
 
     def __init__(
         self,
@@ -96,10 +100,12 @@ class Scheduler(Service[Scheduled]):
             return await self._enqueue_due(conn, due)
 
     async def declare(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """Record this worker's schedules in ``pgjobs_schedules``."""
+        """Record this worker's schedules in ``pgjobs_schedules``; a schedule new there is
+        logged (at INFO) with its first occurrence."""
         now = await _now(conn)
         ordered = sorted(self.schedules.values(), key=lambda s: s.name)
-        await db.fetch_all_async(
+        firsts = [s.after(now) for s in ordered]
+        declared = await db.fetch_all_async(
             conn,
             queries.SCHEDULE_DECLARE,
             {
@@ -109,10 +115,22 @@ class Scheduler(Service[Scheduled]):
                 "schedules": [s.schedule for s in ordered],
                 "timezones": [s.timezone for s in ordered],
                 "catch_ups": [s.catch_up_text for s in ordered],
-                "next_run_ats": [s.after(now) for s in ordered],
+                "next_run_ats": firsts,
             },
         )
         self._declared_at = time.monotonic()
+        first_of = dict(zip([s.name for s in ordered], firsts, strict=True))
+        for name, added in declared:
+            if added:
+                schedule = self.schedules[name]
+                log.info(
+                    "scheduler: schedule %s added (%s, %s): enqueues %s, first at %s UTC",
+                    name,
+                    schedule.schedule,
+                    schedule.timezone,
+                    schedule.task,
+                    f"{first_of[name].astimezone(UTC):%Y-%m-%d %H:%M:%S}",
+                )
 
     async def _enqueue_due(
         self, conn: psycopg.AsyncConnection[Any], due: list[tuple[Any, ...]]

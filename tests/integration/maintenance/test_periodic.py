@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import logging
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -18,6 +19,7 @@ import pytest
 from pgjobs import App
 from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError, InvalidPayload, UnknownTask
+from pgjobs.maintenance import ServiceConfig, run_services
 from pgjobs.maintenance.scheduler import Scheduled, Scheduler
 from pgjobs.periodic import CatchUp
 from tests.support.factories import run_service
@@ -120,6 +122,45 @@ def test_a_due_occurrence_is_enqueued_once_with_its_instant_and_key(
     # Nothing more is due: another round (any worker's) enqueues nothing.
     assert run_service(dsn, scheduler(app)) == Scheduled(0, 0)
     assert len(jobs(conn)) == 1
+
+
+def test_a_schedule_added_is_said_at_info_and_each_occurrence_only_at_debug(
+    make_app: Callable[..., App], conn: psycopg.Connection[Any], dsn: Dsn, caplog: Any
+) -> None:
+    # The scheduler's own loop, as a worker runs it, a round every 50 ms.
+    app = hourly_app(make_app, catch_up=5)
+    service = Scheduler(
+        app.periodics.values(), app.enqueue_many_async, ServiceConfig(interval=0.05, jitter=0)
+    )
+
+    async def rounds() -> datetime:
+        stop = asyncio.Event()
+        loop = asyncio.create_task(run_services([service], dsn, stop))
+        deadline = time.monotonic() + 20  # a bound, not a measurement
+        while not scalar(conn, "SELECT count(*) FROM pgjobs_schedules"):
+            assert time.monotonic() < deadline, "the schedule was never declared"
+            await asyncio.sleep(0.02)
+        first: datetime = schedule_row(conn, "reports.hourly")["next_run_at"]
+        move_back(conn, "reports.hourly", timedelta(hours=3))  # three occurrences due
+        while len(jobs(conn)) < 3:
+            assert time.monotonic() < deadline, "the occurrences were not enqueued"
+            await asyncio.sleep(0.02)
+        stop.set()
+        await loop
+        return first
+
+    with caplog.at_level(logging.DEBUG, logger="pgjobs.maintenance"):
+        first = asyncio.run(rounds())
+        run_service(dsn, scheduler(app))  # another worker declares it again: nothing new
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "pgjobs.maintenance"]
+    assert [(level, message) for level, message in said if level >= logging.INFO] == [
+        (
+            logging.INFO,
+            "scheduler: schedule reports.hourly added (0 * * * *, UTC): enqueues reports.build, "
+            f"first at {first.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC",
+        )
+    ]
+    assert (logging.DEBUG, "scheduler: enqueued=3 skipped=0") in said
 
 
 def test_catch_up_after_downtime(
