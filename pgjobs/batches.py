@@ -203,7 +203,9 @@ class Batch:
         """Add members as ``JobSpec`` (``App.enqueue_many(specs, batch=...)``)."""
         self._check_open()
         rows = producer.prepare_many(specs, self._tasks)
-        self._rows.extend(_member(row, len(self._rows) + n) for n, row in enumerate(rows))
+        # Every row checked before any is added: a refused call adds none.
+        first = len(self._rows)
+        self._rows.extend([_member(row, first + n) for n, row in enumerate(rows)])
 
     @property
     def id(self) -> int:
@@ -235,7 +237,8 @@ class Batch:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
-        if kind is None:
+        # Written in the block already (by enqueue_many(..., batch=)): not written again.
+        if kind is None and self._id is None:
             self._write(self, self.connection)
 
     async def __aenter__(self) -> Batch:
@@ -244,7 +247,7 @@ class Batch:
         return self.__enter__()
 
     async def __aexit__(self, kind: type[BaseException] | None, *exc: object) -> None:
-        if kind is None:
+        if kind is None and self._id is None:
             if self._write_async is None:
                 raise ConfigurationError("this batch is written by `with`, not `async with`")
             await self._write_async(self, self.connection)

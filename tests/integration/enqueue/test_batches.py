@@ -233,6 +233,44 @@ def test_enqueue_many_with_a_batch_takes_every_insert_path(app, conn, size):
         app.enqueue_many([JobSpec("reports.render", {"page": 1})], batch=batch)
 
 
+def test_enqueue_many_in_a_with_block_writes_the_batch_once(app, conn):
+    with app.batch(on_complete=("reports.summarise", {"report": 7})) as batch:
+        ids = app.enqueue_many(
+            [JobSpec("reports.render", {"page": n}) for n in range(3)], batch=batch
+        )
+    assert ids == batch.ids
+    assert scalar(conn, "SELECT count(*) FROM pgjobs_batches") == 1
+    assert counts(conn)["queued_jobs"] == 3 and batch_ids_of(conn, ids) == {batch.id}
+
+    async def in_async_with() -> None:
+        async with app.batch() as batch:
+            await app.enqueue_many_async([JobSpec("reports.render", {"page": 9})], batch=batch)
+        await app.aclose()
+
+    asyncio.run(in_async_with())
+    assert scalar(conn, "SELECT count(*) FROM pgjobs_batches") == 2
+    assert counts(conn)["queued_jobs"] == 4
+
+
+@pytest.mark.parametrize("earlier", [0, 2], ids=["first call", "after two members"])
+def test_a_member_with_after_is_refused_naming_it_and_adds_nothing(app, conn, earlier):
+    first = app.enqueue("reports.render", {"page": 0})
+    before = counts(conn)
+    batch = app.batch()
+    for page in range(earlier):
+        batch.enqueue("reports.render", {"page": page})
+    specs = [JobSpec("reports.render", {"page": 1}), JobSpec("reports.render", after=[first])]
+    with pytest.raises(ConfigurationError) as raised:
+        app.enqueue_many(specs, batch=batch)
+    position = earlier + 1
+    assert str(raised.value) == (
+        f"batch member #{position}: a member cannot have after (not supported yet)"
+    )
+    assert raised.value.field == f"jobs[{position}].after"
+    assert len(batch.rows) == earlier, "a refused call adds no member"
+    assert counts(conn) == before
+
+
 def test_the_plain_enqueue_writes_no_batch(app, conn):
     job_id = app.enqueue("reports.render", {"page": 1})
     ids = app.enqueue_many(JobSpec("reports.render", {"page": n}) for n in range(COPY_MIN_ROWS))
