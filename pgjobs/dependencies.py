@@ -15,8 +15,14 @@ in one transaction with the dependencies' check:
    ``pgjobs_waiting`` row until the trigger releases it (or sends it to ``dead_letter`` with reason
    ``dependency_failed`` when one of them does not succeed).
 
-On the caller's connection the steps after the reservation run in a savepoint, so a refused call
-leaves the caller's transaction as it was.
+The jobs of the call with an idempotency key, a group or a unique key (none of them waits: that
+is refused) go in first, by the producer's statements, which write those columns: a ``Ref`` to
+one of them then names the job it got (for a key already held, the holder's), a dependency
+like any other, locked and looked up in steps 2 and 3.
+
+On the caller's connection the steps after the first statement (the reservation, or, with such
+jobs, the read of the transaction's isolation) run in a savepoint, so a refused call leaves the
+caller's transaction as it was.
 """
 
 from __future__ import annotations
@@ -28,12 +34,18 @@ from typing import Any
 
 import psycopg
 
-from pgjobs import db, queries, tags
+from pgjobs import db, producer, queries, tags, uniqueness
 from pgjobs.db import translate_errors
 from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError, DependencyFailed, UnknownDependency
 from pgjobs.models import JobStatus
-from pgjobs.producer import PreparedJob, _execute, _execute_async, _is_async
+from pgjobs.producer import (
+    PreparedJob,
+    _execute,
+    _execute_async,
+    _in_callers_transaction,
+    _is_async,
+)
 from pgjobs.submission import Ref
 
 #: The statements of an enqueue with dependencies, as producer.InsertPlan: the first (the ids'
@@ -55,7 +67,7 @@ def insert(
 
     Example: ``dependencies.insert(conn, [producer.prepare(JobSpec("t", after=[7]), None)])``
     """
-    plan = _plan(rows, many)
+    plan = _plan(rows, many, in_callers_transaction=_in_callers_transaction(conn))
     with translate_errors(dsn):
         statement = next(plan)
         answer = _execute(conn, statement)  # opens the caller's transaction, if none is open
@@ -72,7 +84,7 @@ async def insert_async(
     conn: Any, rows: Sequence[PreparedJob], dsn: Dsn | None = None, *, many: bool = False
 ) -> list[int]:
     """``insert`` on a psycopg ``AsyncConnection`` or a SQLAlchemy ``AsyncConnection``."""
-    plan = _plan(rows, many)
+    plan = _plan(rows, many, in_callers_transaction=_in_callers_transaction(conn))
     with translate_errors(dsn):
         statement = next(plan)
         answer = await _execute_async(conn, statement)
@@ -107,26 +119,73 @@ def _atomic_async(conn: Any) -> contextlib.AbstractAsyncContextManager[Any]:
     return nested
 
 
-def _plan(rows: Sequence[PreparedJob], many: bool) -> Plan:
-    """Check the rows' dependencies among themselves (before any statement), then reserve ids,
-    lock and look up the dependencies, and insert."""
+def _plan(rows: Sequence[PreparedJob], many: bool, *, in_callers_transaction: bool) -> Plan:
+    """Check the rows' dependencies among themselves (before any statement), then insert the
+    rows with keys or groups, reserve ids for the others, lock and look up the dependencies, and
+    insert the others."""
     for position, row in enumerate(rows):
         _check(row, position, many)
-    ((ids,),) = yield queries.DEPENDENCY_RESERVE_IDS, {"count": len(rows)}
+    keyed = [position for position, row in enumerate(rows) if _keyed(row)]
+    found: dict[int, int] = {}
+    if keyed:
+        # The first statement opens the caller's transaction (the others run in a savepoint).
+        ((level,),) = yield queries.JOB_INSERT_ISOLATION, {}
+        keyed_rows = [rows[position] for position in keyed]
+        if in_callers_transaction and any(r.idempotency_key or r.unique_key for r in keyed_rows):
+            uniqueness.check_isolation(level, keyed_rows)
+        # Isolation checked above: the producer's plan need not read it again.
+        got = yield from producer._plan(keyed_rows, in_callers_transaction=False)
+        found = dict(zip(keyed, got, strict=True))
+    positions = [position for position in range(len(rows)) if position not in found]
+    others = _resolved([rows[position] for position in positions], positions, found)
+    ((ids,),) = yield queries.DEPENDENCY_RESERVE_IDS, {"count": len(others)}
     ids = [int(job_id) for job_id in ids]
-    named = sorted({d for row in rows for d in row.after or () if isinstance(d, int)})
+    named = sorted({d for row in others for d in row.after or () if isinstance(d, int)})
     queued: set[int] = set()
     if named:
         queued = {job_id for (job_id,) in (yield queries.DEPENDENCY_LOCK, {"ids": named})}
     gone = {job_id for job_id in named if job_id not in queued}
     if gone:
         ended: dict[int, str] = dict((yield queries.DEPENDENCY_ENDED, {"ids": sorted(gone)}))
-        for position, row in enumerate(rows):
+        for position, row in zip(positions, others, strict=True):
             for job_id in row.after or ():
                 if job_id in gone and ended.get(job_id) != JobStatus.SUCCEEDED:
                     _refuse(job_id, ended.get(job_id), position, many)
-    yield queries.DEPENDENCY_INSERT, _insert_params(rows, ids, queued)
-    return ids
+    yield queries.DEPENDENCY_INSERT, _insert_params(others, ids, queued)
+    found.update(zip(positions, ids, strict=True))
+    return [found[position] for position in range(len(rows))]
+
+
+def _keyed(row: PreparedJob) -> bool:
+    """Whether ``row`` has a column DEPENDENCY_INSERT does not write: an idempotency key, a
+    group or a unique key (it goes in by the producer's statements)."""
+    return (
+        row.idempotency_key is not None or row.group_key is not None or row.unique_key is not None
+    )
+
+
+def _resolved(
+    rows: list[PreparedJob], positions: list[int], found: dict[int, int]
+) -> list[PreparedJob]:
+    """``rows`` (at ``positions`` in the call) with each ``Ref`` to a job already inserted
+    (``found``: its position to its id) replaced by that id, and each other ``Ref`` counted
+    among ``rows``."""
+    if not found:
+        return rows
+    among = {position: n for n, position in enumerate(positions)}
+    return [
+        row._replace(
+            after=tuple(
+                (found[d.position] if d.position in found else Ref(among[d.position]))
+                if isinstance(d, Ref)
+                else d
+                for d in row.after
+            )
+        )
+        if row.after
+        else row
+        for row in rows
+    ]
 
 
 def _check(row: PreparedJob, position: int, many: bool) -> None:
