@@ -158,11 +158,23 @@ def _check_module_files(module_name: str, where: str) -> None:
         spec = loaded.__spec__ if loaded is not None else _find_spec(name, search)
         if spec is None:
             return
-        if loaded is None and spec.has_location and spec.origin:
-            check_trusted(Path(spec.origin), f"{spec.origin} (module {name} of {where})")
+        origin = _origin_file(spec) if loaded is None else None
+        if origin is not None:
+            check_trusted(origin, f"{origin} (module {name} of {where})")
         search = spec.submodule_search_locations
         if search is None:
             return
+
+
+def _origin_file(spec: Any) -> Path | None:
+    """The file a module's code comes from: its source (or compiled) file, or the zip archive
+    that holds it; None for a built-in or a namespace package."""
+    if not spec.has_location or not spec.origin:
+        return None
+    for candidate in (spec.origin, getattr(spec.loader, "archive", None)):
+        if candidate and os.path.isfile(candidate):
+            return Path(candidate)
+    return None
 
 
 def _find_spec(name: str, search: Any) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import textwrap
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -205,3 +206,21 @@ def test_stats_imports_no_app_unless_given_app(tmp_path, env, conn, marker):
     asked = run_pgjobs(env, "stats", "--json", "--app", "shop.jobs:app", cwd=root / "docs")
     assert asked.returncode == 0, asked.stderr
     assert marker.exists(), "--app: the app is imported (its tasks' group limits)"
+
+
+def test_an_app_in_a_zip_archive_is_judged_by_the_archive(tmp_path, env, conn, marker):
+    """A module imported from a zip on sys.path (a zipapp's): its archive is the file."""
+    archive = tmp_path / "bundle.zip"
+    with zipfile.ZipFile(archive, "w") as bundle:
+        bundle.writestr("zipped/__init__.py", "")
+        bundle.writestr("zipped/jobs.py", MARKING_APP.format(marker=str(marker)))
+    env.update(PGJOBS_APP="zipped.jobs:app", PGJOBS_DATABASE_URL=env["SHOP_DB_URL"])
+    env["PYTHONPATH"] = os.pathsep.join([str(archive), env["PYTHONPATH"]])
+    hand_to_another_user(archive)
+    refused = run_pgjobs(env, "enqueue", "shop.welcome", cwd=tmp_path)
+    assert_one_line_error(refused.returncode, refused.stderr, f"refusing {archive}", "nobody")
+    assert not marker.exists()
+    os.chown(archive, 0, 0)
+    enqueued = run_pgjobs(env, "enqueue", "shop.welcome", cwd=tmp_path)
+    assert enqueued.returncode == 0, enqueued.stderr
+    assert marker.exists()
