@@ -297,11 +297,12 @@ def check_seconds(name: str, value: object, *, positive: bool = False) -> float:
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
         raise ConfigurationError(f"{name} must be a number of seconds, got {value!r}", field=name)
     low = "> 0" if positive else ">= 0"
+    # The bounds first: an int past a float's range (10**400) makes math.isfinite raise.
     if (
-        not math.isfinite(seconds)
-        or seconds < 0
-        or (positive and seconds == 0)
+        seconds < 0
         or seconds > MAX_SECONDS
+        or not math.isfinite(seconds)
+        or (positive and seconds == 0)
     ):
         raise ConfigurationError(
             f"{name} must be a finite number of seconds {low} and at most {MAX_SECONDS:.0f} "

@@ -324,8 +324,10 @@ def make_task(
         queue=queue,
         max_attempts=max_attempts,
         retry=RetryPolicy(
-            float(options.get("retry_base", DEFAULT_RETRY_BASE)),
-            float(options.get("retry_cap", DEFAULT_RETRY_CAP)),
+            check_seconds(
+                "retry_base", options.get("retry_base", DEFAULT_RETRY_BASE), positive=True
+            ),
+            check_seconds("retry_cap", options.get("retry_cap", DEFAULT_RETRY_CAP), positive=True),
             *check_rules(
                 options.get("retry_on"),
                 options.get("never_retry_on"),
