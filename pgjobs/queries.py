@@ -2911,6 +2911,62 @@ ORDER BY r.queue, r.rank, h.nth, h.task
 """
 
 
+#: The jobs of ``queues`` there is work for now, what an autoscaler asks for (KEDA's
+#: ``postgresql`` scaler: deploy/kubernetes/keda/scaledobject-postgresql.yaml holds this text
+#: with the values written in, a test keeps them equal): the running ones, and the ready ones
+#: (due, not leased, in a queue that is not paused) a claim could take, as JOB_CLAIM_LIMITED
+#: takes them: a group's ready jobs count only up to what its limits leave (a task's
+#: ``group_tasks`` with their ``group_limits``, an ordered task's 1, across every queue; a
+#: queue's group_concurrency, in that queue), an ordered task's (``ordered_tasks``) only when it
+#: is its (task, group)'s oldest job in every queue, a ``hold_tasks``'s only while no dead job of
+#: its (task, group) is in dead_letter. One scan of queued_jobs; the ready jobs of a group are
+#: ranked per (task, group) and per (queue, group) in claim order. Rows: (count,).
+JOB_DEMAND = """
+WITH ready AS (
+    SELECT q.id, q.queue, q.task, q.group_key,
+           row_number() OVER (PARTITION BY q.group_key, q.task
+                              ORDER BY q.priority DESC, q.run_at, q.id) AS task_nth,
+           row_number() OVER (PARTITION BY q.queue, q.group_key
+                              ORDER BY q.priority DESC, q.run_at, q.id) AS queue_nth
+    FROM queued_jobs q
+    WHERE q.queue = ANY(%(queues)s::text[])
+      AND q.lease_expires_at IS NULL AND q.run_at <= now() AND q.group_key IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM pgjobs_queues p
+                      WHERE p.name = q.queue AND p.paused_at IS NOT NULL)
+),
+running AS (
+    SELECT q.queue, q.task, q.group_key, count(*) AS jobs
+    FROM queued_jobs q
+    WHERE q.lease_expires_at > now() AND q.group_key IS NOT NULL
+    GROUP BY q.queue, q.task, q.group_key
+)
+SELECT (
+    SELECT count(*) FROM queued_jobs q
+    WHERE q.queue = ANY(%(queues)s::text[])
+      AND (q.lease_expires_at IS NOT NULL
+           OR q.group_key IS NULL AND q.run_at <= now()
+              AND NOT EXISTS (SELECT 1 FROM pgjobs_queues p
+                              WHERE p.name = q.queue AND p.paused_at IS NOT NULL))
+) + (
+SELECT count(*) FROM ready r
+LEFT JOIN unnest(%(group_tasks)s::text[], %(group_limits)s::int[]) AS l(task, cap)
+    ON l.task = r.task
+LEFT JOIN pgjobs_queues p ON p.name = r.queue
+WHERE (l.task IS NULL OR r.task_nth <= l.cap - coalesce(
+          (SELECT sum(x.jobs) FROM running x
+           WHERE x.group_key = r.group_key AND x.task = r.task), 0))
+  AND (p.group_concurrency IS NULL OR r.queue_nth <= p.group_concurrency - coalesce(
+          (SELECT sum(x.jobs) FROM running x
+           WHERE x.group_key = r.group_key AND x.queue = r.queue), 0))
+  AND (r.task <> ALL(%(ordered_tasks)s::text[]) OR NOT EXISTS (
+          SELECT 1 FROM queued_jobs o
+          WHERE o.group_key = r.group_key AND o.task = r.task AND o.id < r.id))
+  AND (r.task <> ALL(%(hold_tasks)s::text[]) OR NOT EXISTS (
+          SELECT 1 FROM dead_letter d WHERE d.group_key = r.group_key AND d.task = r.task))
+)
+"""
+
+
 # -- Results: waiting for a job's end, and its progress (pgjobs.results, JobContext.progress) ----
 
 #: Channel the trigger ``pgjobs_job_ended`` NOTIFYs (payload: the job id) when a watched job
