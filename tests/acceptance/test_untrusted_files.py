@@ -224,3 +224,28 @@ def test_an_app_in_a_zip_archive_is_judged_by_the_archive(tmp_path, env, conn, m
     enqueued = run_pgjobs(env, "enqueue", "shop.welcome", cwd=tmp_path)
     assert enqueued.returncode == 0, enqueued.stderr
     assert marker.exists()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("doctor",),
+        ("dead", "list"),
+        ("dead", "group"),
+        ("job", "show", "1"),
+        ("queue", "list"),
+        ("schedule",),
+        ("prune", "--older-than", "30d", "--dry-run"),
+        ("migrate", "--sql"),
+    ],
+    ids=" ".join,
+)
+def test_the_commands_that_run_no_task_import_no_app(tmp_path, env, conn, marker, command):
+    """What the configuration page says of them: the app $PGJOBS_APP and the file name is never
+    imported, whatever the command's outcome."""
+    root = project(tmp_path / "shop", marker)
+    env["PGJOBS_APP"] = "shop.jobs:app"
+    ran = run_pgjobs(env, *command, cwd=root / "docs")
+    assert ran.returncode != 2, f"refused before it ran: {ran.stderr}"
+    assert "Traceback" not in ran.stderr
+    assert not marker.exists(), f"pgjobs {' '.join(command)} imported the app"
