@@ -220,3 +220,21 @@ def test_a_key_or_a_group_with_after_in_a_call_is_refused_in_one_line(app, conn,
     )
     assert raised.value.field == f"jobs[1].{option}"
     assert counts(conn) == before
+
+
+@pytest.mark.parametrize("option", ["idempotency_key", "unique_key"])
+def test_a_keyed_job_beside_a_waiting_one_needs_read_committed(app, dsn, conn, option):
+    """The keys' rule holds in a mixed call too: a REPEATABLE READ transaction of the caller's
+    is refused in one line, writes nothing, and stays usable."""
+    keyed: dict[str, Any] = {option: "k"}
+    before = counts(conn)
+    with psycopg.connect(dsn.url) as tx:
+        tx.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        with pytest.raises(ConfigurationError, match="need a READ COMMITTED transaction") as raised:
+            app.enqueue_many(
+                [JobSpec(TASK, **keyed), JobSpec(OTHER, after=[Ref(0)])], connection=tx
+            )
+        assert raised.value.field == option
+        assert tx.execute("SELECT 1").fetchone() == (1,)
+        tx.commit()
+    assert counts(conn) == before
