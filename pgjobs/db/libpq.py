@@ -190,21 +190,20 @@ def _prepared(
             _check(conn, (yield conn.pgconn.send_prepare, (statement.name, statement.text)))
             session.prepared.add(statement.name)
         result = yield execute, args
-        if not _dropped(conn, result):
+        if not _missing(result):
             return result
-        session.prepared.discard(statement.name)
-        if not known:
+        session.prepared.discard(statement.name)  # the next execution prepares it, whatever
+        if not known or conn.pgconn.transaction_status != pq.TransactionStatus.IDLE:
             return result
         known = False
 
 
-def _dropped(conn: Connection, result: pq.abc.PGresult) -> bool:
+def _missing(result: pq.abc.PGresult) -> bool:
     """Whether ``result`` says the prepared statement it executed does not exist (SQLSTATE
-    26000), on a connection left in no transaction (so nothing of it ran, nor is to undo)."""
+    26000, invalid_sql_statement_name)."""
     return (
         result.status == pq.ExecStatus.FATAL_ERROR
         and result.error_field(pq.DiagnosticField.SQLSTATE) == b"26000"
-        and conn.pgconn.transaction_status == pq.TransactionStatus.IDLE
     )
 
 

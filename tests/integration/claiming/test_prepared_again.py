@@ -38,7 +38,7 @@ from pgjobs.errors import (
 from pgjobs.models import Job
 from pgjobs.producer import COPY_MIN_ROWS
 from tests.support.factories import claim, insert_dead_raw
-from tests.support.helpers import assert_one_home, homes, scalar
+from tests.support.helpers import assert_one_home, count, homes, scalar
 
 CLAIM = ClaimParams("worker-a", ["default"], lease=300.0)
 READY: dict[str, libpq.Param] = {
@@ -396,3 +396,19 @@ def test_an_enqueue_prepares_again_what_the_server_dropped(dsn: Dsn) -> None:
         for _ in range(3):
             assert libpq.insert_ready(conn, READY) > 0
             conn.execute("DISCARD ALL")
+
+
+def test_in_a_transaction_a_dropped_statement_is_not_sent_again(dsn: Dsn, conn: SyncConn) -> None:
+    """The Bind that found the statement missing aborted the transaction around it: sending it
+    again there could only fail, and the caller must see the refusal. The next execution, after
+    the rollback, prepares it again."""
+    with db.connect(dsn) as mine:
+        libpq.insert_ready(mine, READY)
+        mine.pgconn.exec_(b"DEALLOCATE ALL")
+        mine.pgconn.exec_(b"BEGIN")
+        with pytest.raises(QueryFailed, match="does not exist"):
+            libpq.insert_ready(mine, READY)
+        assert mine.pgconn.transaction_status == psycopg.pq.TransactionStatus.INERROR
+        mine.pgconn.exec_(b"ROLLBACK")
+        assert libpq.insert_ready(mine, READY) > 0
+    assert count(conn, "queued_jobs") == 2
