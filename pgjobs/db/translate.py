@@ -93,9 +93,9 @@ _PREPARED_STATES = frozenset({"26000", "42P05"})
 def _prepared_mixup(exc: psycopg.Error) -> bool:
     """Whether ``exc`` says a prepared statement is missing, already there, or another one
     (``bind message supplies 9 parameters, but prepared statement "_pg3_0" requires 3``, a
-    protocol violation the server refuses without ending the session). pgjobs prepares a
-    statement once per connection and uses it until the server says it is gone: this happens
-    when consecutive statements of one connection run on different server sessions."""
+    protocol violation the server refuses without ending the session). Statements are prepared
+    once per connection (the libpq path's, psycopg's), so this happens when consecutive
+    statements of one connection run on different server sessions."""
     state = exc.sqlstate
     if state in _PREPARED_STATES:
         return True
