@@ -49,7 +49,7 @@ from pgjobs.producer import (
 from pgjobs.submission import Ref
 
 #: The statements of an enqueue with dependencies, as producer.InsertPlan: the first (the ids'
-#: reservation) runs before the savepoint, the others inside it.
+#: reservation, or the read of the isolation level) runs before the savepoint, the others in it.
 Plan = Generator[tuple[str, dict[str, Any]], list[tuple[Any, ...]], list[int]]
 
 
@@ -169,21 +169,18 @@ def _resolved(
 ) -> list[PreparedJob]:
     """``rows`` (at ``positions`` in the call) with each ``Ref`` to a job already inserted
     (``found``: its position to its id) replaced by that id, and each other ``Ref`` counted
-    among ``rows``."""
+    among ``rows``. A job named twice so (two jobs of one key are one job) is named once."""
     if not found:
         return rows
     among = {position: n for n, position in enumerate(positions)}
+
+    def target(d: int | Ref) -> int | Ref:
+        if not isinstance(d, Ref):
+            return d
+        return found[d.position] if d.position in found else Ref(among[d.position])
+
     return [
-        row._replace(
-            after=tuple(
-                (found[d.position] if d.position in found else Ref(among[d.position]))
-                if isinstance(d, Ref)
-                else d
-                for d in row.after
-            )
-        )
-        if row.after
-        else row
+        row._replace(after=tuple(dict.fromkeys(map(target, row.after)))) if row.after else row
         for row in rows
     ]
 

@@ -238,3 +238,21 @@ def test_a_keyed_job_beside_a_waiting_one_needs_read_committed(app, dsn, conn, o
         assert tx.execute("SELECT 1").fetchone() == (1,)
         tx.commit()
     assert counts(conn) == before
+
+
+def test_refs_that_name_the_same_job_count_once(app, conn):
+    """Two jobs of the call with one key are one job; a Ref to each, and that job's id, name it
+    once: one edge, one dependency to wait for."""
+    holder = app.enqueue(OTHER, idempotency_key="same")
+    ids = app.enqueue_many(
+        [
+            JobSpec(OTHER, idempotency_key="same"),
+            JobSpec(OTHER, idempotency_key="same"),
+            JobSpec(TASK, after=[Ref(0), Ref(1), holder]),
+        ]
+    )
+    assert ids[:2] == [holder, holder]
+    assert conn.execute("SELECT job_id, depends_on FROM pgjobs_dependencies").fetchall() == [
+        (ids[2], holder)
+    ]
+    assert scalar(conn, "SELECT waiting_on FROM pgjobs_waiting WHERE job_id = %s", [ids[2]]) == 1
