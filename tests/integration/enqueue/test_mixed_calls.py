@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from pgjobs import App, ConfigurationError, JobSpec, Ref
+from pgjobs import App, ConfigurationError, DependencyFailed, JobSpec, Ref
 from pgjobs.db.dsn import Dsn
 from pgjobs.producer import COPY_MIN_ROWS
 from tests.support.factories import counts, work
@@ -256,3 +256,21 @@ def test_refs_that_name_the_same_job_count_once(app, conn):
         (ids[2], holder)
     ]
     assert scalar(conn, "SELECT waiting_on FROM pgjobs_waiting WHERE job_id = %s", [ids[2]]) == 1
+
+
+def test_a_ref_to_a_key_whose_job_ended_waits_as_for_its_id(app, conn):
+    """A key held by a job that already succeeded: the job after it is met at once; by one that
+    died: refused in one line, nothing written."""
+    done = app.enqueue(OTHER, idempotency_key="done")
+    work(app)
+    ids = app.enqueue_many([JobSpec(OTHER, idempotency_key="done"), JobSpec(TASK, after=[Ref(0)])])
+    assert ids[0] == done
+    assert column(conn, ids[1], "run_at <= now()") is True
+    assert scalar(conn, "SELECT count(*) FROM pgjobs_waiting") == 0
+    app.cancel(app.enqueue(OTHER, idempotency_key="gone"))
+    before = counts(conn)
+    with pytest.raises(DependencyFailed) as raised:
+        app.enqueue_many([JobSpec(OTHER, idempotency_key="gone"), JobSpec(TASK, after=[Ref(0)])])
+    assert "\n" not in str(raised.value) and str(raised.value).startswith("job #1: job ")
+    assert raised.value.field == "jobs[1].after"
+    assert counts(conn) == before
