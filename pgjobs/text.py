@@ -8,7 +8,7 @@ import json
 import re
 import traceback
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 # -- What a terminal or a page can show ----------------------------------------------------------
@@ -243,3 +243,28 @@ def progress_time(at: object, when: Callable[[datetime], str]) -> str:
         except (ValueError, OverflowError):  # not a time, or one that UTC cannot hold
             pass
     return printable(at)
+
+
+# -- Ages: how long ago, or how long to keep ------------------------------------------------------
+
+_AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+#: The longest age taken (a century): longer ones are typing errors, and far longer ones do not
+#: fit a timedelta or a date.
+MAX_AGE = timedelta(days=36525)
+
+
+def age_of(value: str) -> timedelta | None:
+    """The positive age ``value`` writes as a number and a unit (``45s``, ``90m``, ``12h``,
+    ``30d``, ``2w``; decimals allowed), at most ``MAX_AGE``; None for anything else (0, a
+    negative number, no unit, past a century).
+
+    Example: ``age_of("2w") == timedelta(days=14)`` and ``age_of("0d") is None``
+    """
+    found = _AGE.fullmatch(value.strip().lower())
+    if found is None:
+        return None
+    seconds = float(found.group(1)) * _AGE_UNITS[found.group(2)]
+    if not 0 < seconds <= MAX_AGE.total_seconds():
+        return None
+    return timedelta(seconds=seconds)

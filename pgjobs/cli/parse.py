@@ -16,15 +16,12 @@ from datetime import UTC, datetime, timedelta
 from pgjobs.errors import ConfigurationError
 from pgjobs.rates import Rate
 from pgjobs.submission import YEAR_RANGE, check_limit
+from pgjobs.text import MAX_AGE as _MAX_AGE
+from pgjobs.text import age_of as _age
 
-_AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
 _MILLISECONDS = re.compile(r"(\d+(?:\.\d+)?)\s*ms")
 # What removes a limit or a rate (`pgjobs queue limit emails none --rate none`).
 _NONE = "none"
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-#: The longest age taken (a century): longer ones are typing errors, and far longer ones do not
-#: fit a timedelta or a date.
-_MAX_AGE = timedelta(days=36525)
 _AGE_EXAMPLES = "90m, 12h, 30d or 2w"
 _ISO_FORM = "an ISO 8601 time with a timezone (e.g. 2026-11-21T15:00:00+00:00)"
 
@@ -87,16 +84,6 @@ def iso_time(option: str, value: str) -> datetime:
     if parsed is None:
         raise ConfigurationError(f"{option} {value!r}: expected {_ISO_FORM}")
     return _aware(option, value, parsed)
-
-
-def _age(value: str) -> timedelta | None:
-    found = _AGE.fullmatch(value.strip().lower())
-    if found is None:
-        return None
-    seconds = float(found.group(1)) * _UNITS[found.group(2)]
-    if not 0 < seconds <= _MAX_AGE.total_seconds():
-        return None
-    return timedelta(seconds=seconds)
 
 
 def _iso(value: str) -> datetime | None:
