@@ -4,7 +4,8 @@ nearest one, searched from the working directory upward, no further than the rep
 
 ``app = "package.module:app"`` names the app, as ``--app`` does. ``dsn = "env:VARIABLE"`` names
 the environment variable that holds the database's URL: a file never holds the URL itself (it
-would hold the password too, and end up in version control).
+would hold the password too, and end up in version control). ``[tool.pgjobs.retention]`` is the
+retention policy `pgjobs work` applies (``pgjobs.retention_policy``).
 
 A settings file, like the app's code, is trusted only when no one but the current user or root
 could have written it (``check_trusted``): it names code that pgjobs imports and runs.
@@ -19,21 +20,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pgjobs.errors import ConfigurationError
+from pgjobs.retention_policy import RetentionPolicy
 
 PYPROJECT = "pyproject.toml"
 #: ``dsn = "env:NAME"``: the one form of a DSN in the file, a reference to a variable.
 _DSN_REFERENCE = re.compile(r"env:([A-Za-z_][A-Za-z0-9_]*)")
-_KEYS = ("app", "dsn")
+_KEYS = ("app", "dsn", "retention")
 
 
 @dataclass(frozen=True, slots=True)
 class Project:
     """The ``[tool.pgjobs]`` table of ``path``: the app's reference and the name of the variable
-    that holds the DSN, each None when the table does not give it."""
+    that holds the DSN, and its retention policy, each None when the table does not give it."""
 
     path: Path
     app: str | None = None
     dsn_variable: str | None = None
+    retention: RetentionPolicy | None = None
 
     @property
     def root(self) -> Path:
@@ -202,7 +205,15 @@ def read_project(path: Path) -> Project | None:
         raise ConfigurationError(
             f'{project.where("app")} must be a string such as "package.module:app"'
         )
-    return Project(path, app.strip() if app else None, _dsn_variable(project, dsn))
+    retention = table.get("retention")
+    return Project(
+        path,
+        app.strip() if app else None,
+        _dsn_variable(project, dsn),
+        None
+        if retention is None
+        else RetentionPolicy.of(retention, f"[tool.pgjobs.retention] in {path}"),
+    )
 
 
 def _dsn_variable(project: Project, value: object) -> str | None:
