@@ -499,8 +499,15 @@ group_window AS MATERIALIZED (
 group_running AS MATERIALIZED (
     SELECT j.queue, j.group_key, j.task, count(*) AS jobs
     FROM (SELECT DISTINCT group_key FROM group_window) r
-    JOIN queued_jobs j ON j.group_key = r.group_key
-    WHERE j.lease_expires_at > now() AND j.id <> ALL({{settled}})
+    CROSS JOIN LATERAL (
+        SELECT q.queue, q.group_key, q.task FROM queued_jobs q
+        WHERE q.group_key = r.group_key AND q.lease_expires_at > now()
+          AND q.id <> ALL({{settled}})
+        UNION ALL
+        -- Force-cancelled jobs whose handler may still run (JOB_CANCEL) keep their place.
+        SELECT h.queue, h.group_key, h.task FROM pgjobs_group_holds h
+        WHERE h.group_key = r.group_key AND h.lease_expires_at > now()
+    ) j
     GROUP BY j.queue, j.group_key, j.task
 ),
 group_caps AS MATERIALIZED (
@@ -533,7 +540,11 @@ group_picked AS (
           -- An ordered task's job only when it is its (task, group)'s oldest in every queue.
           AND (j.task <> ALL(%(ordered_tasks)s::text[]) OR NOT EXISTS (
                   SELECT 1 FROM queued_jobs o
-                  WHERE o.group_key = j.group_key AND o.task = j.task AND o.id < j.id))
+                  WHERE o.group_key = j.group_key AND o.task = j.task AND o.id < j.id)
+                  AND NOT EXISTS (
+                  SELECT 1 FROM pgjobs_group_holds h
+                  WHERE h.group_key = j.group_key AND h.task = j.task
+                    AND h.lease_expires_at > now()))
           AND (j.task <> ALL(%(hold_tasks)s::text[]) OR NOT EXISTS (
                   SELECT 1 FROM dead_letter d
                   WHERE d.group_key = j.group_key AND d.task = j.task))
@@ -1001,15 +1012,31 @@ WITH {_BURY_MANY}
 SELECT id FROM buried
 """
 
-#: Push the leases of running jobs ``seconds`` into the future, for those the caller still holds.
-#: Returns the ids extended.
+#: Push the leases of running jobs ``seconds`` into the future, for those the caller still holds;
+#: likewise the lease of a force-cancelled attempt's place in its group (pgjobs_group_holds),
+#: which the worker ends (``seconds`` 0) once the handler has ended. Returns the ids extended.
 JOB_EXTEND_LEASES = """
-UPDATE queued_jobs q
-SET lease_expires_at = now() + e.seconds * interval '1 second'
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(seconds)s::float8[])
-    AS e(id, attempts, seconds)
-WHERE q.id = e.id AND q.attempts = e.attempts AND q.lease_owner = %(owner)s
-RETURNING q.id
+WITH extensions AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(seconds)s::float8[])
+        AS e(id, attempts, seconds)
+),
+held AS (
+    UPDATE pgjobs_group_holds h
+    SET lease_expires_at = least(h.lease_expires_at, now() + e.seconds * interval '1 second')
+    FROM extensions e
+    WHERE h.job_id = e.id AND h.attempts = e.attempts AND h.lease_owner = %(owner)s
+    RETURNING h.job_id
+),
+extended AS (
+    UPDATE queued_jobs q
+    SET lease_expires_at = now() + e.seconds * interval '1 second'
+    FROM extensions e
+    WHERE q.id = e.id AND q.attempts = e.attempts AND q.lease_owner = %(owner)s
+    RETURNING q.id
+)
+SELECT id FROM extended
+UNION ALL
+SELECT job_id FROM held
 """
 
 #: Rescue up to ``limit`` jobs whose lease expired: back to ready, or to dead_letter when that
@@ -1103,6 +1130,12 @@ unused AS (
                             AND (s.queue, s.group_key) NOT IN (SELECT * FROM idle))
         FOR UPDATE SKIP LOCKED
     )
+),
+-- Places of force-cancelled jobs whose lease has ended: they count for nothing any more.
+ended AS (
+    DELETE FROM pgjobs_group_holds h
+    WHERE h.job_id IN (SELECT job_id FROM pgjobs_group_holds
+                       WHERE lease_expires_at <= now() LIMIT %(limit)s)
 ),
 unlinked AS (
     INSERT INTO pgjobs_groups (group_key)
@@ -1850,7 +1883,8 @@ JOB_INSERT_SHOWN_VERSIONED = _job_insert_shown(versioned=True)
 
 #: Archive a queued job as cancelled, unrun; a running (leased) one only when ``force``: its
 #: worker is told (``CANCEL_NOTICE``) to stop the handler, whose outcome the fence discards
-#: anyway. Returns (id, lease owner) when cancelled.
+#: anyway, and a running job of a group keeps its place in the group (pgjobs_group_holds) until
+#: the handler has ended or the lease runs out. Returns (id, lease owner) when cancelled.
 JOB_CANCEL = f"""
 WITH target AS (
     SELECT id FROM queued_jobs
@@ -1865,6 +1899,15 @@ archived AS (
     INSERT INTO archived_jobs ({_MOVED_COLUMNS}, status, last_error, worker)
     SELECT {_MOVED_COLUMNS}, '{ArchivedStatus.CANCELLED}', last_error, lease_owner FROM gone
     RETURNING id, worker, attempts
+),
+-- A running job of a group keeps its place there while its handler may still run: until its
+-- worker ends the attempt's lease (JOB_EXTEND_LEASES) or the lease runs out.
+held AS (
+    INSERT INTO pgjobs_group_holds
+        (job_id, queue, task, group_key, attempts, lease_owner, lease_expires_at)
+    SELECT id, queue, task, group_key, attempts, lease_owner, lease_expires_at FROM gone
+    WHERE group_key IS NOT NULL AND lease_expires_at > now()
+    ON CONFLICT (job_id) DO NOTHING
 ),
 -- A running job's worker learns at commit that the attempt it runs was cancelled.
 notified AS (
@@ -2916,11 +2959,13 @@ ORDER BY r.queue, r.rank, h.nth, h.task
 #: with the values written in, a test keeps them equal): the running ones, and the ready ones
 #: (due, not leased, in a queue that is not paused) a claim could take, as JOB_CLAIM_LIMITED
 #: takes them: a group's ready jobs count only up to what its limits leave (a task's
-#: ``group_tasks`` with their ``group_limits``, an ordered task's 1, across every queue; a
-#: queue's group_concurrency, in that queue), an ordered task's (``ordered_tasks``) only when it
-#: is its (task, group)'s oldest job in every queue, a ``hold_tasks``'s only while no dead job of
-#: its (task, group) is in dead_letter. One scan of queued_jobs; the ready jobs of a group are
-#: ranked per (task, group) and per (queue, group) in claim order. Rows: (count,).
+#: ``group_tasks`` with their ``group_limits``, across every queue; a queue's
+#: group_concurrency, in that queue), an ordered task's (``ordered_tasks``) only when it is its
+#: (task, group)'s oldest job in every queue, a ``hold_tasks``'s only while no dead job of its
+#: (task, group) is in dead_letter; the place of a force-cancelled job whose handler may still
+#: run (pgjobs_group_holds) counts as a running job there, not as work. One scan of queued_jobs;
+#: the ready jobs of a group are ranked per (task, group) and per (queue, group) in claim order.
+#: Rows: (count,).
 JOB_DEMAND = """
 WITH ready AS (
     SELECT q.id, q.queue, q.task, q.group_key,
@@ -2936,8 +2981,11 @@ WITH ready AS (
 ),
 running AS (
     SELECT q.queue, q.task, q.group_key, count(*) AS jobs
-    FROM queued_jobs q
-    WHERE q.lease_expires_at > now() AND q.group_key IS NOT NULL
+    FROM (SELECT queue, task, group_key FROM queued_jobs
+          WHERE lease_expires_at > now() AND group_key IS NOT NULL
+          UNION ALL
+          SELECT queue, task, group_key FROM pgjobs_group_holds
+          WHERE lease_expires_at > now()) q
     GROUP BY q.queue, q.task, q.group_key
 )
 SELECT (
@@ -2960,7 +3008,10 @@ WHERE (l.task IS NULL OR r.task_nth <= l.cap - coalesce(
            WHERE x.group_key = r.group_key AND x.queue = r.queue), 0))
   AND (r.task <> ALL(%(ordered_tasks)s::text[]) OR NOT EXISTS (
           SELECT 1 FROM queued_jobs o
-          WHERE o.group_key = r.group_key AND o.task = r.task AND o.id < r.id))
+          WHERE o.group_key = r.group_key AND o.task = r.task AND o.id < r.id)
+          AND NOT EXISTS (
+          SELECT 1 FROM pgjobs_group_holds h
+          WHERE h.group_key = r.group_key AND h.task = r.task AND h.lease_expires_at > now()))
   AND (r.task <> ALL(%(hold_tasks)s::text[]) OR NOT EXISTS (
           SELECT 1 FROM dead_letter d WHERE d.group_key = r.group_key AND d.task = r.task))
 )

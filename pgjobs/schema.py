@@ -79,6 +79,12 @@ def _operations_columns(table: str) -> tuple[SchemaItem, ...]:
         # has not started, a second enqueue of the task with the key keeps, replaces or debounces
         # it instead of adding a job. Migration 0011.
         Column("unique_key", Text),
+        # The dashboard's search by unique key, in any table. Migration 0015.
+        Index(
+            f"ix_{table}_unique_key",
+            "unique_key",
+            postgresql_where=text("unique_key IS NOT NULL"),
+        ),
         # How many times the job's handler snoozed it (``raise pgjobs.Snooze(seconds)``): back to
         # the queue for later without spending an attempt, at most the task's ``max_snoozes``
         # times. Migration 0012.
@@ -280,6 +286,13 @@ archived_jobs = Table(
         "idempotency_key",
         postgresql_where=text("idempotency_key IS NOT NULL"),
     ),
+    # The dashboard's search by group: a group's newest archived jobs. Migration 0015.
+    Index(
+        "ix_archived_jobs_group_key",
+        "group_key",
+        "id",
+        postgresql_where=text("group_key IS NOT NULL"),
+    ),
     postgresql_partition_by="RANGE (finished_at)",
 )
 
@@ -431,6 +444,25 @@ pgjobs_groups = Table(
     Column("group_key", Text, primary_key=True),
     # When an enqueue or a claim in any queue last wrote one of the group's rows.
     Column("touched_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+)
+
+# The place in its group of a running job that `pgjobs cancel --force` archived: its handler may
+# run on (a sync handler cannot be stopped), so the attempt's lease keeps counting against the
+# group's limits (and holds an ordered group) until the worker says the handler ended (it ends
+# the row's lease) or the lease runs out. Written by the cancel, read by every claim of the
+# group; rows whose lease ended are removed by the maintenance services. Migration 0014.
+pgjobs_group_holds = Table(
+    "pgjobs_group_holds",
+    metadata,
+    Column("job_id", BigInteger, primary_key=True),
+    Column("queue", Text, nullable=False),
+    Column("task", Text, nullable=False),
+    Column("group_key", Text, nullable=False),
+    # The cancelled attempt and its worker: only they may end the lease.
+    Column("attempts", Integer, nullable=False),
+    Column("lease_owner", Text, nullable=False),
+    Column("lease_expires_at", DateTime(timezone=True), nullable=False),
+    Index("ix_pgjobs_group_holds_group_key", "group_key"),
 )
 
 # Unique keys of tasks declared with a throttle: the job that last took the key, whose start

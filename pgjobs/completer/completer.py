@@ -213,6 +213,12 @@ class Completer:
         self._extensions.pop(job.id, None)
         self._progress.pop(job.id, None)
 
+    def end_hold(self, context: JobContext) -> None:
+        """The handler of ``context``'s job, cancelled while it ran (``forget``), has ended:
+        end on the next trip the lease of the place the cancel kept for it in its group, so that
+        the group's next job may start (``queries.JOB_EXTEND_LEASES`` with 0 seconds)."""
+        self._extensions[context.job.id] = (context, 0.0)
+
     def unknown_task(self, job: Job) -> Outcome:
         """No task of ``job``'s name is registered here: to dead_letter (``DEAD``)."""
         self.outcomes.bury(

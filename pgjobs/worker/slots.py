@@ -323,6 +323,10 @@ class Slots:
             # Stopped at its timeout (the failure is recorded already) or force-cancelled (the
             # cancel archived the job): whatever the handler did after that does not count.
             log.debug("job %d: stopped (%s); its handler ended", job.id, entry[0].stopped)
+            if entry[0].stopped == "cancel" and job.group_key is not None:
+                # The cancel kept the job's place in its group while the handler ran: free it.
+                self.completer.end_hold(entry[0])
+                self.pacer.woken = True
             return
         if entry[0].progress_pending:  # the last progress goes with the outcome
             self.completer.progress(entry[0])

@@ -12,12 +12,15 @@ Create Date: 2026-12-01
   rows of ``pgjobs_group_states`` (every enqueue into a group, every claim that starts its jobs,
   a redrive, the maintenance's restore): it writes the groups' rows of ``pgjobs_groups`` in group
   order, so that concurrent statements lock them in one order.
+* ``pgjobs_group_holds``: the place in its group of a running job that ``pgjobs cancel
+  --force`` archived, held while its handler may still run (until the worker says it ended, or
+  the attempt's lease runs out).
 * Indexes on ``queued_jobs``: a group's running jobs by group first
   (``ix_queued_jobs_group_running``: group, queue, task) and a task's jobs of a group in enqueue
   order whatever their queue (``ix_queued_jobs_group_sequence``: group, task, id), in place of
   ``ix_queued_jobs_group_leased`` and ``ix_queued_jobs_group_order`` (queue first).
 
-Online safety: the table, the function and the triggers are catalog changes in one short
+Online safety: the tables, the function and the triggers are catalog changes in one short
 transaction; CREATE TRIGGER waits for the statements writing ``pgjobs_group_states`` and holds
 off new ones until the copy of its groups into ``pgjobs_groups`` commits, so no group is missed.
 The indexes are built CONCURRENTLY outside any transaction, then the old ones dropped
@@ -110,6 +113,18 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("group_key", name=op.f("pk_pgjobs_groups")),
     )
+    op.create_table(
+        "pgjobs_group_holds",
+        sa.Column("job_id", sa.BigInteger(), nullable=False),
+        sa.Column("queue", sa.Text(), nullable=False),
+        sa.Column("task", sa.Text(), nullable=False),
+        sa.Column("group_key", sa.Text(), nullable=False),
+        sa.Column("attempts", sa.Integer(), nullable=False),
+        sa.Column("lease_owner", sa.Text(), nullable=False),
+        sa.Column("lease_expires_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("job_id", name=op.f("pk_pgjobs_group_holds")),
+    )
+    op.create_index(op.f("ix_pgjobs_group_holds_group_key"), "pgjobs_group_holds", ["group_key"])
     op.execute(FUNCTION)
     for name, event in TRIGGERS:
         op.execute(
@@ -134,4 +149,5 @@ def downgrade() -> None:
     for name, _ in TRIGGERS:
         op.execute(f"DROP TRIGGER IF EXISTS {name} ON pgjobs_group_states")
     op.execute("DROP FUNCTION IF EXISTS pgjobs_group_touched()")
+    op.drop_table("pgjobs_group_holds")
     op.drop_table("pgjobs_groups")

@@ -303,3 +303,33 @@ def test_concurrent_claims_in_two_queues_start_one_job_of_a_limited_group(dsn, c
         west_worker.commit()
     running = "SELECT count(*) FROM queued_jobs WHERE lease_owner IS NOT NULL"
     assert scalar(conn, running) == 1
+
+
+@pytest.mark.parametrize("task", [ONE, ORDERED], ids=lambda t: t.name)
+def test_a_force_cancelled_job_keeps_its_groups_place_until_its_handler_ends(dsn, conn, task):
+    """`pgjobs cancel --force` archives a running job at once, but its handler may run on (a
+    sync one cannot be stopped): its place in the group is kept until its worker ends the
+    attempt's lease, or the lease runs out."""
+    first, second, third = enqueue(conn, task.name, "a", 3)
+    (job,), _ = claim_limited(conn, [task])
+    assert job.id == first
+    assert conn.execute(queries.JOB_CANCEL, {"id": first, "force": True}).fetchall()
+    assert claim_limited(conn, [task], owner="other-worker")[0] == []
+
+    def end_lease(owner: str, job: Job) -> list[int]:
+        params = {"owner": owner, "ids": [job.id], "attempts": [job.attempts], "seconds": [0.0]}
+        return [int(r[0]) for r in conn.execute(queries.JOB_EXTEND_LEASES, params)]
+
+    assert end_lease("other-worker", job) == []  # only the cancelled attempt's worker may
+    assert claim_limited(conn, [task], owner="other-worker")[0] == []
+    assert end_lease("fake-worker", job) == [first]
+    (nxt,), _ = claim_limited(conn, [task], owner="other-worker")
+    assert nxt.id == second
+    # A worker that never says (killed): the place is kept only while the lease runs.
+    assert conn.execute(queries.JOB_CANCEL, {"id": second, "force": True}).fetchall()
+    assert claim_limited(conn, [task])[0] == []
+    conn.execute("UPDATE pgjobs_group_holds SET lease_expires_at = now() - interval '1 second'")
+    (last,), _ = claim_limited(conn, [task])
+    assert last.id == third
+    run_service(dsn, GroupRows(["default"]))
+    assert scalar(conn, "SELECT count(*) FROM pgjobs_group_holds") == 0

@@ -19,7 +19,7 @@ import pgjobs
 from pgjobs import App, admin
 from pgjobs.models import ArchivedStatus, JobStatus
 from pgjobs.worker import Worker
-from tests.support.factories import row
+from tests.support.factories import claim_limited, row
 from tests.support.helpers import assert_one_home, run, scalar, wait_until
 from tests.support.stopping import OVER, block_until, run_worker, sleep_until_over
 
@@ -208,3 +208,52 @@ def test_a_cancel_notice_for_another_attempt_or_job_stops_nothing(
     run_worker(app, scenario)
     assert seen == [False]
     assert row(conn, "archived_jobs", job_id)["status"] == ArchivedStatus.SUCCEEDED  # type: ignore[index]
+
+
+@pytest.mark.parametrize("limit", [{"ordered": True}, {"group_concurrency": 1}], ids=str)
+def test_a_force_cancelled_sync_handler_keeps_its_groups_place_until_it_ends(
+    make_app: Callable[..., App],
+    conn: psycopg.Connection[Any],
+    caplog: pytest.LogCaptureFixture,
+    limit: dict[str, Any],
+) -> None:
+    app = make_app()
+    saw_cancel = threading.Event()
+    release = threading.Event()
+    ran: list[int] = []
+
+    @app.task(name="tenant.step", lease=60, **limit)
+    def step(n: int) -> None:
+        ran.append(n)
+        if n == 0:
+            # Told it was cancelled, and running on regardless (as a sync handler may).
+            while not pgjobs.current_job().cancelled and not OVER.is_set():
+                time.sleep(0.02)
+            saw_cancel.set()
+            block_until(release, 60)
+
+    first, second = (app.enqueue("tenant.step", {"n": n}, group="tenant-1") for n in range(2))
+
+    def scenario(worker: Worker) -> None:
+        wait_until(lambda: running_here(conn, first), timeout=30, what="the first job to run")
+        app.cancel(first, force=True)
+        wait_until(saw_cancel.is_set, timeout=10, what="the handler to see the cancel")
+        # While it runs on, the group's next job does not start, here or in any worker: a
+        # claim now (as another worker's) takes nothing of the group.
+        (task,) = [t for t in app.tasks.values() if t.name == "tenant.step"]
+        assert claim_limited(conn, [task], owner="another-worker")[0] == []
+        leased = "SELECT count(*) FROM queued_jobs WHERE lease_owner IS NOT NULL"
+        assert scalar(conn, leased) == 0 and ran == [0]
+        release.set()
+        wait_until(
+            lambda: scalar(conn, "SELECT count(*) FROM archived_jobs WHERE id = %s", [second]),
+            timeout=20,
+            what="the group's next job to run once the handler ended",
+        )
+
+    with caplog.at_level(logging.INFO, logger="pgjobs"):
+        run_worker(app, scenario)
+
+    assert ran == [0, 1]
+    assert row(conn, "archived_jobs", first)["status"] == ArchivedStatus.CANCELLED  # type: ignore[index]
+    assert problems_logged(caplog) == []
