@@ -341,6 +341,12 @@ class BatchStatus:
     ``succeeded``, ``dead`` and ``cancelled`` (cancelled or expired) count each member's first
     end, as the callback's payload does; ``members`` counts the members by their status now
     (a redriven member is counted where it is now), read from the three tables.
+
+    Example::
+
+        status = app.batch_status(batch.id)
+        if status.complete:
+            print(status.succeeded, "of", status.total, "succeeded")
     """
 
     id: int

@@ -187,7 +187,10 @@ class JobFailed(PgjobsError):
 
 class JobCancelled(PgjobsError):
     """The job ``app.wait`` waited for was archived unrun or stopped: ``status`` is
-    ``"cancelled"``, or ``"expired"`` (then it is the subclass ``JobExpired``)."""
+    ``"cancelled"``, or ``"expired"`` (then it is the subclass ``JobExpired``).
+
+    Example: ``except pgjobs.JobCancelled as exc: print(exc.job_id, exc.status)``
+    """
 
     def __init__(self, job_id: int, status: str = "cancelled") -> None:
         super().__init__(f"job {job_id} was {status}")
@@ -196,7 +199,10 @@ class JobCancelled(PgjobsError):
 
 
 class JobExpired(JobCancelled):
-    """The job ``app.wait`` waited for expired (its ``expires_at`` passed before it ran)."""
+    """The job ``app.wait`` waited for expired (its ``expires_at`` passed before it ran).
+
+    Example: ``except pgjobs.JobExpired: ...  # enqueue it again with a later expires``
+    """
 
     def __init__(self, job_id: int) -> None:
         super().__init__(job_id, "expired")
@@ -204,7 +210,10 @@ class JobExpired(JobCancelled):
 
 class WaitTimeout(PgjobsError):
     """``app.wait`` gave up: the job had not ended within its ``timeout``. It goes on; wait
-    again to see its end."""
+    again to see its end.
+
+    Example: ``except pgjobs.WaitTimeout as exc: print(exc.job_id, "still running")``
+    """
 
     def __init__(self, job_id: int, timeout: float) -> None:
         super().__init__(f"job {job_id} has not ended within {timeout:g}s")
@@ -213,7 +222,10 @@ class WaitTimeout(PgjobsError):
 
 
 class BatchNotFound(PgjobsError):
-    """No batch with this id (``app.batch_status``, ``pgjobs batch show``)."""
+    """No batch with this id (``app.batch_status``, ``pgjobs batch show``).
+
+    Example: ``except pgjobs.BatchNotFound: print("no batch", batch_id)``
+    """
 
 
 class UnknownDependency(PgjobsError):
