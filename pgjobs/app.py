@@ -4,7 +4,7 @@ own pool or the caller's connection."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, Unpack
 
@@ -20,6 +20,7 @@ from pgjobs.models import JobHistory
 from pgjobs.pools import Pools
 from pgjobs.rates import Rate
 from pgjobs.registry import Registry
+from pgjobs.retention_policy import RetentionPolicy, retention_policy
 from pgjobs.submission import DEFAULT_BATCH_SIZE, JobOptions, JobSpec
 from pgjobs.tags import check as tags_filter
 from pgjobs.tasks import Task
@@ -49,7 +50,9 @@ class App(Registry):
     this app; every write still goes to ``dsn``. ``pooler="transaction"`` (else
     ``$PGJOBS_POOLER``) is for a DSN through a transaction-mode pooler such as PgBouncer, with
     ``listen_dsn`` a direct DSN that workers LISTEN on (else they poll): see the manual's "Behind
-    PgBouncer".
+    PgBouncer". ``retention`` (``{"archive": "30d", "dead_letter": "90d"}``, the keys of
+    ``[tool.pgjobs.retention]``) is what the workers' retention service removes: see the manual's
+    "Retention".
 
     Example::
 
@@ -70,6 +73,7 @@ class App(Registry):
         read_dsn: str | None = None,
         pooler: str | None = None,
         listen_dsn: str | None = None,
+        retention: RetentionPolicy | Mapping[str, object] | None = None,
     ) -> None:
         if pool_size < 1:
             raise ConfigurationError(f"pool_size must be >= 1, got {pool_size}")
@@ -82,6 +86,10 @@ class App(Registry):
             resolve_dsn(dsn, source=DSN_SOURCE) if dsn else None, pool_size, mode, listen
         )
         self._read_dsn = normalize_dsn(read_dsn, READ_DSN_SOURCE) if read_dsn else None
+        #: What the retention service of this app's workers removes (``pgjobs.retention_policy``:
+        #: e.g. ``{"archive": "30d", "dead_letter": "90d"}``); None: nothing, unless
+        #: ``[tool.pgjobs.retention]`` or `pgjobs work --retain-*` say so.
+        self.retention = retention_policy(retention, "App(retention=...)")
         #: The waiters of ``wait`` / ``wait_async`` and their one LISTEN connection.
         self._waiters = results.Waiters(self._pools)
         # One-job enqueues on the app's pool that arrive together go in as one statement and

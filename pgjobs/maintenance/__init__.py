@@ -29,6 +29,9 @@ log = logging.getLogger("pgjobs.maintenance")
 #: Connections the service loops of one worker share: one round may wait on a lock while the
 #: others go on.
 CONNECTIONS = 2
+#: Seconds after a worker's start within which every service's first round begins, whatever its
+#: interval (an hourly service included).
+FIRST_ROUND_WITHIN = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +56,12 @@ class ServiceConfig:
 
     def next_delay(self) -> float:
         return self.interval * (1 + self.jitter * (2 * random.random() - 1))
+
+    def first_delay(self) -> float:
+        """Seconds from start to the first round: at most ``FIRST_ROUND_WITHIN`` (work left by a
+        crash is found at once), at random so that workers started together do not run in
+        lockstep."""
+        return min(FIRST_ROUND_WITHIN, self.next_delay()) * random.random()
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,9 +141,7 @@ async def run_services(services: Sequence[Service[Any]], dsn: Dsn, stop: asyncio
 
 async def _run(service: Service[Any], connections: SharedConnections, stop: asyncio.Event) -> None:
     loop = asyncio.get_running_loop()
-    # The first round within a second of start (work left by a crash is found at once), at
-    # random so that workers started together do not run in lockstep.
-    next_at = loop.time() + min(1.0, service.config.next_delay()) * random.random()
+    next_at = loop.time() + service.config.first_delay()
     failing = False  # the last round failed: log changes of state only
     while True:
         try:

@@ -10,6 +10,7 @@ from pgjobs.errors import ConfigurationError
 from pgjobs.maintenance import ServiceConfig
 from pgjobs.maintenance.expirer import Expirer
 from pgjobs.maintenance.leases import LeaseRescuer
+from pgjobs.retention_policy import RetentionPolicy, retention_policy
 from pgjobs.submission import check_queue
 from pgjobs.targets import ExternalTarget
 from pgjobs.text import MAX_RESULT_BYTES
@@ -89,6 +90,10 @@ class WorkerConfig:
     rescue_interval: float = LeaseRescuer.default_interval
     #: Seconds between expirer rounds.
     expire_interval: float = Expirer.default_interval
+    #: The retention policy the worker's retention service applies (a ``RetentionPolicy`` or a
+    #: dict of its keys), over the app's own (``App(retention=...)``) key by key: `pgjobs work`
+    #: passes ``[tool.pgjobs.retention]`` and its --retain-* flags here. None: the app's alone.
+    retention: RetentionPolicy | None = None
     #: (host, port) to serve /metrics, /healthz, /readyz and /stats on; None serves nothing and
     #: counts nothing. Port 0 picks a free port (logged).
     http: tuple[str, int] | None = None
@@ -129,6 +134,8 @@ class WorkerConfig:
         if not self.poll_interval > 0:
             raise ConfigurationError(f"poll interval must be > 0 seconds, got {self.poll_interval}")
         self.rescuer_config(), self.expirer_config()  # validated as the services will take them
+        policy = retention_policy(self.retention, "WorkerConfig(retention=...)")
+        object.__setattr__(self, "retention", policy)
         if self.grace < 0:
             raise ConfigurationError(f"grace must be >= 0 seconds, got {self.grace}")
         if self.http is not None:

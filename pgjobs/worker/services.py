@@ -16,6 +16,7 @@ from pgjobs.maintenance.leases import LeaseRescuer
 from pgjobs.maintenance.limits import LapsedLimits
 from pgjobs.maintenance.partitions import ArchivePartitions
 from pgjobs.maintenance.registry import Heartbeat, WorkerIdentity, WorkerRegistry
+from pgjobs.maintenance.retainer import Retainer
 from pgjobs.maintenance.scheduler import Scheduler
 from pgjobs.maintenance.throttles import ThrottleRows
 from pgjobs.tasks import Task
@@ -84,4 +85,8 @@ def maintenance(
     # run it.
     if app.periodics:
         services.append(Scheduler(app.periodics.values(), app.enqueue_many_async))
+    # Off unless a period is configured; the workers take turns on an advisory lock.
+    policy = app.retention.merged(config.retention) if app.retention else config.retention
+    if policy is not None and policy.active:
+        services.append(Retainer(policy, app.dsn))
     return services
