@@ -8,11 +8,13 @@ import logging
 import os
 import sys
 from dataclasses import replace
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from pgjobs import supervisor
+from pgjobs.cli import parse
 from pgjobs.cli import pooler as cli_pooler
 from pgjobs.cli.options import (
     NAME_THE_APP,
@@ -23,7 +25,9 @@ from pgjobs.cli.options import (
     use_database,
 )
 from pgjobs.cli.pooler import ListenDsnOption, PoolerOption
+from pgjobs.db.project import find_project
 from pgjobs.errors import ConfigurationError, PgjobsError
+from pgjobs.retention_policy import RetentionPolicy
 from pgjobs.submission import check_seconds
 from pgjobs.targets import ExternalTarget, check_headers, check_url
 from pgjobs.worker import Worker, WorkerConfig
@@ -83,6 +87,37 @@ def work_command(
             help="Seconds between expirer rounds (jobs past their expires_at archived).", min=0.1
         ),
     ] = _DEFAULTS.expire_interval,
+    retain_archive: Annotated[
+        str | None,
+        typer.Option(
+            "--retain-archive",
+            metavar="AGE",
+            help="Remove archived jobs that finished longer ago than this (30d, 12h, 2w...): "
+            "whole daily partitions, by the retention service the workers run one at a time. "
+            "Default: [tool.pgjobs.retention] archive, else App(retention=...), else kept.",
+            show_default=False,
+        ),
+    ] = None,
+    retain_dead: Annotated[
+        str | None,
+        typer.Option(
+            "--retain-dead",
+            metavar="AGE",
+            help="Remove dead letters that failed longer ago than this (in batches). Default: "
+            "[tool.pgjobs.retention] dead_letter, else App(retention=...), else kept.",
+            show_default=False,
+        ),
+    ] = None,
+    retain_export: Annotated[
+        Path | None,
+        typer.Option(
+            "--retain-export",
+            metavar="FOLDER",
+            help="Copy what retention removes into this folder first (a CSV file per "
+            "partition, and per table for rows deleted in batches).",
+            show_default=False,
+        ),
+    ] = None,
     log_level: Annotated[
         str, typer.Option(help="debug, info, warning or error.", case_sensitive=False)
     ] = "info",
@@ -179,6 +214,7 @@ def work_command(
         http_token=_http_token(http_token, address),
         external=_external(external_url, external_timeout, external_headers),
         read_ahead=read_ahead,
+        retention=_retention(retain_archive, retain_dead, retain_export),
     )
     # A worker process of --processes gets the database from its supervisor: started as a fresh
     # interpreter (--supervisor-fd), or forked here, before the app is imported.
@@ -255,6 +291,13 @@ def work_argv(app_ref: str, config: WorkerConfig, log_level: str) -> list[str]:
     argv += [f"--queue={queue}" for queue in config.queues or ()]
     if config.burst:
         argv.append("--burst")
+    policy = config.retention
+    if policy is not None:
+        for option, period in (("archive", policy.archive), ("dead", policy.dead_letter)):
+            if period is not None:
+                argv.append(f"--retain-{option}={period.total_seconds():g}s")
+        if policy.export is not None:
+            argv.append(f"--retain-export={policy.export}")
     if config.read_ahead is not None:
         argv.append(f"--read-ahead={config.read_ahead}")
     if config.http is not None:
@@ -267,6 +310,25 @@ def work_argv(app_ref: str, config: WorkerConfig, log_level: str) -> list[str]:
         argv.append(f"--external-timeout={target.timeout!r}")
     argv += [f"--external-header={name}: {value}" for name, value in target.headers]
     return argv
+
+
+def _retention(
+    archive: str | None, dead: str | None, export: Path | None
+) -> RetentionPolicy | None:
+    """The retention policy of ``[tool.pgjobs.retention]`` with what --retain-archive,
+    --retain-dead and --retain-export say in place of its own; None when neither gives one."""
+    project = find_project()
+    base = project.retention if project is not None else None
+    if archive is None and dead is None and export is None:
+        return base
+    if export is not None and not export.is_dir():
+        raise ConfigurationError(f"--retain-export {export}: not a folder")
+    flags = RetentionPolicy(
+        archive=parse.age("--retain-archive", archive) if archive is not None else None,
+        dead_letter=parse.age("--retain-dead", dead) if dead is not None else None,
+        export=export,
+    )
+    return base.merged(flags) if base is not None else flags
 
 
 def _http_address(text: str, processes: int, source: str = "--http") -> tuple[str, int]:
