@@ -5,7 +5,10 @@ end of its test if still running, and the side table of the acceptance app. The 
 from __future__ import annotations
 
 import contextlib
+import os
+import tempfile
 from collections.abc import Callable, Collection, Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -39,6 +42,17 @@ def start_worker(spawn: Callable[..., Proc]) -> Callable[..., Proc]:
         return spawn("work", "--app", APP, "--poll-interval", "0.2", *extra, env=env)
 
     return start
+
+
+@pytest.fixture
+def runs_file() -> Iterator[Path]:
+    """An empty file where the failover tests' app records every run (see ``failover_app``),
+    outside the database, in a folder the workers can reach whoever they run as."""
+    with tempfile.TemporaryDirectory(prefix="pgjobs-failover-") as folder:
+        path = Path(folder, "runs")
+        path.touch()
+        os.chmod(folder, 0o755)
+        yield path
 
 
 @pytest.fixture
