@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from pgjobs import supervisor
+from pgjobs import instruments, supervisor
 from pgjobs.cli import parse
 from pgjobs.cli import pooler as cli_pooler
 from pgjobs.cli.options import (
@@ -183,6 +183,16 @@ def work_command(
             show_default=False,
         ),
     ] = None,
+    otel_metrics: Annotated[
+        bool | None,
+        typer.Option(
+            "--otel-metrics/--no-otel-metrics",
+            help="Record the jobs' outcomes, run time and pickup latency as OpenTelemetry "
+            "metrics, through the meter provider your app or opentelemetry-instrument sets up. "
+            "Needs the otel extra. Default: $PGJOBS_OTEL_METRICS, else off.",
+            show_default=False,
+        ),
+    ] = None,
     supervisor_fd: Annotated[
         int | None, typer.Option("--supervisor-fd", hidden=True, help="Set by --processes.")
     ] = None,
@@ -215,6 +225,7 @@ def work_command(
         external=_external(external_url, external_timeout, external_headers),
         read_ahead=read_ahead,
         retention=_retention(retain_archive, retain_dead, retain_export),
+        otel_metrics=instruments.enabled_from_env() if otel_metrics is None else otel_metrics,
     )
     # A worker process of --processes gets the database from its supervisor: started as a fresh
     # interpreter (--supervisor-fd), or forked here, before the app is imported.
@@ -298,6 +309,8 @@ def work_argv(app_ref: str, config: WorkerConfig, log_level: str) -> list[str]:
                 argv.append(f"--retain-{option}={period.total_seconds():g}s")
         if policy.export is not None:
             argv.append(f"--retain-export={policy.export}")
+    # Always said: a worker process must not read $PGJOBS_OTEL_METRICS against the command line.
+    argv.append("--otel-metrics" if config.otel_metrics is not False else "--no-otel-metrics")
     if config.read_ahead is not None:
         argv.append(f"--read-ahead={config.read_ahead}")
     if config.http is not None:

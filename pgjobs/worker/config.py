@@ -6,6 +6,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from pgjobs import instruments
 from pgjobs.errors import ConfigurationError
 from pgjobs.maintenance import ServiceConfig
 from pgjobs.maintenance.expirer import Expirer
@@ -114,8 +115,13 @@ class WorkerConfig:
     #: ``$PGJOBS_MAX_RESULT_BYTES``, else 1 MiB): a handler that returns more succeeds, and its
     #: result is a note saying so.
     max_result_bytes: int = field(default_factory=lambda: max_result_bytes_from_env())
+    #: OpenTelemetry metrics of this worker's jobs (outcomes, run time, pickup latency; see
+    #: ``pgjobs.instruments``): False records none, True records through the global meter
+    #: provider (the application's SDK), or give a ``MeterProvider``. Needs the ``otel`` extra.
+    otel_metrics: object = False
 
     def __post_init__(self) -> None:
+        instruments.check_provider(self.otel_metrics)
         if self.queues is not None:  # in NFC, as enqueue stores them
             object.__setattr__(self, "queues", [check_queue(queue) for queue in self.queues])
         if self.concurrency < 1:

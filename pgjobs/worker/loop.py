@@ -9,7 +9,9 @@ pipelined round trip.
 An external task's job (``App.external_task``) occupies a slot only while it is delivered to its
 downstream over HTTP (``external``); once delivered it stays running under its lease until the
 downstream reports. With ``WorkerConfig.http`` the worker serves its own ``/metrics``,
-``/healthz``, ``/readyz`` and ``/stats`` (``http``); without it, nothing is counted.
+``/healthz``, ``/readyz`` and ``/stats`` (``http``); with ``WorkerConfig.otel_metrics`` it records
+its jobs' outcomes, run time and pickup latency into OpenTelemetry instruments
+(``pgjobs.instruments``); without either, nothing is counted.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pgjobs import db, migrate, queries
+from pgjobs import db, instruments, migrate, queries
 from pgjobs.completer import Claimed, ClaimParams, Completer
 from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError, DatabaseUnavailable, PgjobsError, SchemaMissing
@@ -73,10 +75,17 @@ class Worker:
             recheck=self.config.poll_interval,
             max_result_bytes=self.config.max_result_bytes,
         )
-        #: Only with --http: what the worker counts for /metrics (None counts nothing).
+        otel = self.config.otel_metrics
+        #: Only with --http or --otel-metrics: what the worker counts for /metrics and records
+        #: into OpenTelemetry's instruments (None counts nothing).
         self.metrics = (
-            WorkerMetrics(self.id, self.config.concurrency, self.tasks)
-            if self.config.http is not None
+            WorkerMetrics(
+                self.id,
+                self.config.concurrency,
+                self.tasks,
+                instruments.JobInstruments(instruments.meter(otel)) if otel is not False else None,
+            )
+            if self.config.http is not None or otel is not False
             else None
         )
         self._changed = asyncio.Event()
@@ -203,7 +212,7 @@ class Worker:
         self, on_checked: Callable[[], None] | None, loop: asyncio.AbstractEventLoop
     ) -> int:
         dsn = self.app.dsn
-        if self.metrics is not None:
+        if self.config.http is not None:
             self._depths = QueueDepths(dsn, self.queues)
         migrate.require_head(dsn)
         if on_checked is not None:
@@ -237,6 +246,12 @@ class Worker:
         )
         for line in describe(self.slots.deliveries):
             log.info("external task %s", line)
+        if self.config.otel_metrics is not False:
+            log.info(
+                "worker %s: recording OpenTelemetry metrics through %s",
+                self.id,
+                instruments.describe(self.config.otel_metrics),
+            )
         try:
             await self._work(conn, dsn)
         except BaseException:

@@ -1,8 +1,9 @@
 """What a worker counts for its `--http` ``/metrics``, and their rendering in Prometheus' text
 format, without a metrics library (a plain worker loads none).
 
-``WorkerMetrics`` exists only when ``--http`` is given: without it the worker's hot path pays one
-``is None`` test per job.
+``WorkerMetrics`` exists only when ``--http`` or ``--otel-metrics`` is given: without either the
+worker's hot path pays one ``is None`` test per job. With OpenTelemetry metrics it hands each
+claim and outcome to a ``Recorder`` too (``pgjobs.instruments.JobInstruments``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import bisect
 import time
 from collections.abc import Iterable, Iterator
+from typing import Protocol
 
 from pgjobs.completer.outcomes import Outcome
 from pgjobs.models import Job
@@ -49,12 +51,22 @@ class Histogram:
             yield bound, total
 
 
+class Recorder(Protocol):
+    """Where a worker's claims and outcomes are recorded besides its own counts (OpenTelemetry's
+    instruments: ``pgjobs.instruments.JobInstruments``)."""
+
+    def picked_up(self, queue: str, task: str, seconds: float) -> None: ...
+
+    def finished(self, queue: str, task: str, outcome: str, seconds: float | None) -> None: ...
+
+
 class _Series:
     """What is counted for one (queue, task)."""
 
-    __slots__ = ("finished", "pickup", "run")
+    __slots__ = ("finished", "key", "pickup", "run")
 
-    def __init__(self) -> None:
+    def __init__(self, key: tuple[str, str]) -> None:
+        self.key = key
         self.finished = dict.fromkeys(OUTCOMES, 0)
         self.run = Histogram()
         self.pickup = Histogram()
@@ -71,8 +83,12 @@ class WorkerMetrics:
         text = metrics.render(busy=0, connected=True)
     """
 
-    def __init__(self, worker: str, slots: int, tasks: Iterable[str]) -> None:
+    def __init__(
+        self, worker: str, slots: int, tasks: Iterable[str], recorder: Recorder | None = None
+    ) -> None:
         self.worker = worker
+        #: Where claims and outcomes are recorded too (None: nowhere else).
+        self.recorder = recorder
         self.slots = slots
         self._tasks = frozenset(tasks)
         self.trips = 0
@@ -85,7 +101,7 @@ class WorkerMetrics:
         key = (job.queue, job.task if job.task in self._tasks else UNKNOWN_TASK)
         series = self._series.get(key)
         if series is None:
-            series = self._series[key] = _Series()
+            series = self._series[key] = _Series(key)
         return series
 
     def trip(self) -> None:
@@ -100,18 +116,26 @@ class WorkerMetrics:
         """``job`` was claimed at ``now`` (seconds since the epoch) and starts running."""
         series = self._of(job)
         latency = now - job.run_at.timestamp()
-        series.pickup.observe(latency if latency > 0.0 else 0.0)
+        if latency < 0.0:
+            latency = 0.0
+        series.pickup.observe(latency)
         self._started[job.id] = (series, time.monotonic())
+        if self.recorder is not None:
+            self.recorder.picked_up(*series.key, latency)
 
     def finished(self, job: Job, outcome: Outcome) -> None:
         """``job`` left its slot with ``outcome``, as the completer decided it."""
         started = self._started.pop(job.id, None)
+        seconds = None
         if started is None:
             series = self._of(job)
         else:
             series = started[0]
-            series.run.observe(time.monotonic() - started[1])
+            seconds = time.monotonic() - started[1]
+            series.run.observe(seconds)
         series.finished[outcome] += 1
+        if self.recorder is not None:
+            self.recorder.finished(*series.key, outcome, seconds)
 
     def not_run(self, job: Job) -> None:
         """``job`` was claimed but never run (unknown task, payload that does not fit): it is

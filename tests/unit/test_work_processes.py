@@ -129,6 +129,7 @@ OPTIONS = [
     "--external-url=http://127.0.0.1:8000/jobs",
     "--external-timeout=2.5",
     "--external-header=X-Tenant: acme",
+    "--otel-metrics",
 ]
 
 
@@ -162,6 +163,7 @@ def test_worker_processes_run_the_same_options(capsys, fakes):
         http=("127.0.0.1", 9090),
         external=ExternalTarget("http://127.0.0.1:8000/jobs", 2.5, (("X-Tenant", "acme"),)),
         read_ahead=40,
+        otel_metrics=True,
     )
 
 
