@@ -2759,6 +2759,92 @@ LIMIT %(limit)s
 #: finished last hour, failed last hour, oldest ready age), by task.
 QUEUE_STATS_BY_TASK = """
 WITH hot AS (
+# The dashboard's search (pgjobs.web.dashboard.search): each kind reads the three tables through
+# one index each, every table LIMITed on its own, newest (highest id) first. Rows: (id,).
+#   by id               the primary keys (the archive's (id, finished_at), partition by partition)
+#   by idempotency key  JOB_IDS_BY_KEY above: uq_queued_jobs_idempotency_key,
+#                       ix_archived_jobs_idempotency_key, ix_dead_letter_idempotency_key
+#   by unique key       ix_queued_jobs_unique_key, ix_archived_jobs_unique_key,
+#                       ix_dead_letter_unique_key (migration 0015)
+#   by tag              the GIN indexes ix_queued_jobs_tags, ix_archived_jobs_tags,
+#                       ix_dead_letter_tags (a Bitmap Index Scan; the matches are then sorted)
+#   by group            ix_queued_jobs_group_sequence (group_key first), ix_archived_jobs_group_key
+#                       (migration 0015), ix_dead_letter_group_key_task
+# tests/integration/schema/test_search_plans.py checks each plan with sequential scans off.
+_SEARCH_TABLES = ("queued_jobs", "archived_jobs", "dead_letter")
+
+
+def _search(where: str) -> str:
+    parts = "\n    UNION ALL\n".join(
+        f"    (SELECT id FROM {table} WHERE {where} ORDER BY id DESC LIMIT %(limit)s)"
+        for table in _SEARCH_TABLES
+    )
+    return f"SELECT id FROM (\n{parts}\n) found\nORDER BY id DESC\nLIMIT %(limit)s\n"
+
+
+#: Job ``id`` wherever it is (one row), or no row.
+SEARCH_BY_ID = """
+SELECT id FROM queued_jobs WHERE id = %(id)s::bigint
+UNION ALL
+SELECT id FROM archived_jobs WHERE id = %(id)s::bigint
+UNION ALL
+SELECT id FROM dead_letter WHERE id = %(id)s::bigint
+"""
+#: The newest ``limit`` jobs enqueued with unique key ``value``, in any table.
+SEARCH_BY_UNIQUE_KEY = _search("unique_key = %(value)s::text")
+#: The newest ``limit`` jobs tagged ``value``, in any table (``tags IS NOT NULL`` matches the GIN
+#: indexes' predicate).
+SEARCH_BY_TAG = _search("tags IS NOT NULL AND tags @> ARRAY[%(value)s::text]")
+#: The newest ``limit`` jobs of group ``value``, in any table.
+SEARCH_BY_GROUP = _search("group_key = %(value)s::text")
+
+#: One page of batches, newest first, before batch ``before`` (NULL: from the newest): a keyset
+#: on the primary key (Index Scan Backward of pgjobs_batches_pkey, stopped at the LIMIT). Rows:
+#: batches.BatchStatus's columns but its members' counts.
+BATCHES_PAGE = """
+SELECT id, total, pending, succeeded, dead, cancelled, created_at, completed_at,
+       callback_task, callback_queue, callback_job_id
+FROM pgjobs_batches
+WHERE id < coalesce(%(before)s::bigint, 9223372036854775807)
+ORDER BY id DESC
+LIMIT %(limit)s
+"""
+
+#: The workflow around job ``id``: the jobs its dependency edges reach in either direction,
+#: breadth first (nearest first), at most ``cap`` of them, and the edges between those. Through
+#: pgjobs_dependencies' primary key (job_id first) and ix_pgjobs_dependencies_depends_on. Rows:
+#: (job, NULL) for each job reached, the job itself first; (job_id, depends_on) for each edge.
+DEPENDENCY_GRAPH = """
+WITH RECURSIVE reach(id) AS (
+    SELECT %(id)s::bigint
+    UNION
+    SELECT n.id FROM reach r, LATERAL (
+        SELECT d.depends_on AS id FROM pgjobs_dependencies d WHERE d.job_id = r.id
+        UNION ALL
+        SELECT d.job_id FROM pgjobs_dependencies d WHERE d.depends_on = r.id
+    ) n
+),
+nodes AS MATERIALIZED (SELECT id, row_number() OVER () AS n FROM (SELECT id FROM reach LIMIT %(cap)s) r)
+SELECT id, NULL::bigint FROM (SELECT id, n FROM nodes ORDER BY n) ordered
+UNION ALL
+SELECT d.job_id, d.depends_on FROM pgjobs_dependencies d
+WHERE d.job_id IN (SELECT id FROM nodes) AND d.depends_on IN (SELECT id FROM nodes)
+"""
+
+#: The status and task of each of the jobs ``ids``, wherever they are (by the three primary
+#: keys). Rows: (id, JobStatus value, task); a job in no table has no row.
+DEPENDENCY_GRAPH_JOBS = f"""
+SELECT q.id, CASE WHEN q.lease_expires_at IS NOT NULL THEN '{JobStatus.RUNNING}'
+                  WHEN q.run_at = 'infinity' THEN '{JobStatus.WAITING}'
+                  WHEN q.run_at > now() THEN '{JobStatus.SCHEDULED}'
+                  ELSE '{JobStatus.READY}' END, q.task
+FROM queued_jobs q WHERE q.id = ANY(%(ids)s::bigint[])
+UNION ALL
+SELECT a.id, a.status, a.task FROM archived_jobs a WHERE a.id = ANY(%(ids)s::bigint[])
+UNION ALL
+SELECT d.id, '{JobStatus.DEAD}', d.task FROM dead_letter d WHERE d.id = ANY(%(ids)s::bigint[])
+"""
+
     SELECT task,
            count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at <= now()) AS ready,
            -- Jobs waiting for their dependencies (run_at 'infinity') are not scheduled ones.
