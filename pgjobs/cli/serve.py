@@ -82,6 +82,17 @@ def serve_command(
         ),
     ] = None,
     pooler: PoolerOption = None,
+    otel_metrics: Annotated[
+        bool | None,
+        typer.Option(
+            "--otel-metrics/--no-otel-metrics",
+            help="Export the queue gauges of /metrics (depth, oldest ready age, dead letters, "
+            "groups at their limit) as OpenTelemetry gauges, through the meter provider your "
+            "app (--app) or opentelemetry-instrument sets up. Needs the otel extra. Default: "
+            "$PGJOBS_OTEL_METRICS, else off.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve the HTTP API (/api/v1, token required), /healthz, /readyz and /metrics.
 
@@ -127,6 +138,7 @@ def serve_command(
         pool_size=pool_size,
         body_timeout=body_timeout,
         read_dsn=normalize_dsn(read_dsn, "--read-dsn") if read_dsn else None,
+        otel_metrics=otel_metrics,
     )
     # uvicorn shuts down gracefully on SIGTERM, then raises the signal again once its own handler
     # is gone: with this one in place that ends the command normally (exit 0, as `pgjobs work`

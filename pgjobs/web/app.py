@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.types import Scope
 
+from pgjobs import instruments
 from pgjobs.app import App
 from pgjobs.db.dsn import Dsn, normalize_dsn, resolve_dsn
 from pgjobs.errors import ConfigurationError
@@ -43,6 +44,7 @@ def create_app(
     metrics_public: bool | None = None,
     body_timeout: float = DEFAULT_BODY_TIMEOUT,
     read_dsn: str | Dsn | None = None,
+    otel_metrics: object = None,
 ) -> FastAPI:
     """The HTTP API (FastAPI) over pgjobs' tables, to serve with any ASGI server or mount in
     your own application.
@@ -57,6 +59,9 @@ def create_app(
     ``read_dsn`` (default: ``app.read_dsn``): a standby the statistics, listings, dashboard
     pages and /metrics read from; writes and actions go to the primary, and the pages, the
     verbose statistics and /metrics say how far behind the standby is.
+    ``otel_metrics`` (default: $PGJOBS_OTEL_METRICS=1): the queue gauges of /metrics as
+    OpenTelemetry observable gauges (``pgjobs.instruments.QueueGauges``), True through the global
+    meter provider, or a ``MeterProvider``; one server of a deployment is enough.
 
     Example::
 
@@ -121,11 +126,15 @@ def create_app(
             "it can enqueue, cancel and purge jobs; use it on a trusted machine only"
         )
 
+    gauges = _queue_gauges(state, otel_metrics)
+
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         try:
             yield
         finally:
+            if gauges is not None:
+                gauges.close()
             state.close()
             await state.aclose()  # the waiters of ``?wait`` and their pools
 
@@ -182,6 +191,22 @@ def _signed_in(scope: Scope, sessions: Sessions, insecure_no_auth: bool) -> bool
         return True
     cookie = request.cookies.get(SESSION_COOKIE)
     return cookie is not None and sessions.get(cookie) is not None
+
+
+def _queue_gauges(state: Backend, provider: object) -> instruments.QueueGauges | None:
+    """The queue gauges on ``provider``'s meter (None: $PGJOBS_OTEL_METRICS decides; False:
+    none), read as /metrics reads them (the same reading, at most once per its ttl for both)."""
+    if provider is None:
+        provider = instruments.enabled_from_env()
+    if instruments.check_provider(provider) is False:
+        return None
+
+    def read() -> instruments.QueueFigures | None:
+        return state.metrics.figures(
+            state.read_pool(), state.read_dsn or state.dsn, replica=state.read_dsn is not None
+        )
+
+    return instruments.QueueGauges(instruments.meter(provider), read)
 
 
 def _read_dsn(read_dsn: str | Dsn | None, app: App | None) -> Dsn | None:

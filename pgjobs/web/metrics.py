@@ -51,6 +51,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from pgjobs import db, groups, queries
 from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError, PgjobsError
+from pgjobs.instruments import QueueFigures
 from pgjobs.maintenance.registry import STALE_AFTER
 from pgjobs.models import ArchivedStatus, JobStatus, OrphanedLeases, ReplicaStatus, WorkerInfo
 from pgjobs.web import gauges
@@ -363,6 +364,24 @@ class QueueMetrics:
                 self._refresh(pool, dsn or _pool_dsn(pool), replica)
             return self._body, CONTENT_TYPE
 
+    def figures(
+        self,
+        pool: psycopg_pool.ConnectionPool[Any],
+        dsn: Dsn | None = None,
+        *,
+        replica: bool = False,
+    ) -> QueueFigures | None:
+        """The queue gauges of ``render`` (depth, oldest ready age, dead letters, groups at their
+        limit) as figures, from the same reading: refreshed as ``render`` would, at most once
+        per ``ttl`` seconds for both. None until the database was read once.
+
+        Example: ``figures = metrics.figures(pool)``
+        """
+        with self._lock:
+            if self._refreshed_at is None or self._clock() - self._refreshed_at >= self.ttl:
+                self._refresh(pool, dsn or _pool_dsn(pool), replica)
+            return self._figures()
+
     # -- under the lock ---------------------------------------------------------------------
 
     def _refresh(self, pool: psycopg_pool.ConnectionPool[Any], dsn: Dsn, replica: bool) -> None:
@@ -446,43 +465,41 @@ class QueueMetrics:
         yield from self._counters()
         yield from self._meta()
 
-    def _gauges(self) -> Iterator[Metric]:
+    def _figures(self) -> QueueFigures | None:
+        """The gauges of the last reading; every (queue, task) ever seen reads 0 once empty."""
         reading = self._last
         if reading is None:
-            return
-        jobs = GaugeMetricFamily(
-            "pgjobs_jobs",
-            "Jobs in queued_jobs by state (ready, scheduled, running).",
-            labels=["queue", "task", "state"],
-        )
+            return None
         by_pair = {(q.queue, q.task): q for q in reading.queued}
+        depth: list[tuple[str, str, str, int]] = []
         oldest: dict[str, float] = {}
         for queue, task in sorted(self._known):
             q = by_pair.get((queue, task))
             counts = (q.ready, q.scheduled, q.running) if q else (0, 0, 0)
-            for state, value in zip(STATES, counts, strict=True):
-                jobs.add_metric([queue, task, state], value)
+            for state, jobs in zip(STATES, counts, strict=True):
+                depth.append((queue, task, str(state), jobs))
             seconds = q.oldest_ready_age if q and q.oldest_ready_age is not None else 0.0
             oldest[queue] = max(oldest.get(queue, 0.0), seconds)
-        yield jobs
-        age = GaugeMetricFamily(
-            "pgjobs_oldest_ready_age_seconds",
-            "Seconds since the run_at of the oldest ready job of the queue (0: none is ready).",
-            labels=["queue"],
+        return QueueFigures(
+            depth=depth,
+            oldest_ready_age=sorted(oldest.items()),
+            dead_letter=[
+                (queue, task, reading.dead_letter.get((queue, task), 0))
+                for queue, task in sorted(self._known_dead)
+            ],
+            groups_at_limit=[
+                (queue, reading.groups_at_limit.get(queue, 0))
+                for queue in sorted(self._known_grouped)
+            ],
         )
-        for queue, seconds in sorted(oldest.items()):
-            age.add_metric([queue], seconds)
-        yield age
-        dead = GaugeMetricFamily(
-            "pgjobs_dead_letter_jobs",
-            "Jobs in dead_letter, waiting for a human (redrive or purge).",
-            labels=["queue", "task"],
-        )
-        for queue, task in sorted(self._known_dead):
-            dead.add_metric([queue, task], reading.dead_letter.get((queue, task), 0))
-        yield dead
+
+    def _gauges(self) -> Iterator[Metric]:
+        reading, figures = self._last, self._figures()
+        if reading is None or figures is None:
+            return
+        yield from gauges.queued(figures)
         yield from gauges.workers(reading.workers, reading.orphaned)
-        yield gauges.groups_at_limit(self._known_grouped, reading.groups_at_limit)
+        yield gauges.groups_at_limit(dict(figures.groups_at_limit))
 
     def _counters(self) -> Iterator[Metric]:
         if self._readers is None:
