@@ -7,5 +7,6 @@ Example: ``uvicorn.run(pgjobs.web.create_app(app), port=8080)``
 from __future__ import annotations
 
 from pgjobs.web.app import create_app
+from pgjobs.web.principal import Principal, Role
 
-__all__ = ["create_app"]
+__all__ = ["Principal", "Role", "create_app"]

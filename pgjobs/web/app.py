@@ -16,7 +16,7 @@ from pgjobs.app import App
 from pgjobs.db.dsn import Dsn, normalize_dsn, resolve_dsn
 from pgjobs.errors import ConfigurationError
 from pgjobs.web import api, docs, errors
-from pgjobs.web.auth import load_tokens
+from pgjobs.web.auth import Tokens, load_tokens
 from pgjobs.web.backend import Backend, metrics_public_from_env
 from pgjobs.web.dashboard import dashboard_router
 from pgjobs.web.dashboard.security import SESSION_COOKIE
@@ -24,7 +24,15 @@ from pgjobs.web.dashboard.sessions import Sessions
 from pgjobs.web.express import ExpressEnqueue
 from pgjobs.web.guards import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES, Guards
 from pgjobs.web.health import health_router
+from pgjobs.web.hosted import HostSignIn
 from pgjobs.web.paths import TextOnly
+from pgjobs.web.principal import (
+    PRINCIPAL_STATE,
+    HostAuth,
+    check_auth,
+    check_sign_in_url,
+    principal_of,
+)
 
 logger = logging.getLogger("pgjobs.web")
 
@@ -45,6 +53,8 @@ def create_app(
     body_timeout: float = DEFAULT_BODY_TIMEOUT,
     read_dsn: str | Dsn | None = None,
     otel_metrics: object = None,
+    auth: HostAuth | None = None,
+    sign_in_url: str | None = None,
 ) -> FastAPI:
     """The HTTP API (FastAPI) over pgjobs' tables, to serve with any ASGI server or mount in
     your own application.
@@ -59,6 +69,11 @@ def create_app(
     ``read_dsn`` (default: ``app.read_dsn``): a standby the statistics, listings, dashboard
     pages and /metrics read from; writes and actions go to the primary, and the pages, the
     verbose statistics and /metrics say how far behind the standby is.
+    ``auth``: the host application's sign-in instead of pgjobs' tokens (``pgjobs.web.hosted``):
+    a callable taking the request and returning a ``Principal(name, role)``, role "read" or
+    "operate", or None for nobody signed in (401 from the API; the dashboard sends the browser
+    to ``sign_in_url`` with ``?next=``, or answers 401 without one). It takes the place of
+    ``tokens``, ``read_only_tokens`` and ``insecure_no_auth`` (given with it: refused).
     ``otel_metrics`` (default: $PGJOBS_OTEL_METRICS=1): the queue gauges of /metrics as
     OpenTelemetry observable gauges (``pgjobs.instruments.QueueGauges``), True through the global
     meter provider, or a ``MeterProvider``; one server of a deployment is enough.
@@ -94,17 +109,7 @@ def create_app(
             f"body_timeout must be a number of seconds > 0, got {body_timeout!r}",
             field="body_timeout",
         )
-    loaded = load_tokens(tokens, read_only_tokens)
-    if insecure_no_auth and loaded.configured:
-        raise ConfigurationError(
-            "API tokens are configured and insecure_no_auth (--insecure-no-auth) is set: "
-            "drop one of them"
-        )
-    if not insecure_no_auth and not loaded.configured:
-        raise ConfigurationError(
-            "no API token: set $PGJOBS_API_TOKENS (comma-separated) or $PGJOBS_API_TOKENS_FILE, "
-            "or pass --insecure-no-auth (insecure_no_auth=True) for local use only"
-        )
+    loaded = _tokens(tokens, read_only_tokens, insecure_no_auth, auth, sign_in_url)
     if app is not None and dsn is None:
         resolved = app.dsn
     else:
@@ -119,6 +124,7 @@ def create_app(
         pool_size=pool_size,
         metrics_public=metrics_public,
         read_dsn=_read_dsn(read_dsn, app),
+        hosted=auth is not None,
     )
     if insecure_no_auth:
         logger.warning(
@@ -168,6 +174,8 @@ def create_app(
             throttle=state.throttle,
             group_limits=state.group_limits,
             ordered_tasks=state.ordered_tasks,
+            hosted=auth is not None,
+            sign_in_url=sign_in_url,
         )
     )
     # Inside the guards: the token, the body's size and type are checked, the body read.
@@ -179,13 +187,52 @@ def create_app(
         body_timeout=body_timeout,
         signed_in=lambda scope: _signed_in(scope, sessions, insecure_no_auth),
     )
+    if auth is not None:  # who the request is, asked before the guards read a body
+        web.add_middleware(HostSignIn, auth=auth)
     web.add_middleware(TextOnly)  # outermost: nothing reads a path that is not text
     return web
+
+
+def _tokens(
+    tokens: Iterable[str] | None,
+    read_only_tokens: Iterable[str] | None,
+    insecure_no_auth: bool,
+    auth: HostAuth | None,
+    sign_in_url: str | None,
+) -> Tokens:
+    """The tokens the server accepts (none under the application's sign-in, ``auth``, which
+    takes their place), or ``ConfigurationError`` for settings that do not go together."""
+    check_sign_in_url(sign_in_url)
+    if auth is not None:
+        check_auth(auth)
+        if tokens is not None or read_only_tokens is not None or insecure_no_auth:
+            raise ConfigurationError(
+                "auth (the application's sign-in) takes the place of tokens, read_only_tokens "
+                "and insecure_no_auth: drop them",
+                field="auth",
+            )
+        return Tokens((), ())  # the environment's tokens are not used either
+    if sign_in_url is not None:
+        raise ConfigurationError("sign_in_url goes with auth: give both", field="sign_in_url")
+    loaded = load_tokens(tokens, read_only_tokens)
+    if insecure_no_auth and loaded.configured:
+        raise ConfigurationError(
+            "API tokens are configured and insecure_no_auth (--insecure-no-auth) is set: "
+            "drop one of them"
+        )
+    if not insecure_no_auth and not loaded.configured:
+        raise ConfigurationError(
+            "no API token: set $PGJOBS_API_TOKENS (comma-separated) or $PGJOBS_API_TOKENS_FILE, "
+            "or pass --insecure-no-auth (insecure_no_auth=True) for local use only"
+        )
+    return loaded
 
 
 def _signed_in(scope: Scope, sessions: Sessions, insecure_no_auth: bool) -> bool:
     """Whether a dashboard request may be someone: a bearer header (the page checks it), a live
     session's cookie, or a server without tokens."""
+    if PRINCIPAL_STATE in scope.get("state", {}):  # the application's sign-in decides
+        return principal_of(scope) is not None
     request = Request(scope)
     if insecure_no_auth or "authorization" in request.headers:
         return True

@@ -32,6 +32,7 @@ from pgjobs.models import ReplicaStatus
 from pgjobs.web.auth import Access, Tokens
 from pgjobs.web.enqueuing import Enqueuer
 from pgjobs.web.errors import ApiError
+from pgjobs.web.principal import principal_of
 from pgjobs.web.throttle import SignInThrottle, client_address, too_many_message
 
 if TYPE_CHECKING:
@@ -57,12 +58,16 @@ class Backend:
         pool_size: int,
         metrics_public: bool,
         read_dsn: Dsn | None = None,
+        hosted: bool = False,
     ) -> None:
         self.app = app
         self.dsn = dsn
         #: Where the statistics, listings, pages and metrics are read (a standby), if not ``dsn``.
         self.read_dsn = read_dsn
         self.tokens = tokens
+        #: Whether the host application signs requests in (``create_app(auth=...)``,
+        #: ``pgjobs.web.hosted``) instead of pgjobs' tokens.
+        self.hosted = hosted
         #: Whether the server was given the user's App (unknown task names are then refused).
         self.app_given = app_given
         self.pool_size = pool_size
@@ -201,6 +206,9 @@ def authenticate(server: Backend, authorization: str | None, client: str) -> Acc
     unknown one, 429 (with ``Retry-After``) for a client that failed too often. Called before
     the request's body is read (``Guards``) and by the routes' dependency."""
     tokens = server.tokens
+    if server.hosted:
+        # ``HostSignIn`` found nobody signed in (else the access is in the scope's state).
+        raise ApiError(401, "unauthenticated", "sign in to the application first")
     if not tokens.configured:
         return Access.FULL
     scheme, _, token = (authorization or "").partition(" ")
@@ -248,8 +256,17 @@ def check_token(
         raise ApiError(
             403,
             "forbidden",
-            "this token is read-only: it may use GET routes only",
+            "your role is read: it may use GET routes only"
+            if backend(request).hosted
+            else "this token is read-only: it may use GET routes only",
         )
+
+
+def actor(request: Request) -> str | None:
+    """Who the request acts as, to record (``paused_by``): the host's principal's name under
+    ``create_app(auth=...)``, else None (pgjobs' tokens name nobody)."""
+    found = principal_of(request.scope)
+    return found.name if found is not None else None
 
 
 def metrics_public_from_env() -> bool:

@@ -105,6 +105,8 @@ class Guards:
             or not route_path(scope).startswith(API_PREFIX + "/")
         ):
             return None
+        if self.backend.hosted and ACCESS_STATE in scope.get("state", {}):
+            return None  # the host's principal (``HostSignIn``); nobody left it: 401 below
         headers = Headers(scope=scope)
         try:
             access = authenticate(

@@ -51,12 +51,14 @@ from pgjobs.web.dashboard.security import (
     Viewer,
     clear_cookie,
     flash,
+    host_key,
     identify,
     security_headers,
     take_flash,
     take_new_cookie,
 )
 from pgjobs.web.dashboard.sessions import Sessions
+from pgjobs.web.principal import principal_of
 from pgjobs.web.throttle import SignInThrottle, client_address, too_many_message
 
 if TYPE_CHECKING:
@@ -181,8 +183,10 @@ class Frame:
         throttle: SignInThrottle | None = None,
         group_limits: Mapping[str, int] | None = None,
         ordered_tasks: Mapping[str, bool | str] | None = None,
+        hosted: bool = False,
+        sign_in_url: str | None = None,
     ) -> None:
-        if not tokens.configured and not insecure_no_auth:
+        if not tokens.configured and not insecure_no_auth and not hosted:
             raise ConfigurationError(
                 "the dashboard needs API tokens to log in with, or insecure_no_auth=True"
             )
@@ -192,6 +196,11 @@ class Frame:
         self._reading = reading
         self.tokens = tokens
         self.insecure = insecure_no_auth
+        #: Whether the host application signs browsers in (``create_app(auth=...)``): pgjobs'
+        #: tokens, sessions and login form are then unused.
+        self.hosted = hosted
+        #: Where a browser the host did not sign in is sent (None: a 401 page).
+        self.sign_in_url = sign_in_url
         #: The signed-in browsers (their cookies hold a session id, never a token).
         self.sessions = sessions if sessions is not None else Sessions()
         #: Failed tokens per client address (the API's, when the server shares one).
@@ -208,7 +217,19 @@ class Frame:
 
     def identify(self, request: Request) -> Viewer | Refusal:
         """The request's viewer, by its session or bearer token, or why it has none. A bearer
-        token that fails counts against the client's address (``throttled``)."""
+        token that fails counts against the client's address (``throttled``). Under the host's
+        sign-in, the principal it found (``pgjobs.web.hosted``), and nothing else."""
+        if self.hosted:
+            principal = principal_of(request.scope)
+            if principal is None:
+                return Refusal.ANONYMOUS
+            return Viewer(
+                principal.access,
+                Via.HOST,
+                host_key(request, principal.name),
+                principal.key,
+                principal.name,
+            )
         bearer = request.headers.get("authorization") is not None and self.tokens.configured
         if bearer and self.throttled(request, self.throttle.wait(self.client(request))):
             return Refusal.THROTTLED
@@ -310,6 +331,8 @@ class Frame:
         found = self.identify(request)
         if isinstance(found, Viewer):
             return found
+        if self.hosted:
+            return self.not_signed_in(request)
         if found is Refusal.THROTTLED:
             return self.too_many(request)
         if found is Refusal.BAD_TOKEN and request.headers.get("authorization") is not None:
@@ -325,6 +348,20 @@ class Frame:
         if found is Refusal.BAD_TOKEN:  # a session that ended or expired
             clear_cookie(response, request, SESSION_COOKIE)
         return response
+
+    def not_signed_in(self, request: Request) -> Response:
+        """A browser the host did not sign in: to the host's ``sign_in_url`` with ``next`` (the
+        page it asked for, prefix included), else a 401 page."""
+        if self.sign_in_url is None:
+            return self.error(
+                request, None, 401, "Not signed in", "Sign in to the application first."
+            )
+        wanted = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        joiner = "&" if "?" in self.sign_in_url else "?"
+        response = RedirectResponse(
+            self.sign_in_url + joiner + urlencode({"next": wanted}), status_code=303
+        )
+        return security_headers(response)
 
     def page(
         self, request: Request, build: Callable[[Viewer, psycopg.Connection[Any]], Response]
@@ -366,7 +403,10 @@ class Frame:
         if found is Refusal.THROTTLED:
             return self.too_many(request)
         if not isinstance(found, Viewer):
-            return self.error(request, None, 403, "Refused", "Sign in first; nothing was changed.")
+            status = 401 if self.hosted else 403
+            return self.error(
+                request, None, status, "Refused", "Sign in first; nothing was changed."
+            )
         viewer = found
         if isinstance(posted, BadForm):
             return self.error(request, viewer, posted.status, "Refused", posted.message)
@@ -385,12 +425,16 @@ class Frame:
                 viewer,
                 403,
                 "Refused",
-                "A read-only token may look, not act; nothing was changed.",
+                "Your role is read: it may look, not act; nothing was changed."
+                if self.hosted
+                else "A read-only token may look, not act; nothing was changed.",
             )
         try:
             with self.db() as conn:
                 target, message = act(viewer, posted, conn)
             kind = "ok"
+            if viewer.name is not None:
+                logger.info("%s (by %s)", message, viewer.name)
         except PgjobsError as exc:
             if _status_of(exc) == 503:
                 return self.error(request, viewer, 503, "Database unavailable", printable(str(exc)))

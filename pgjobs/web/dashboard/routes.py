@@ -74,6 +74,8 @@ def dashboard_router(
     throttle: SignInThrottle | None = None,
     group_limits: Mapping[str, int] | None = None,
     ordered_tasks: Mapping[str, bool | str] | None = None,
+    hosted: bool = False,
+    sign_in_url: str | None = None,
 ) -> APIRouter:
     """The dashboard's routes for ``create_app`` to include: pages at ``/``, ``/dead``,
     ``/dead/actions/{id}`` (a bulk action's progress), ``/jobs``, ``/batches/{id}``,
@@ -84,7 +86,9 @@ def dashboard_router(
     the pages read, a standby (``pgjobs serve --read-dsn``), whose lag each page then shows;
     the actions still use ``connection``. ``group_limits``: the app's tasks' own group limits
     (``groups.task_limits``), for the groups at their limit a queue's page shows;
-    ``ordered_tasks`` (``groups.ordered_tasks``), for what holds their groups.
+    ``ordered_tasks`` (``groups.ordered_tasks``), for what holds their groups. ``hosted``: the
+    application that mounts it signs browsers in (``pgjobs.web.hosted``), and sends those it
+    did not to ``sign_in_url`` (a 401 page without one).
 
     Example::
 
@@ -99,5 +103,7 @@ def dashboard_router(
         throttle=throttle,
         group_limits=group_limits,
         ordered_tasks=ordered_tasks,
+        hosted=hosted,
+        sign_in_url=sign_in_url,
     )
     return Dashboard(frame).router()

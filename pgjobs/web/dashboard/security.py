@@ -5,13 +5,17 @@ read-only) and starts a session (``sessions``): the ``pgjobs_session`` cookie ho
 id, never the token. The cookie is HttpOnly (no script reads it), SameSite=Strict (no other
 site's page sends it), Secure when the request came over HTTPS (directly, or through a proxy
 whose ``X-Forwarded-Proto`` the server trusts), scoped to the dashboard's path. Pages also
-accept the API's ``Authorization: Bearer`` header (scripts, tests).
+accept the API's ``Authorization: Bearer`` header (scripts, tests). Mounted under the host
+application's sign-in (``create_app(auth=...)``), none of these: the host's principal is the
+viewer (``pgjobs.web.hosted``).
 
 **CSRF.** Every form that changes something carries a token that only a page of this dashboard,
 shown to this session, holds: an HMAC keyed by the session's own random key (for a bearer
 header, by a digest of its token; with no token at all, by a random value kept in the HttpOnly,
-SameSite=Strict ``pgjobs_csrf`` cookie). Every POST is checked in constant time before anything
-else is done; a missing or wrong token is refused with 403 and changes nothing.
+SameSite=Strict ``pgjobs_csrf`` cookie; under the host's sign-in, by that cookie and the
+principal's name together, as the host's session cookie goes with any site's form). Every
+POST is checked in constant time before anything else is done; a missing or wrong token is
+refused with 403 and changes nothing.
 
 **Flash messages** (what an action did, shown once after its redirect) travel in a short-lived
 cookie signed with a key of the process, so that nobody else can make the dashboard say that
@@ -55,6 +59,8 @@ class Via(enum.Enum):
     BEARER = "bearer"
     #: The server runs with insecure_no_auth: nobody is asked.
     NOBODY = "nobody"
+    #: The application that mounts the dashboard signed it in (``create_app(auth=...)``).
+    HOST = "host"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +73,8 @@ class Viewer:
     via: Via
     csrf_key: bytes
     owner: bytes
+    #: The host's principal's name (``Via.HOST``): the actor recorded for what it does.
+    name: str | None = None
 
     @property
     def can_act(self) -> bool:
@@ -119,6 +127,16 @@ def anonymous_key(request: Request) -> bytes:
         # fresh value, so its check fails.
         request.state.new_csrf_cookie = value
     return hashlib.sha256(_CSRF_CONTEXT + b"\1" + value.encode()).digest()
+
+
+def host_key(request: Request, name: str) -> bytes:
+    """The CSRF key of a request the host signed in as ``name``: the host's session cookie
+    goes with every request a browser sends, another site's form included, so the forms carry a
+    token that needs the dashboard's own ``pgjobs_csrf`` cookie (HttpOnly, SameSite=Strict)
+    too, bound to the principal: a token shown to one user is refused for another."""
+    return hashlib.sha256(
+        _CSRF_CONTEXT + b"\2" + anonymous_key(request) + b"\0" + name.encode()
+    ).digest()
 
 
 def take_new_cookie(request: Request, response: Response) -> None:

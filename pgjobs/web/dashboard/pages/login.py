@@ -39,10 +39,14 @@ class LoginPages:
         nxt = forms.local_path(request.query_params.get("next"))
         if isinstance(self.frame.identify(request), Viewer):
             return self.frame.redirect(request, nxt)
+        if self.frame.hosted:  # the application signs in, not this form
+            return self.frame.not_signed_in(request)
         token = csrf_token(anonymous_key(request))
         return self.frame.render(request, None, "login.html", login_csrf=token, next=nxt)
 
     def login(self, request: Request, posted: PostedForm) -> Response:
+        if self.frame.hosted:
+            return self._hosted(request)
         if isinstance(posted, BadForm):
             return self.frame.error(request, None, posted.status, "Refused", posted.message)
         nxt = forms.local_path(posted.get("next"))
@@ -79,6 +83,16 @@ class LoginPages:
         )
         return response
 
+    def _hosted(self, request: Request) -> Response:
+        """Signing in or out with a token, where the application signs browsers in."""
+        return self.frame.error(
+            request,
+            None,
+            404,
+            "Not found",
+            "This dashboard signs in through the application that serves it, not with a token.",
+        )
+
     def _refused(self, request: Request, status: int, message: str, nxt: str) -> Response:
         """The login form again, saying why (401 a wrong token, 429 too many of them)."""
         return self.frame.render(
@@ -93,6 +107,8 @@ class LoginPages:
 
     def logout(self, request: Request, posted: PostedForm) -> Response:
         """Ends the session (a form with a stale CSRF token ends nothing)."""
+        if self.frame.hosted:
+            return self._hosted(request)
         found = self.frame.identify(request)
         if (
             isinstance(found, Viewer)

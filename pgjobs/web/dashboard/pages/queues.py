@@ -81,7 +81,9 @@ class QueuePages:
         ) -> tuple[str, str]:
             if action == "pause":
                 reason = fields.get("reason", "").strip() or None
-                change = queues.pause(conn, name, reason=reason, by=f"dashboard ({client})")
+                change = queues.pause(
+                    conn, name, reason=reason, by=viewer.name or f"dashboard ({client})"
+                )
                 done = "paused" if change.changed else "was already paused"
                 return back, f"Queue {name} {done}: its jobs stay ready, no worker claims them."
             if action == "resume":

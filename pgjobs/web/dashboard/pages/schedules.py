@@ -58,7 +58,9 @@ class SchedulePages:
         ) -> tuple[str, str]:
             if action == "pause":
                 reason = fields.get("reason", "").strip() or None
-                change = schedules.pause(conn, name, reason=reason, by=f"dashboard ({client})")
+                change = schedules.pause(
+                    conn, name, reason=reason, by=viewer.name or f"dashboard ({client})"
+                )
                 done = "paused" if change.changed else "was already paused"
                 return back, f"Schedule {name} {done}: none of its occurrences is enqueued."
             if action == "resume":
