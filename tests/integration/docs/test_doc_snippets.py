@@ -179,3 +179,30 @@ def test_the_workflows_guide_chains_fans_in_and_waits_as_it_shows(snippet, conn)
     with pytest.raises(pgjobs.JobFailed, match="dependency_failed") as failed:
         app.wait(doomed, timeout=0)
     assert failed.value.last_error == f"dependency {check} ended dead"
+
+
+#: A burst worker with OpenTelemetry metrics, quiet but for what the handler and exporter print.
+WORK_OTEL = ("--burst", "--otel-metrics", "--log-level=error")
+
+
+def test_the_otel_metrics_snippet_exports_a_worker_s_outcomes(dsn: Dsn, conn):
+    """`pgjobs work --otel-metrics` with the snippet's app: the SDK it sets up exports the
+    worker's instruments (here to stdout, at exit)."""
+    conn.execute(
+        "INSERT INTO queued_jobs (queue, task, payload) VALUES ('billing', 'billing.invoice', "
+        """'{"order_id": 7}')"""
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pgjobs", "work", "--app=otel_metrics:app", *WORK_OTEL],
+        cwd=SNIPPETS,
+        env=pgjobs_env(dsn.url),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "invoice for order 7" in done.stdout
+    exported = done.stdout[done.stdout.index("{") :]
+    assert '"name": "pgjobs.job.outcomes"' in exported
+    assert '"outcome": "succeeded"' in exported
+    assert '"name": "pgjobs.job.duration"' in exported
