@@ -2,10 +2,12 @@
 writes the user into ``request.session`` (signed-cookie sessions: no table needed), and the
 ``auth`` given to pgjobs reads that session back from the request's cookie. The site routes
 ``/jobs/...`` to pgjobs with the prefix as the scope's ``root_path``, as Starlette's ``Mount``
-does; everything else goes to Django. Settings are made here, no project folder."""
+does, and everything else to Django: docs/snippets/django_asgi.py, as the dashboard's page
+shows it. Settings are made here, no project folder."""
 
 from __future__ import annotations
 
+import runpy
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,7 +21,7 @@ from starlette.types import Receive, Scope, Send
 from pgjobs import App, queues
 from pgjobs.db.dsn import Dsn
 from pgjobs.web import Principal, create_app
-from tests.support.helpers import database_name
+from tests.support.helpers import REPO, database_name
 from tests.web.conftest import TestClient, assert_error
 from tests.web.dashboard.conftest import csrf_of, status_of
 
@@ -97,22 +99,17 @@ def django_site(dsn: Dsn) -> Iterator[Callable[[Scope, Receive, Send], Any]]:
         MIDDLEWARE=["django.contrib.sessions.middleware.SessionMiddleware"],
         SESSION_ENGINE="django.contrib.sessions.backends.signed_cookies",
     ):
-        handler = ASGIHandler()
-
-        async def site(scope: Scope, receive: Receive, send: Send) -> None:
-            path_ = scope.get("path", "")
-            if scope["type"] == "http" and (path_ == PREFIX or path_.startswith(PREFIX + "/")):
-                root = scope.get("root_path", "") + PREFIX
-                await jobs(dict(scope, root_path=root), receive, send)
-            else:
-                await handler(scope, receive, send)
-
-        yield site
+        yield _snippet()["mounted"](PREFIX, jobs, ASGIHandler())
     jobs.state.pgjobs.close()
 
 
+def _snippet() -> dict[str, Any]:
+    """docs/snippets/django_asgi.py, which the dashboard's page shows."""
+    return runpy.run_path(str(REPO / "docs" / "snippets" / "django_asgi.py"))
+
+
 def _signed_in(site: Any, name: str, role: str) -> TestClient:
-    client = TestClient(site)  # not entered: Django's handler takes no lifespan
+    client = TestClient(site)
     assert client.get(f"/signin/{name}/{role}").status_code == 200
     return client
 
@@ -147,3 +144,6 @@ def test_django_sessions_decide_who_may_look_and_who_may_act(
     assert queues.queue(conn, "mail").paused_by == "alice"
     assert operator.post(f"{PREFIX}/api/v1/jobs/{job}/cancel").status_code == 200
     assert status_of(conn, job) == "cancelled"
+    # The server's start and stop go to pgjobs (Django's handler refuses a lifespan).
+    with TestClient(django_site) as served:
+        assert served.get(f"{PREFIX}/healthz").status_code == 200

@@ -206,3 +206,30 @@ def test_the_otel_metrics_snippet_exports_a_worker_s_outcomes(dsn: Dsn, conn):
     assert '"name": "pgjobs.job.outcomes"' in exported
     assert '"outcome": "succeeded"' in exported
     assert '"name": "pgjobs.job.duration"' in exported
+
+
+def test_the_mounted_dashboard_snippet_serves_the_sites_users_by_role(snippet, conn):
+    """docs/operations/dashboard.md: the site's read user looks, its operator acts (recorded
+    under its name), nobody is sent to the site's sign-in; all under /jobs."""
+    from tests.web.conftest import TestClient
+    from tests.web.dashboard.conftest import csrf_of
+
+    found = snippet("mounted_dashboard.py")
+    (mounted,) = (route for route in found["site"].routes if getattr(route, "path", "") == "/jobs")
+    job = found["app"].enqueue("emails.send", {"to": "a@example.com"}, queue="mail")
+    try:
+        with TestClient(found["site"]) as client:
+            page = client.get("/jobs/queues/mail", follow_redirects=False)
+            assert page.headers["location"] == "/login?next=%2Fjobs%2Fqueues%2Fmail"
+            client.cookies.set("demo_user", "bob")
+            assert client.get(f"/jobs/api/v1/jobs/{job}").json()["id"] == job
+            assert client.post(f"/jobs/api/v1/jobs/{job}/cancel").status_code == 403
+            client.cookies.set("demo_user", "alice")
+            page = client.get("/jobs/queues/mail")
+            done = client.post("/jobs/queues/mail/pause", data={"csrf": csrf_of(page.text)})
+            assert done.status_code == 200, done.text
+            assert client.post(f"/jobs/api/v1/jobs/{job}/cancel").status_code == 200
+    finally:
+        mounted.app.state.pgjobs.close()
+    row = conn.execute("SELECT paused_by FROM pgjobs_queues WHERE name = 'mail'").fetchone()
+    assert row == ("alice",)
