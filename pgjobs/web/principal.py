@@ -32,10 +32,11 @@ class Role(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class Principal:
     """Who the host says a request is: ``name`` (recorded as the actor of what they do: text of
-    at most 1,000 characters without NUL) and ``role`` (a ``Role`` or its value, "read" or
-    "operate").
+    at most 1,000 characters without NUL) and ``role`` (a ``Role``; its value, "read" or
+    "operate", is taken too, as from a settings file). ``ConfigurationError`` for an empty
+    name or another role.
 
-    Example: ``Principal("alice@example.com", "operate").role is Role.OPERATE``
+    Example: ``Principal("alice@example.com", Role.OPERATE)``
     """
 
     name: str
