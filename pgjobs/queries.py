@@ -2982,26 +2982,31 @@ shown AS (
 limits AS (
     SELECT * FROM unnest(%(tasks)s::text[], %(limits)s::int[]) AS l(task, group_concurrency)
 ),
+-- A task's limit holds per (task, group) in every queue, as the claim counts it: at its limit
+-- by its running jobs of the group in all queues together.
 running_tasks AS (
     SELECT r.queue, r.group_key, r.task, r.running,
-           coalesce(r.running >= l.group_concurrency, false) AS at_limit
+           coalesce(r.everywhere >= l.group_concurrency, false) AS at_limit
     FROM (
-        SELECT queue, group_key, task, count(*) AS running FROM queued_jobs
+        SELECT queue, group_key, task, count(*) AS running,
+               sum(count(*)) OVER (PARTITION BY group_key, task) AS everywhere
+        FROM queued_jobs
         WHERE lease_expires_at IS NOT NULL AND group_key IS NOT NULL
-          AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
         GROUP BY queue, group_key, task
     ) r
     LEFT JOIN limits l ON l.task = r.task
 ),
 running AS (
-    SELECT queue, group_key, sum(running)::int AS running, bool_or(at_limit) AS task_at_limit
+    SELECT queue, group_key, sum(running)::int AS running
     FROM running_tasks
+    WHERE %(queue)s::text IS NULL OR queue = %(queue)s::text
     GROUP BY queue, group_key
 ),
 loads AS (
     SELECT coalesce(w.queue, r.queue) AS queue, coalesce(w.group_key, r.group_key) AS group_key,
            coalesce(w.ready, 0) AS ready, coalesce(r.running, 0) AS running,
-           coalesce(r.task_at_limit, false)
+           EXISTS (SELECT 1 FROM running_tasks x
+                   WHERE x.group_key = coalesce(w.group_key, r.group_key) AND x.at_limit)
            OR coalesce(r.running, 0) >= p.group_concurrency IS TRUE AS at_limit,
            p.group_concurrency
     FROM (SELECT queue, group_key, ready.ready FROM shown LEFT JOIN ready USING (queue, group_key)) w
@@ -3023,16 +3028,17 @@ SELECT r.queue, r.group_concurrency, r.groups,
        h.reason, h.task, h.job_ids, h.jobs, h.until
 FROM ranked r
 LEFT JOIN LATERAL (
-    -- At its limit: the running jobs that hold it (every one at the queue's limit; those of the
-    -- tasks at their own limit otherwise, an ordered task's shown below as its oldest job).
+    -- At its limit: the running jobs that hold it (every one of the queue at the queue's limit;
+    -- those of the tasks at their own limit otherwise, in any queue, an ordered task's shown
+    -- below as its oldest job).
     SELECT 1 AS nth, 'limit' AS reason, NULL::text AS task,
            (array_agg(j.id ORDER BY j.id))[1:%(holders)s] AS job_ids, count(*)::int AS jobs,
            NULL::timestamptz AS until
     FROM queued_jobs j
     WHERE %(top)s > 0 AND r.ready > 0 AND r.at_limit
-      AND j.queue = r.queue AND j.group_key = r.group_key
+      AND j.group_key = r.group_key
       AND j.lease_expires_at IS NOT NULL
-      AND (r.running >= r.group_concurrency OR EXISTS (
+      AND (j.queue = r.queue AND r.running >= r.group_concurrency OR EXISTS (
               SELECT 1 FROM running_tasks x
               WHERE x.queue = j.queue AND x.group_key = j.group_key AND x.task = j.task
                 AND x.at_limit AND x.task <> ALL(%(ordered_tasks)s::text[])))

@@ -343,3 +343,21 @@ def test_a_dead_job_of_a_hold_task_holds_its_group(conn):
         (HoldReason.RETRY, (retries,)),
         (HoldReason.DEAD, (dead_f,)),
     ]
+
+
+def test_a_tasks_limit_and_order_are_shown_across_queues_as_the_claim_counts_them(conn):
+    """A task's group limit and order hold per (task, group) in every queue: a group whose
+    running jobs, or whose ordered head, are in another queue is at its limit, held by them."""
+    tasks = [declared_task("sync", group_concurrency=1), declared_task("post", ordered=True)]
+    syncing = one(conn, "a", "sync", queue="east", leased=True, attempts=1)
+    add(conn, "q", "a", 2, task="sync")
+    head = one(conn, "b", "post", queue="east", leased=True, attempts=1)  # runs in another queue
+    add(conn, "q", "b", 2, task="post")
+    found = groups.load(
+        conn, queue="q", limits=groups.task_limits(tasks), ordered=groups.ordered_tasks(tasks)
+    )
+    (q,) = found
+    loads = {g.group_key: g for g in q.top}
+    assert loads["a"].at_limit and loads["a"].running == 0  # its running job is east's
+    assert loads["a"].held_by == (GroupHold(HoldReason.LIMIT, None, (syncing,), 1),)
+    assert loads["b"].held_by == (GroupHold(HoldReason.RUNNING, "post", (head,), 1),)
