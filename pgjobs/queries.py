@@ -2754,11 +2754,6 @@ ORDER BY created_at DESC, id DESC
 LIMIT %(limit)s
 """
 
-#: One queue's jobs by task: ready, scheduled, running, dead, archived in the last hour and
-#: dead-lettered in the last hour; ages in seconds. Rows: (task, ready, scheduled, running, dead,
-#: finished last hour, failed last hour, oldest ready age), by task.
-QUEUE_STATS_BY_TASK = """
-WITH hot AS (
 # The dashboard's search (pgjobs.web.dashboard.search): each kind reads the three tables through
 # one index each, every table LIMITed on its own, newest (highest id) first. Rows: (id,).
 #   by id               the primary keys (the archive's (id, finished_at), partition by partition)
@@ -2845,6 +2840,11 @@ UNION ALL
 SELECT d.id, '{JobStatus.DEAD}', d.task FROM dead_letter d WHERE d.id = ANY(%(ids)s::bigint[])
 """
 
+#: One queue's jobs by task: ready, scheduled, running, dead, archived in the last hour and
+#: dead-lettered in the last hour; ages in seconds. Rows: (task, ready, scheduled, running, dead,
+#: finished last hour, failed last hour, oldest ready age), by task.
+QUEUE_STATS_BY_TASK = """
+WITH hot AS (
     SELECT task,
            count(*) FILTER (WHERE lease_expires_at IS NULL AND run_at <= now()) AS ready,
            -- Jobs waiting for their dependencies (run_at 'infinity') are not scheduled ones.
