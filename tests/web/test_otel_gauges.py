@@ -100,7 +100,12 @@ def test_the_gauges_read_the_database_once_per_collection(
     metrics_ = web.state.pgjobs._metrics = QueueMetrics(ttl=0)
     refreshes: list[int] = []
     original = metrics_._refresh
-    monkeypatch.setattr(metrics_, "_refresh", lambda *a: (refreshes.append(1), original(*a)))
+
+    def refresh(*args: Any) -> None:
+        refreshes.append(1)
+        original(*args)
+
+    monkeypatch.setattr(metrics_, "_refresh", refresh)
     with TestClient(web):
         for collections in (1, 2, 3):
             found = collect(reader)

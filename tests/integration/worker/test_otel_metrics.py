@@ -46,7 +46,9 @@ def collect(reader: InMemoryMetricReader) -> dict[str, tuple[Any, Points]]:
             if scope.scope.name != instruments.METER_NAME:
                 continue
             for metric in scope.metrics:
-                points = {frozenset(p.attributes.items()): p for p in metric.data.data_points}
+                points = {
+                    frozenset((p.attributes or {}).items()): p for p in metric.data.data_points
+                }
                 found[metric.name] = (metric, points)
     return found
 
