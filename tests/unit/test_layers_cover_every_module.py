@@ -13,6 +13,7 @@ import re
 import tomllib
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import pgjobs
 
@@ -37,9 +38,10 @@ NOT_PACKAGES = {
 }
 
 
-def _contracts() -> list[dict[str, object]]:
+def _contracts() -> list[dict[str, Any]]:
     with PYPROJECT.open("rb") as file:
-        return tomllib.load(file)["tool"]["importlinter"]["contracts"]
+        contracts: list[dict[str, Any]] = tomllib.load(file)["tool"]["importlinter"]["contracts"]
+    return contracts
 
 
 def _named() -> dict[str, set[str]]:

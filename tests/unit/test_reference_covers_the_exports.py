@@ -52,7 +52,10 @@ def _default_options() -> dict[str, Any]:
     config = yaml.safe_load(MKDOCS.read_text())
     for plugin in config["plugins"]:
         if isinstance(plugin, dict) and "mkdocstrings" in plugin:
-            return plugin["mkdocstrings"]["handlers"]["python"].get("options", {})
+            options: dict[str, Any] = plugin["mkdocstrings"]["handlers"]["python"].get(
+                "options", {}
+            )
+            return options
     raise AssertionError("mkdocs.yml configures no mkdocstrings")
 
 
