@@ -23,4 +23,4 @@ def test_check_seconds_refuses_with_a_configuration_error(value: object, positiv
 def test_a_task_option_in_seconds_refuses_a_huge_number(option: str, value: object) -> None:
     app = pgjobs.App("postgresql://postgres@127.0.0.1:1/unused")
     with pytest.raises(ConfigurationError, match=option):
-        app.task(name="t", **{option: value})(lambda: None)
+        app.task(name="t", **{option: value})(lambda: None)  # type: ignore[call-overload]
