@@ -119,7 +119,6 @@ class Worker:
         self._connected = True
         self._outage = "database unreachable"  # why not connected (for /readyz)
         self._depths: QueueDepths | None = None  # for /stats, once the database is known
-        self._reconnect_attempt = 0
         #: Round trips the database refused in a row (read-only, a privilege revoked).
         self.refusals = Refusals()
         self._abandoned = 0
@@ -350,11 +349,12 @@ class Worker:
             claimed = self.pacer.take(lane)
         except (DatabaseUnavailable, SchemaMissing) as exc:
             await self._lost_connection(lane.conn, exc)
-            self.pacer.lost(lane, self._loop.time() + self._reconnect_delay())
+            self.pacer.lost(lane, self._loop.time() + self._reconnect_delay(lane))
             return Claimed([], None, 0)
+        lane.failures = 0
         if not self._connected:
             self._connected = True
-            self._reconnect_attempt = 0
+            self.pacer.restored()
             log.warning("database connection restored")
         if claimed.refused is not None:  # a read-only database, a privilege revoked...
             now = self._loop.time()
@@ -415,8 +415,13 @@ class Worker:
             await asyncio.wait_for(self._changed.wait(), max(wait, 0.0))
         self._changed.clear()
 
-    def _reconnect_delay(self) -> float:
-        return RECONNECT_DELAYS[min(self._reconnect_attempt, len(RECONNECT_DELAYS) - 1)]
+    @staticmethod
+    def _reconnect_delay(lane: Lane) -> float:
+        """How long ``lane`` waits before it tries again: the next step of ``RECONNECT_DELAYS``,
+        counted on that lane alone (each lane's own losses, since its last trip went through)."""
+        delay = RECONNECT_DELAYS[min(lane.failures, len(RECONNECT_DELAYS) - 1)]
+        lane.failures += 1
+        return delay
 
     async def _lost_connection(self, conn: Any, exc: PgjobsError) -> None:
         if self._connected:
@@ -434,7 +439,6 @@ class Worker:
             if isinstance(exc, DatabaseUnavailable)
             else "schema refused (run `pgjobs migrate`, or a migration is in progress)"
         )
-        self._reconnect_attempt += 1
         with contextlib.suppress(Exception):
             await conn.close()
 

@@ -18,13 +18,14 @@ from pgjobs.worker.config import BATCH_WINDOW, FED_BATCH_WINDOW, READ_AHEAD_WAIT
 class Lane:
     """One of the worker's claim connections and the round trip in flight on it."""
 
-    __slots__ = ("asked", "conn", "due_in", "ready_at", "sent_at", "trip")
+    __slots__ = ("asked", "conn", "due_in", "failures", "ready_at", "sent_at", "trip")
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
         self.trip: asyncio.Task[Claimed] | None = None
         self.asked = 0  # slots reserved for the claim in flight
         self.ready_at = 0.0  # loop time before which no trip starts (reconnection backoff)
+        self.failures = 0  # trips lost in a row on this lane: its step in the reconnection backoff
         self.sent_at = 0.0  # loop time the trip in flight started
         #: Seconds after the trip's settle until the first job it put back for later (a retry,
         #: a snooze) falls due; None: it put back none so.
@@ -118,6 +119,13 @@ class ClaimPacer:
         self.refused_until = 0.0
         if ready_at is not None:
             lane.ready_at = ready_at
+
+    def restored(self) -> None:
+        """A trip went through after lost ones: the server answers again, so every lane may try
+        at once, and the next outage starts its backoff from the first step."""
+        for lane in self.lanes:
+            lane.failures = 0
+            lane.ready_at = 0.0
 
     def ready_at(self) -> float:
         """The earliest time a lane may start a trip (after a reconnection backoff)."""
