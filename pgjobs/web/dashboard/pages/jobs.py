@@ -14,7 +14,7 @@ from pgjobs.admin import DeadFilter
 from pgjobs.errors import ConfigurationError, JobNotFound
 from pgjobs.maintenance.registry import STALE_AFTER
 from pgjobs.models import JobStatus
-from pgjobs.web.dashboard import data, forms
+from pgjobs.web.dashboard import data, forms, graph, search
 from pgjobs.web.dashboard.frame import GET, PAGE_SIZE, POST, Frame, PostedForm, Route
 from pgjobs.web.dashboard.security import Viewer
 
@@ -36,24 +36,9 @@ class JobPages:
         params = request.query_params
 
         def build(viewer: Viewer, conn: psycopg.Connection[Any]) -> Response:
-            find = (params.get("find") or "").strip()
+            find = params.get("find")
             if find:
-                found = _find(conn, find)
-                if len(found) == 1:
-                    return self.frame.redirect(request, f"/jobs/{found[0]}")
-                return self.frame.render(
-                    request,
-                    viewer,
-                    "jobs.html",
-                    page="jobs",
-                    find=find,
-                    jobs=browse.jobs_by_id(conn, found),
-                    query=None,
-                    raw=dict.fromkeys(forms.JOB_FIELDS, ""),
-                    next_cursor=None,
-                    states=list(JobStatus),
-                    filter_error=None,
-                )
+                return self._search(request, viewer, conn, find, params.get("kind") or "any")
             try:
                 query = forms.job_query(params)
                 page = browse.jobs(
@@ -75,6 +60,10 @@ class JobPages:
                     status=422,
                     page="jobs",
                     find="",
+                    kind="any",
+                    kinds=search.KINDS,
+                    search_error=False,
+                    found_by={},
                     jobs=[],
                     query=None,
                     raw={k: params.get(k, "") for k in forms.JOB_FIELDS},
@@ -88,6 +77,10 @@ class JobPages:
                 "jobs.html",
                 page="jobs",
                 find="",
+                kind="any",
+                kinds=search.KINDS,
+                search_error=False,
+                found_by={},
                 jobs=page.jobs,
                 query=query,
                 raw={k: query.raw.get(k, "") for k in forms.JOB_FIELDS},
@@ -97,6 +90,56 @@ class JobPages:
             )
 
         return self.frame.page(request, build)
+
+    def _search(
+        self,
+        request: Request,
+        viewer: Viewer,
+        conn: psycopg.Connection[Any],
+        find: str,
+        kind: str,
+    ) -> Response:
+        """The jobs a search names (``search.find``): one job is shown at once; a search that
+        cannot name a job answers 422 with the reason, having read nothing."""
+        context: dict[str, Any] = {
+            "page": "jobs",
+            "query": None,
+            "raw": dict.fromkeys(forms.JOB_FIELDS, ""),
+            "next_cursor": None,
+            "states": list(JobStatus),
+            "kinds": search.KINDS,
+        }
+        try:
+            found = search.find(conn, find, kind)
+        except ConfigurationError as exc:
+            shown = find if len(find) <= search.MAX_BYTES else find[: search.MAX_BYTES] + "…"
+            return self.frame.render(
+                request,
+                viewer,
+                "jobs.html",
+                status=422,
+                find=shown.replace("\x00", ""),
+                kind=kind if kind in search.KINDS else "any",
+                found_by={},
+                jobs=[],
+                filter_error=str(exc),
+                search_error=True,
+                **context,
+            )
+        if len(found.ids) == 1:
+            return self.frame.redirect(request, f"/jobs/{found.ids[0]}")
+        return self.frame.render(
+            request,
+            viewer,
+            "jobs.html",
+            find=find.strip(),
+            kind=kind,
+            found_by=found.by,
+            jobs=browse.jobs_by_id(conn, found.ids),
+            filter_error=None,
+            search_error=False,
+            **context,
+        )
 
     def job(self, request: Request, job_id: str) -> Response:
         def build(viewer: Viewer, conn: psycopg.Connection[Any]) -> Response:
@@ -112,6 +155,7 @@ class JobPages:
                 job=found,
                 batch_id=batches.batch_of(conn, number),
                 graph=dependencies.of(conn, number),
+                workflow=graph.workflow(conn, number),
                 now=data.now(conn),
                 stale_after=STALE_AFTER,
             )
@@ -159,11 +203,3 @@ def _job_action(
         moved = admin.redrive(conn, DeadFilter(ids=(job_id,)))
         return f"/jobs/{job_id}", f"Job {job_id} redriven ({moved} moved back to the queue)."
     raise JobNotFound(f"no action {action!r} on jobs: use cancel, replay or redrive")
-
-
-def _find(conn: psycopg.Connection[Any], find: str) -> list[int]:
-    """Jobs a search box names: an id (when such a job exists), else an idempotency key."""
-    number = forms.job_id(find)
-    if number is not None and browse.jobs_by_id(conn, [number]):
-        return [number]
-    return data.jobs_by_key(conn, find)
