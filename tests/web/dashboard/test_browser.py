@@ -532,5 +532,5 @@ def test_a_schedule_paused_and_resumed_and_a_tag_followed_from_the_browser(
     page.wait_for_url(lambda url: "tag=import" in url)
     assert page.locator("#jobs tbody tr").count() == 1
     assert page.locator(f'#jobs tr[data-id="{tagged}"]').is_visible()
-    assert page.get_by_label("Tag").input_value() == "import:7"
+    assert page.get_by_label("Tag", exact=True).input_value() == "import:7"
     assert page.dialogs == []  # type: ignore[attr-defined]
