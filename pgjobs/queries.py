@@ -2058,6 +2058,11 @@ RETENTION_DELETE_COUNT = "WITH gone AS ({delete}) SELECT count(*) FROM gone"
 #: RETENTION_DELETE_OLDER as {delete}, its rows copied out ({options}: the COPY options).
 RETENTION_DELETE_COPY_OUT = "COPY ({delete}) TO STDOUT ({options})"
 
+#: When the oldest archived job finished (NULL when the archive is empty), and now(): how much
+#: history the archive holds (`pgjobs doctor`). Each partition's ix_archived_jobs_finished_at
+#: answers its min() with one index probe.
+ARCHIVE_OLDEST = "SELECT min(finished_at), now() FROM archived_jobs"
+
 #: Today as a UTC date, whether archived_jobs is partitioned (False before migration 0004), and
 #: the database's now().
 ARCHIVE_STATE = """

@@ -289,7 +289,8 @@ class _Removal:
         assert self.policy.export is not None
         extension, options = EXPORT_FORMATS[self.policy.format]
         target = self.policy.export / f"{name}.{extension}"
-        start = target.stat().st_size if target.exists() else 0
+        existed = target.exists()
+        start = target.stat().st_size if existed else 0
         if self.policy.format == "csv" and start > 0:
             options = "FORMAT csv"  # the header once, at the top of the file
         statement = sql.SQL(queries.RETENTION_DELETE_COPY_OUT).format(
@@ -308,19 +309,24 @@ class _Removal:
                         out.write(bytes(chunk))
                 count = max(cur.rowcount, 0)
         except BaseException:
-            _cut(target, start)
+            _cut(target, start, existed)
             raise
         if count == 0:
-            _cut(target, start)  # nothing deleted: not even a header written
+            _cut(target, start, existed)  # nothing deleted: not even a header written
         else:
             _fsync_dir(self.policy.export)
         return count
 
 
-def _cut(path: Path, size: int) -> None:
-    """Cut ``path`` back to ``size`` bytes (what a failed or empty export appended)."""
-    with contextlib.suppress(OSError), open(path, "r+b") as out:
-        out.truncate(size)
+def _cut(path: Path, size: int, existed: bool) -> None:
+    """Take back what a failed or empty export appended to ``path``: cut it to ``size`` bytes,
+    or remove it when it did not exist before."""
+    with contextlib.suppress(OSError):
+        if not existed:
+            path.unlink()
+            return
+        with open(path, "r+b") as out:
+            out.truncate(size)
 
 
 def _export(

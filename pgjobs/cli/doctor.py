@@ -13,6 +13,7 @@ from pgjobs.cli import pooler as cli_pooler
 from pgjobs.cli import render
 from pgjobs.cli.options import DsnOption, JsonFlag, database
 from pgjobs.cli.pooler import PoolerOption
+from pgjobs.db.project import find_project
 
 
 def doctor_command(
@@ -40,12 +41,15 @@ def doctor_command(
     pooler: PoolerOption = None,
 ) -> None:
     """Check the database for what pgjobs needs: schema, autovacuum, vacuum held back, NOTIFY
-    queue, poolers, connection budget, archive partitions, stale workers and orphaned leases."""
+    queue, poolers, connection budget, archive partitions and retention, stale workers and
+    orphaned leases."""
     # Checked as the workers and `pgjobs serve` would run: --pooler, else $PGJOBS_POOLER.
     cli_pooler.apply(pooler, None)
     plan = doctor.Plan(workers=workers, connections_per_worker=connections_per_worker)
     resolved = database(dsn)
-    report = doctor.diagnose(resolved, plan=plan)
+    project = find_project()
+    retention = project.retention if project is not None else None
+    report = doctor.diagnose(resolved, plan=plan, retention=retention)
     if as_json:
         render.print_json(report.as_json())
     else:

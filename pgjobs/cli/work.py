@@ -306,7 +306,8 @@ def work_argv(app_ref: str, config: WorkerConfig, log_level: str) -> list[str]:
     if policy is not None:
         for option, period in (("archive", policy.archive), ("dead", policy.dead_letter)):
             if period is not None:
-                argv.append(f"--retain-{option}={period.total_seconds():g}s")
+                seconds = f"{period.total_seconds():.6f}".rstrip("0").rstrip(".")
+                argv.append(f"--retain-{option}={seconds}s")
         if policy.export is not None:
             argv.append(f"--retain-export={policy.export}")
     # Always said: a worker process must not read $PGJOBS_OTEL_METRICS against the command line.

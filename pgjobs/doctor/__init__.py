@@ -5,9 +5,9 @@ The checks, in the order they run: the connection itself; the schema revision; a
 server and on ``queued_jobs`` (its last vacuum and dead-row ratio); the oldest transaction
 holding back vacuum; the NOTIFY queue; whether the DSN goes through a transaction-mode pooler; the
 connection budget; the archive's partitions for today and tomorrow and its DEFAULT partition;
-stale worker rows; leases held by workers that are not live. Each subject has its module
-(``server``, ``vacuum``, ``connections``, ``partitions``, ``workers``); ``report`` holds the
-shapes of the result.
+how much history the archive holds without a retention policy; stale worker rows; leases held
+by workers that are not live. Each subject has its module (``server``, ``vacuum``,
+``connections``, ``partitions``, ``workers``); ``report`` holds the shapes of the result.
 
 ``diagnose`` runs them all on one connection (the pooler check opens a second one for its
 LISTEN/NOTIFY round trip) and never raises for what it finds: an unreachable database is a failed
@@ -24,6 +24,7 @@ from pgjobs.db.dsn import Dsn
 from pgjobs.doctor import connections, partitions, server, vacuum, workers
 from pgjobs.doctor.report import WORKER_CONNECTIONS, Check, Plan, Report, Status, Thresholds
 from pgjobs.errors import DatabaseUnavailable, PgjobsError, SchemaMissing
+from pgjobs.retention_policy import RetentionPolicy
 
 __all__ = [
     "WORKER_CONNECTIONS",
@@ -36,8 +37,15 @@ __all__ = [
 ]
 
 
-def diagnose(dsn: Dsn, *, plan: Plan | None = None, thresholds: Thresholds | None = None) -> Report:
-    """Run every check against ``dsn``'s database.
+def diagnose(
+    dsn: Dsn,
+    *,
+    plan: Plan | None = None,
+    thresholds: Thresholds | None = None,
+    retention: RetentionPolicy | None = None,
+) -> Report:
+    """Run every check against ``dsn``'s database; ``retention`` is the policy the workers apply
+    (``[tool.pgjobs.retention]``), if known.
 
     Example: ``diagnose(resolve_dsn(None)).exit_code`` is 0 unless a check failed.
     """
@@ -65,6 +73,11 @@ def diagnose(dsn: Dsn, *, plan: Plan | None = None, thresholds: Thresholds | Non
             ("connection_budget", lambda: connections.connection_budget(conn, plan, limits), False),
             ("archive_partitions", lambda: partitions.archive_partitions(conn), True),
             ("archive_default_partition", lambda: partitions.archive_default_partition(conn), True),
+            (
+                "archive_retention",
+                lambda: partitions.archive_retention(conn, retention, limits),
+                True,
+            ),
             ("stale_workers", lambda: workers.stale_workers(conn), True),
             ("orphaned_leases", lambda: workers.orphaned_leases(conn), True),
         ]

@@ -1,4 +1,5 @@
-"""The checks about the archive's partitions: today's and tomorrow's, and the DEFAULT one."""
+"""The checks about the archive's partitions: today's and tomorrow's, the DEFAULT one, and
+whether a retention policy keeps the archive from growing without end."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Any
 import psycopg
 
 from pgjobs import archive, db, queries
-from pgjobs.doctor.report import Check, Status
+from pgjobs.doctor.report import Check, Status, Thresholds
+from pgjobs.retention_policy import RetentionPolicy
 
 
 def archive_partitions(conn: psycopg.Connection[Any]) -> Check:
@@ -78,5 +80,43 @@ def archive_default_partition(conn: psycopg.Connection[Any]) -> Check:
         f"{rows:,} row(s) in {default.name}: their days had no partition when they finished",
         fix="run a worker with its maintenance services: the archive-partitions service moves "
         "them into partitions of their own days (up to 7 days per hourly round)",
+        details=details,
+    )
+
+
+def archive_retention(
+    conn: psycopg.Connection[Any], policy: RetentionPolicy | None, limits: Thresholds
+) -> Check:
+    """The ``archive_retention`` check: the archive holds more than ``limits.archive_days`` days
+    of history and ``policy`` (``[tool.pgjobs.retention]``) sets no archive period."""
+    ((oldest, now),) = db.fetch_all(conn, queries.ARCHIVE_OLDEST)
+    days = 0.0 if oldest is None else (now - oldest) / timedelta(days=1)
+    details: dict[str, object] = {"oldest_finished_at": oldest, "days": round(days, 1)}
+    if policy is not None and policy.archive is not None:
+        kept = policy.archive / timedelta(days=1)
+        details["retention_days"] = round(kept, 3)
+        return Check(
+            "archive_retention",
+            Status.PASS,
+            f"[tool.pgjobs.retention] keeps the archive {kept:g} days; it holds {days:.0f} "
+            "day(s) of history",
+            details=details,
+        )
+    if days <= limits.archive_days:
+        return Check(
+            "archive_retention",
+            Status.PASS,
+            f"the archive holds {days:.0f} day(s) of history (no retention policy in "
+            f"pyproject.toml; a suggestion comes past {limits.archive_days:g} days)",
+            details=details,
+        )
+    return Check(
+        "archive_retention",
+        Status.WARN,
+        f"the archive holds {days:.0f} days of history and grows: no retention policy removes "
+        "any of it",
+        fix='set a policy, e.g. [tool.pgjobs.retention] archive = "30d" in pyproject.toml (or '
+        "App(retention=...), or pgjobs work --retain-archive 30d): the workers then drop the "
+        "expired daily partitions themselves; `pgjobs prune --older-than 30d` does it once",
         details=details,
     )

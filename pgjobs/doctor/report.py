@@ -101,6 +101,9 @@ class Thresholds:
     budget_warn: float = 0.8
     #: Seconds the pooler check waits for its own NOTIFY to come back.
     listen_timeout: float = 2.0
+    #: Days of history (the oldest archived job's age) above which an archive without a
+    #: retention policy counts as growing unchecked.
+    archive_days: float = 90.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -91,9 +91,9 @@ class WorkerConfig:
     rescue_interval: float = LeaseRescuer.default_interval
     #: Seconds between expirer rounds.
     expire_interval: float = Expirer.default_interval
-    #: The retention policy the worker's retention service applies (a ``RetentionPolicy`` or a
-    #: dict of its keys), over the app's own (``App(retention=...)``) key by key: `pgjobs work`
-    #: passes ``[tool.pgjobs.retention]`` and its --retain-* flags here. None: the app's alone.
+    #: The retention policy the worker's retention service applies (``RetentionPolicy.of({...})``),
+    #: over the app's own (``App(retention=...)``) key by key: `pgjobs work` passes
+    #: ``[tool.pgjobs.retention]`` and its --retain-* flags here. None: the app's alone.
     retention: RetentionPolicy | None = None
     #: (host, port) to serve /metrics, /healthz, /readyz and /stats on; None serves nothing and
     #: counts nothing. Port 0 picks a free port (logged).

@@ -10,6 +10,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
 from typing import ClassVar, NoReturn
 
 import pytest
@@ -19,6 +21,7 @@ from pgjobs import App, ConfigurationError, PgjobsError, WorkerConfig, cli, supe
 from pgjobs.cli import commands
 from pgjobs.cli import work as _work_module  # noqa: F401  (cli.work below)
 from pgjobs.db.dsn import Dsn
+from pgjobs.retention_policy import RetentionPolicy
 from pgjobs.targets import ExternalTarget
 from tests.support.helpers import assert_one_line_error, run
 
@@ -130,6 +133,9 @@ OPTIONS = [
     "--external-timeout=2.5",
     "--external-header=X-Tenant: acme",
     "--otel-metrics",
+    "--retain-archive=30d",
+    "--retain-dead=1.5h",
+    f"--retain-export={Path(__file__).parent}",
 ]
 
 
@@ -164,6 +170,11 @@ def test_worker_processes_run_the_same_options(capsys, fakes):
         external=ExternalTarget("http://127.0.0.1:8000/jobs", 2.5, (("X-Tenant", "acme"),)),
         read_ahead=40,
         otel_metrics=True,
+        retention=RetentionPolicy(
+            archive=timedelta(days=30),
+            dead_letter=timedelta(hours=1.5),
+            export=Path(__file__).parent,
+        ),
     )
 
 

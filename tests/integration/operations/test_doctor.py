@@ -37,6 +37,7 @@ CHECKS = [
     "connection_budget",
     "archive_partitions",
     "archive_default_partition",
+    "archive_retention",
     "stale_workers",
     "orphaned_leases",
 ]
