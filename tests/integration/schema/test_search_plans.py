@@ -19,7 +19,7 @@ from pgjobs import queries
 from tests.support.search_rows import fill
 
 #: (query, parameters, for each table an index whose name the plan must hold).
-SEARCHES = {
+SEARCHES: dict[str, tuple[str, dict[str, Any], tuple[str, str, str]]] = {
     "id": (
         queries.SEARCH_BY_ID,
         {"id": 42},
