@@ -63,8 +63,8 @@ COMMANDS: dict[str, Entry] = {
         "doctor",
         "doctor_command",
         "Check the database for what pgjobs needs: schema, autovacuum, vacuum held back, NOTIFY "
-        "queue, poolers, connection budget, archive partitions, stale workers and orphaned "
-        "leases.",
+        "queue, poolers, connection budget, archive partitions and retention, stale workers "
+        "and orphaned leases.",
     ),
     "serve": Entry(
         "serve",
