@@ -79,6 +79,12 @@ def _operations_columns(table: str) -> tuple[SchemaItem, ...]:
         # has not started, a second enqueue of the task with the key keeps, replaces or debounces
         # it instead of adding a job. Migration 0011.
         Column("unique_key", Text),
+        # The dashboard's search by unique key, in any table. Migration 0015.
+        Index(
+            f"ix_{table}_unique_key",
+            "unique_key",
+            postgresql_where=text("unique_key IS NOT NULL"),
+        ),
         # How many times the job's handler snoozed it (``raise pgjobs.Snooze(seconds)``): back to
         # the queue for later without spending an attempt, at most the task's ``max_snoozes``
         # times. Migration 0012.
@@ -279,6 +285,13 @@ archived_jobs = Table(
         "ix_archived_jobs_idempotency_key",
         "idempotency_key",
         postgresql_where=text("idempotency_key IS NOT NULL"),
+    ),
+    # The dashboard's search by group: a group's newest archived jobs. Migration 0015.
+    Index(
+        "ix_archived_jobs_group_key",
+        "group_key",
+        "id",
+        postgresql_where=text("group_key IS NOT NULL"),
     ),
     postgresql_partition_by="RANGE (finished_at)",
 )
