@@ -15,10 +15,15 @@ in one transaction with the dependencies' check:
    ``pgjobs_waiting`` row until the trigger releases it (or sends it to ``dead_letter`` with reason
    ``dependency_failed`` when one of them does not succeed).
 
-The jobs of the call with an idempotency key, a group or a unique key (none of them waits: that
-is refused) go in first, by the producer's statements, which write those columns: a ``Ref`` to
-one of them then names the job it got (for a key already held, the holder's), a dependency
-like any other, locked and looked up in steps 2 and 3.
+The jobs of the call with an idempotency key, a group or a unique key go in first, by the
+producer's statements, which write those columns: a ``Ref`` to one of them then names the job it
+got (for a key already held, the holder's), a dependency like any other, locked and looked up in
+steps 2 and 3. Those of them that wait go in by the keyed statement, which says which jobs it
+created: each created one then takes its edges, run_at 'infinity' and its ``pgjobs_waiting`` row
+in the last step (``queries.DEPENDENCY_ATTACH``); a key already held returns its holder as it is,
+without the call's dependencies (as a second enqueue of a key returns the first job). A waiting
+job has not started: it holds its unique key while it waits, and a second enqueue that replaces
+it leaves it waiting, with the new run time for its release.
 
 On the caller's connection the steps after the first statement (the reservation, or, with such
 jobs, the read of the transaction's isolation) run in a savepoint, so a refused call leaves the
@@ -121,12 +126,13 @@ def _atomic_async(conn: Any) -> contextlib.AbstractAsyncContextManager[Any]:
 
 def _plan(rows: Sequence[PreparedJob], many: bool, *, in_callers_transaction: bool) -> Plan:
     """Check the rows' dependencies among themselves (before any statement), then insert the
-    rows with keys or groups, reserve ids for the others, lock and look up the dependencies, and
-    insert the others."""
+    rows with keys or groups, reserve ids for the others, lock and look up the dependencies,
+    insert the others, and attach their dependencies to the keyed jobs just created."""
     for position, row in enumerate(rows):
         _check(row, position, many)
     keyed = [position for position, row in enumerate(rows) if _keyed(row)]
     found: dict[int, int] = {}
+    created: set[int] = set()
     if keyed:
         # The first statement opens the caller's transaction (the others run in a savepoint).
         ((level,),) = yield queries.JOB_INSERT_ISOLATION, {}
@@ -134,26 +140,107 @@ def _plan(rows: Sequence[PreparedJob], many: bool, *, in_callers_transaction: bo
         if in_callers_transaction and any(r.idempotency_key or r.unique_key for r in keyed_rows):
             uniqueness.check_isolation(level, keyed_rows)
         # Isolation checked above: the producer's plan need not read it again.
-        got = yield from producer._plan(keyed_rows, in_callers_transaction=False)
-        found = dict(zip(keyed, got, strict=True))
+        free = [position for position in keyed if not rows[position].after]
+        if free:
+            got = yield from producer._plan(
+                [rows[position] for position in free], in_callers_transaction=False
+            )
+            found.update(zip(free, got, strict=True))
+        held = [position for position in keyed if rows[position].after]
+        if held:
+            # The keyed statement says which jobs it created: only those take the call's
+            # dependencies (a key already held returns its holder as it is).
+            got = yield from uniqueness.insert_plan(
+                [rows[position] for position in held], fresh=created
+            )
+            found.update(zip(held, got, strict=True))
     positions = [position for position in range(len(rows)) if position not in found]
+    among = {position: n for n, position in enumerate(positions)}
     others = _resolved([rows[position] for position in positions], positions, found)
-    ((ids,),) = yield queries.DEPENDENCY_RESERVE_IDS, {"count": len(others)}
-    ids = [int(job_id) for job_id in ids]
-    named = sorted({d for row in others for d in row.after or () if isinstance(d, int)})
+    ids: list[int] = []
+    if others:
+        ((reserved,),) = yield queries.DEPENDENCY_RESERVE_IDS, {"count": len(others)}
+        ids = [int(job_id) for job_id in reserved]
+    attached = _attached(rows, keyed, found, created, among)
+    named = sorted(
+        {d for row in others for d in row.after or () if isinstance(d, int)}
+        | {d for _, targets in attached.values() for d in targets if isinstance(d, int)}
+    )
     queued: set[int] = set()
     if named:
         queued = {job_id for (job_id,) in (yield queries.DEPENDENCY_LOCK, {"ids": named})}
     gone = {job_id for job_id in named if job_id not in queued}
     if gone:
         ended: dict[int, str] = dict((yield queries.DEPENDENCY_ENDED, {"ids": sorted(gone)}))
-        for position, row in zip(positions, others, strict=True):
-            for job_id in row.after or ():
+        waits = [(p, row.after or ()) for p, row in zip(positions, others, strict=True)]
+        waits += list(attached.values())
+        for position, after in waits:
+            for job_id in after:
                 if job_id in gone and ended.get(job_id) != JobStatus.SUCCEEDED:
                     _refuse(job_id, ended.get(job_id), position, many)
-    yield queries.DEPENDENCY_INSERT, _insert_params(others, ids, queued)
+    watched_by_keyed = {d.position for _, ts in attached.values() for d in ts if isinstance(d, Ref)}
+    if others:
+        yield queries.DEPENDENCY_INSERT, _insert_params(others, ids, queued, watched_by_keyed)
+    if attached:
+        yield queries.DEPENDENCY_ATTACH, _attach_params(attached, ids, queued)
     found.update(zip(positions, ids, strict=True))
     return [found[position] for position in range(len(rows))]
+
+
+def _attached(
+    rows: Sequence[PreparedJob],
+    keyed: list[int],
+    found: dict[int, int],
+    created: set[int],
+    among: dict[int, int],
+) -> dict[int, tuple[int, tuple[int | Ref, ...]]]:
+    """The keyed jobs the call created with dependencies, each once (rows merged by a key share
+    a job): their id to their position and targets, a ``Ref`` naming one of the call's other
+    jobs by its index ``among`` them, another job by its id."""
+    attached: dict[int, tuple[int, tuple[int | Ref, ...]]] = {}
+
+    def target(d: int | Ref) -> int | Ref:
+        if not isinstance(d, Ref):
+            return d
+        return found[d.position] if d.position in found else Ref(among[d.position])
+
+    for position in keyed:
+        job_id = found[position]
+        after = rows[position].after
+        if after and job_id in created and job_id not in attached:
+            attached[job_id] = (position, tuple(dict.fromkeys(map(target, after))))
+    return attached
+
+
+def _attach_params(
+    attached: dict[int, tuple[int, tuple[int | Ref, ...]]], ids: list[int], queued: set[int]
+) -> dict[str, Any]:
+    """DEPENDENCY_ATTACH's arrays for the keyed jobs created with dependencies (their id to
+    their position and targets: a ``Ref`` names one of the call's other jobs by its index)."""
+    job_ids: list[int] = []
+    waiting_on: list[int] = []
+    edge_jobs: list[int] = []
+    edge_targets: list[int] = []
+    for job_id, (_, targets) in attached.items():
+        unmet = 0
+        for target in targets:
+            if isinstance(target, Ref):
+                target_id = ids[target.position]
+                unmet += 1
+            else:
+                target_id = target
+                unmet += target in queued
+            edge_jobs.append(job_id)
+            edge_targets.append(target_id)
+        job_ids.append(job_id)
+        waiting_on.append(unmet)
+    return {
+        "ids": job_ids,
+        "waiting_on": waiting_on,
+        "watched": [unmet > 0 for unmet in waiting_on],
+        "edge_jobs": edge_jobs,
+        "edge_targets": edge_targets,
+    }
 
 
 def _keyed(row: PreparedJob) -> bool:
@@ -187,7 +274,7 @@ def _resolved(
 
 def _check(row: PreparedJob, position: int, many: bool) -> None:
     """Refuse what a job with dependencies cannot be: a ``Ref`` to itself or to a job not listed
-    before it (or in ``enqueue``, any ``Ref``), or one with a key or a group."""
+    before it (or in ``enqueue``, any ``Ref``)."""
     where = f"job #{position}: " if many else ""
     field = f"jobs[{position}].after" if many else "after"
     for ref in row.after or ():
@@ -207,18 +294,6 @@ def _check(row: PreparedJob, position: int, many: bool) -> None:
                 "jobs listed before it (so that no cycle can be made)",
                 field=field,
             )
-    if row.after and (row.idempotency_key or row.unique_key or row.group_key):
-        option = (
-            "idempotency_key"
-            if row.idempotency_key
-            else "unique_key"
-            if row.unique_key
-            else "group"
-        )
-        raise ConfigurationError(
-            f"{where}a job enqueued with after cannot have {option} (not supported yet)",
-            field=f"jobs[{position}].{option}" if many else option,
-        )
 
 
 def _refuse(job_id: int, status: str | None, position: int, many: bool) -> None:
@@ -236,11 +311,14 @@ def _refuse(job_id: int, status: str | None, position: int, many: bool) -> None:
     )
 
 
-def _insert_params(rows: Sequence[PreparedJob], ids: list[int], queued: set[int]) -> dict[str, Any]:
+def _insert_params(
+    rows: Sequence[PreparedJob], ids: list[int], queued: set[int], waited_for: set[int]
+) -> dict[str, Any]:
     """DEPENDENCY_INSERT's arrays: the jobs, how many dependencies each still waits for, which
-    are watched, and the edges."""
+    are watched (``waited_for``: those a keyed job of the call waits for, by index), and the
+    edges."""
     waiting_on: list[int] = []
-    watched = [False] * len(rows)
+    watched = [index in waited_for for index in range(len(rows))]
     edge_jobs: list[int] = []
     edge_targets: list[int] = []
     for position, row in enumerate(rows):

@@ -188,9 +188,12 @@ _KEYED_COLUMNS = (
 #:   with the new payload, priority, run time, payload version, max_attempts, and trace context
 #:   and expiry when given; the first insert of a debounced job waits too;
 #: - a throttled key's new job becomes the key's previous job.
-#: The caller merges rows of one batch with the same (task, unique key). Rows: (position, id),
-#: where id is the holder's for a key held; NULL when a concurrent enqueue holds a key but has not
-#: committed yet (the caller sends those rows again: the next statement sees the commit).
+#: A holder waiting for its dependencies (run_at 'infinity') that is replaced keeps waiting, its
+#: new run time kept for its release (pgjobs_waiting).
+#: The caller merges rows of one batch with the same (task, unique key). Rows: (position, id,
+#: created), where id is the holder's for a key held; NULL when a concurrent enqueue holds a key
+#: but has not committed yet (the caller sends those rows again: the next statement sees the
+#: commit); created: this statement inserted the job (a dependent's edges go on it).
 def _job_insert_keyed(batch: bool) -> str:
     # A batch's members carry its id (BATCH_INSERT_MEMBERS_KEYED).
     columns = _KEYED_COLUMNS + (", batch_id" if batch else "")
@@ -303,12 +306,20 @@ replaced AS (
     ON CONFLICT (task, unique_key) WHERE unique_key IS NOT NULL AND started_at IS NULL
     DO UPDATE SET payload = excluded.payload,
                   priority = excluded.priority,
-                  run_at = excluded.run_at,
+                  run_at = CASE WHEN q.run_at = 'infinity' THEN q.run_at
+                                ELSE excluded.run_at END,
                   max_attempts = excluded.max_attempts,
                   payload_version = excluded.payload_version,
                   trace_context = coalesce(excluded.trace_context, q.trace_context),
                   expires_at = coalesce(excluded.expires_at, q.expires_at)
     RETURNING id, queue, task, unique_key, idempotency_key, xmax = 0 AS inserted
+),
+-- A holder waiting for its dependencies (run_at 'infinity') keeps waiting: the new run time is
+-- the one it takes when the last of them succeeds.
+rewaited AS (
+    UPDATE pgjobs_waiting wt SET run_at = f.run_at
+    FROM replaced r JOIN fresh f ON f.task = r.task AND f.unique_key = r.unique_key
+    WHERE wt.job_id = r.id AND NOT r.inserted
 ),
 written AS (
     SELECT * FROM kept UNION ALL SELECT * FROM replaced
@@ -333,7 +344,7 @@ SELECT i.position, coalesce(
     (SELECT q.id FROM queued_jobs q
      WHERE q.task = i.task AND q.unique_key = i.unique_key AND q.started_at IS NULL
        AND i.position NOT IN (SELECT position FROM stale))
-)
+), w.id IS NOT NULL AND w.id = i.id AS created
 FROM input i
 LEFT JOIN existing e ON e.position = i.position
 LEFT JOIN written w ON w.id = i.id OR (w.task = i.task AND w.unique_key = i.unique_key)
@@ -3521,6 +3532,36 @@ notified AS (
     FROM (SELECT DISTINCT queue FROM input WHERE waiting_on = 0) q
 )
 SELECT (SELECT count(*) FROM inserted) FROM notified
+"""
+
+#: Make jobs just inserted by JOB_INSERT_KEYED (with an idempotency key, a group or a unique key)
+#: dependents: their edges, ``watched`` where given, and for each with ``waiting_on`` > 0
+#: dependencies not met yet, run_at 'infinity' and a pgjobs_waiting row that keeps the run time
+#: the insert gave it (its release time). Rows: (jobs updated,).
+DEPENDENCY_ATTACH = """
+WITH input AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(waiting_on)s::int[], %(watched)s::boolean[])
+        AS r(id, waiting_on, watched)
+),
+edges AS (
+    INSERT INTO pgjobs_dependencies (job_id, depends_on)
+    SELECT * FROM unnest(%(edge_jobs)s::bigint[], %(edge_targets)s::bigint[])
+),
+waiting AS (
+    INSERT INTO pgjobs_waiting (job_id, waiting_on, run_at)
+    SELECT q.id, i.waiting_on, q.run_at
+    FROM input i JOIN queued_jobs q ON q.id = i.id
+    WHERE i.waiting_on > 0
+),
+held AS (
+    UPDATE queued_jobs q
+    SET run_at = CASE WHEN i.waiting_on > 0 THEN 'infinity' ELSE q.run_at END,
+        watched = q.watched OR i.watched
+    FROM input i
+    WHERE q.id = i.id
+    RETURNING q.id
+)
+SELECT count(*) FROM held
 """
 
 #: The jobs job ``id`` depends on and the jobs that depend on it, with their status wherever

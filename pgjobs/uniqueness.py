@@ -129,18 +129,24 @@ KEYED_PARAMS = (*MANY_PARAMS, "groups", "unique_keys", "modes", "debounces", "th
 
 
 def resolved(
-    pending: list[int], answer: Iterable[tuple[Any, ...]], results: list[int | None]
+    pending: list[int],
+    answer: Iterable[tuple[Any, ...]],
+    results: list[int | None],
+    fresh: set[int] | None = None,
 ) -> list[int]:
-    """Record in ``results`` the ids a round of a keyed insert answered ((position, id) rows, a
-    position counting from 1 in ``pending``); returns the indexes still to send: those answered
-    NULL (a concurrent enqueue holds their key and has not committed yet)."""
+    """Record in ``results`` the ids a round of a keyed insert answered ((position, id) rows,
+    or (position, id, created), a position counting from 1 in ``pending``), and in ``fresh`` the
+    ids the round created; returns the indexes still to send: those answered NULL (a concurrent
+    enqueue holds their key and has not committed yet)."""
     still: list[int] = []
-    for position, job_id in answer:
+    for position, job_id, *created in answer:
         index = pending[position - 1]
         if job_id is None:
             still.append(index)
         else:
             results[index] = int(job_id)
+            if created and created[0] and fresh is not None:
+                fresh.add(int(job_id))
     return still
 
 
@@ -221,12 +227,13 @@ def _lock_order(row: KeyedRow) -> tuple[bool, str, str]:
 
 
 def insert_plan(
-    rows: Sequence[KeyedRow], batch_id: int | None = None
+    rows: Sequence[KeyedRow], batch_id: int | None = None, fresh: set[int] | None = None
 ) -> Generator[Statement, list[tuple[Any, ...]], list[int]]:
     """The statements that insert ``rows`` (each with a group or a unique key, or beside such
     rows in one batch): it yields ``(sql, params)``, is sent back the rows, and returns the ids
     in the order of ``rows`` (for a key held, the holder's id). The rows it inserts are members
-    of batch ``batch_id`` when one is given."""
+    of batch ``batch_id`` when one is given; ``fresh`` collects the ids of the jobs it created
+    (not a key's holder)."""
     plain, tagged = (
         (queries.JOB_INSERT_KEYED, queries.JOB_INSERT_KEYED_TAGGED)
         if batch_id is None
@@ -249,7 +256,7 @@ def insert_plan(
         statement = plain
         if tags.tagged(batch):
             statement, params["tags"] = tagged, tags.column(batch)
-        still = resolved(pending, (yield statement, params), results)
+        still = resolved(pending, (yield statement, params), results, fresh)
         if not still:
             return [job_id for i in stands_for if (job_id := results[i]) is not None]
         pending = still

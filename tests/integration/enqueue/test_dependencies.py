@@ -242,15 +242,6 @@ def test_enqueue_many_is_all_or_nothing_when_one_dependency_is_unknown(app, conn
     nothing_written(conn, before)
 
 
-@pytest.mark.parametrize("option", ["idempotency_key", "unique_key", "group"])
-def test_keys_and_groups_are_refused_with_after(app, conn, option):
-    first = app.enqueue("ok")
-    before = counts(conn)
-    with pytest.raises(ConfigurationError, match=f"cannot have {option}"):
-        app.enqueue("ok", after=[first], **{option: "k"})
-    assert counts(conn) == before
-
-
 def test_in_the_callers_psycopg_transaction(app, conn, dsn):
     first = app.enqueue("ok")
     with psycopg.connect(dsn.url) as tx:

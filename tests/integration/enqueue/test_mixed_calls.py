@@ -2,8 +2,8 @@
 waiting ``after`` it or after an earlier job, many plain jobs (a COPY-sized call), a job with a
 group; on the App's pool, sync and async, in the caller's transaction (psycopg and SQLAlchemy,
 sync and async), and as the members of a batch. A job waiting ``after`` others keeps its own
-options too, beside jobs with keys and groups; and a key or a group on a job with ``after`` is
-refused in one line, writing nothing."""
+options too, beside jobs with keys and groups (its own keys and group:
+test_keyed_dependents.py)."""
 
 from __future__ import annotations
 
@@ -206,20 +206,6 @@ def test_a_job_after_one_whose_key_is_held_waits_for_the_holder(app, conn):
     assert scalar(conn, "SELECT count(*) FROM queued_jobs WHERE task = %s", [OTHER]) == 1
     assert conn.execute("SELECT depends_on FROM pgjobs_dependencies").fetchall() == [(holder,)]
     assert column(conn, holder, "watched") is True
-
-
-@pytest.mark.parametrize("option", ["idempotency_key", "unique_key", "group"])
-def test_a_key_or_a_group_with_after_in_a_call_is_refused_in_one_line(app, conn, option):
-    before = counts(conn)
-    keyed: dict[str, Any] = {option: "k"}
-    with pytest.raises(ConfigurationError) as raised:
-        app.enqueue_many([JobSpec(OTHER), JobSpec(TASK, after=[Ref(0)], **keyed)])
-    message = str(raised.value)
-    assert message == (
-        f"job #1: a job enqueued with after cannot have {option} (not supported yet)"
-    )
-    assert raised.value.field == f"jobs[1].{option}"
-    assert counts(conn) == before
 
 
 @pytest.mark.parametrize("option", ["idempotency_key", "unique_key"])
