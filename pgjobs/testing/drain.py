@@ -208,13 +208,17 @@ class _Drain:
                 batch = outcomes.drain()
                 self.result._record(batch, self.jobs)
                 outcomes.restore(batch)
+            plain = not self.completer.limited
             done = await self.completer.trip(conn, limit)
             for job in (*done.jobs, *done.unloadable):  # the latter buried at once, to record
                 self.jobs[job.id] = job
             # Jobs whose rows could not be loaded are not runs: send their burial, claim again.
             # A success may have released jobs waiting for it, which the claim in the same
-            # statement could not see yet: claim once more.
-            if done.jobs or not (done.unloadable or (settled and limit)):
+            # statement could not see yet: claim once more. A plain claim leaves jobs with a
+            # group (and of limited queues), and says so: the next claim, under limits,
+            # takes them.
+            learned = plain and self.completer.limited and limit > 0
+            if done.jobs or not (done.unloadable or (settled and limit) or learned):
                 return done.jobs
 
     async def _advance(self, conn: psycopg.AsyncConnection[Any]) -> bool:
