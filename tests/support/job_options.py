@@ -135,4 +135,14 @@ DEPENDENT_OPTIONS: dict[str, tuple[dict[str, Any], str, Any]] = {
     "tags": ({"tags": ["dependent"]}, "tags", ["dependent"]),
     "max_attempts": ({"max_attempts": 4}, "max_attempts", 4),
     "expires_at": ({"expires_at": FUTURE}, "expires_at", FUTURE),
+    "idempotency_key": ({"idempotency_key": "dependent"}, "idempotency_key", "dependent"),
+    "group": ({"group": "dependent"}, "group_key", "dependent"),
+    **{
+        f"unique_key-{mode}": (
+            {"unique_key": "dependent", "on_conflict": mode},
+            "unique_key",
+            "dependent",
+        )
+        for mode in ("keep", "replace", "debounce")
+    },
 }

@@ -81,6 +81,12 @@ DEPENDENT_JSON: dict[str, dict[str, Any]] = {
     "tags": {"tags": ["dependent"]},
     "max_attempts": {"max_attempts": 4},
     "expires_at": {"expires_at": FUTURE.isoformat()},
+    "idempotency_key": {"idempotency_key": "dependent"},
+    "group": {"group": "dependent"},
+    **{
+        f"unique_key-{mode}": {"unique_key": "dependent", "on_conflict": mode}
+        for mode in ("keep", "replace", "debounce")
+    },
 }
 
 
