@@ -192,7 +192,7 @@ def test_a_job_after_a_keyed_one_waits_for_it_and_is_released_by_it(app, conn, b
     assert column(conn, first, "watched") is True
     edges = conn.execute("SELECT job_id, depends_on FROM pgjobs_dependencies").fetchall()
     assert edges == [(then, first)]
-    work(app)  # a worker: pgjobs.testing.drain leaves jobs with a group where they are
+    work(app)
     archived = conn.execute("SELECT id, status FROM archived_jobs ORDER BY finished_at").fetchall()
     assert archived == [(first, "succeeded"), (then, "succeeded")]
 
