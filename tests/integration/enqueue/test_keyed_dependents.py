@@ -49,7 +49,8 @@ def edges(conn: psycopg.Connection[Any]) -> set[tuple[int, int]]:
 
 
 def status(conn: psycopg.Connection[Any], job_id: int) -> str | None:
-    return scalar(conn, "SELECT status FROM archived_jobs WHERE id = %s", [job_id])
+    found: str | None = scalar(conn, "SELECT status FROM archived_jobs WHERE id = %s", [job_id])
+    return found
 
 
 KEYS: dict[str, tuple[dict[str, Any], str, Any]] = {
