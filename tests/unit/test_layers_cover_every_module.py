@@ -27,7 +27,7 @@ UNCONTRACTED = {
         "modules share options, rendering and messages with no order among them worth a contract"
     ),
     "pgjobs.queries": (
-        "the statements, one module per entity once queries.py is a package: they import only "
+        "the statements, one module per entity: they import only "
         "the vocabulary below them and each other, and the top-level layers pin them below db"
     ),
 }
