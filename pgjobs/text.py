@@ -254,6 +254,15 @@ _AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 MAX_AGE = timedelta(days=36525)
 
 
+def is_age_shaped(value: str) -> bool:
+    """Whether ``value`` is written as an age (a number and a unit), in range or not, so that a
+    caller can tell "not an age" from "an age out of range".
+
+    Example: ``is_age_shaped("0d")`` and ``not is_age_shaped("soon")``
+    """
+    return _AGE.fullmatch(value.strip().lower()) is not None
+
+
 def age_of(value: str) -> timedelta | None:
     """The positive age ``value`` writes as a number and a unit (``45s``, ``90m``, ``12h``,
     ``30d``, ``2w``; decimals allowed), at most ``MAX_AGE``; None for anything else (0, a

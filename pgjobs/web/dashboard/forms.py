@@ -6,10 +6,9 @@ pgjobs' own types so that the same validation as the CLI's and the API's applies
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from urllib.parse import parse_qsl, urlencode
 
 from pgjobs.admin import DeadFilter
@@ -17,14 +16,12 @@ from pgjobs.errors import ConfigurationError
 from pgjobs.models import DeadReason, JobStatus
 from pgjobs.submission import check_name
 from pgjobs.tags import check_filter
+from pgjobs.text import age_of, is_age_shaped
 
 #: Bytes a posted form may hold: a form of the dashboard is a few hundred.
 MAX_FORM_BYTES = 64 * 1024
 MAX_FORM_FIELDS = 50
 
-_AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_MAX_AGE = timedelta(days=36525)
 #: Longest text search in errors.
 _MAX_SEARCH = 1000
 _FINGERPRINT_MAX = 1000
@@ -59,10 +56,9 @@ def moment(name: str, value: str | None, now: datetime | None = None) -> datetim
     """
     if value is None:
         return None
-    found = _AGE.fullmatch(value.strip().lower())
-    if found is not None:
-        ago = timedelta(seconds=float(found.group(1)) * _UNITS[found.group(2)])
-        if not timedelta(0) < ago <= _MAX_AGE:
+    if is_age_shaped(value):
+        ago = age_of(value)
+        if ago is None:
             raise ConfigurationError(
                 f"{name} {value!r}: an age must be positive and at most 100 years", field=name
             )

@@ -265,7 +265,13 @@ def test_dead_letter_filters_combine(signed_in: TestClient, conn: psycopg.Connec
     )
     assert _row_ids(listed.text, "jobs") == set(other_task)
     # A bad filter is a 422 page saying what is wrong, never a 500.
-    for params in ({"since": "yesterday"}, {"reason": "tired"}, {"since": "1h", "until": "2h"}):
+    for params in (
+        {"since": "yesterday"},
+        {"reason": "tired"},
+        {"since": "1h", "until": "2h"},
+        {"since": "9" * 400 + "d"},  # past a float's range: no timedelta can hold it
+        {"until": "0d"},
+    ):
         bad = signed_in.get("/dead", params=params)
         assert bad.status_code == 422, params
         assert "flash-error" in bad.text
