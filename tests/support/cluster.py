@@ -102,10 +102,15 @@ class Server:
             conf.writelines(f"{key} = {value}\n" for key, value in settings.items())
 
     def log_tail(self, size: int = 3000) -> str:
-        try:
-            return self.log.read_text(errors="replace")[-size:]
-        except OSError:
-            return ""
+        return log_tail(self.log, size)
+
+
+def log_tail(log: Path, size: int = 3000) -> str:
+    """The last ``size`` characters of a server's log, for a failure's message ("" if unread)."""
+    try:
+        return log.read_text(errors="replace")[-size:]
+    except OSError:
+        return ""
 
 
 @dataclass

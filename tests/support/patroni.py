@@ -31,7 +31,7 @@ from typing import IO, Any
 import psycopg
 import pytest
 
-from tests.support.cluster import BINARIES, free_port
+from tests.support.cluster import BINARIES, free_port, log_tail
 
 #: The programs the cluster needs, and the Debian packages that bring them.
 PROGRAMS = {"patroni": "patroni", "patronictl": "patroni", "etcd": "etcd-server"}
@@ -139,10 +139,7 @@ class Daemon:
             self._out.close()
 
     def log_tail(self, size: int = 3000) -> str:
-        try:
-            return self.log.read_text(errors="replace")[-size:]
-        except OSError:
-            return ""
+        return log_tail(self.log, size)
 
 
 @dataclass
