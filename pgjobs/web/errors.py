@@ -30,6 +30,7 @@ from pgjobs.errors import (
     LockTimeout,
     NotExternal,
     PgjobsError,
+    PoolerMismatch,
     QueryFailed,
     SchemaMissing,
     StaleOutcome,
@@ -58,6 +59,8 @@ _PGJOBS_ERRORS: tuple[tuple[type[PgjobsError], int, str], ...] = (
     (DatabaseUnavailable, 503, "database_unavailable"),
     (LockTimeout, 503, "lock_timeout"),
     (SchemaMissing, 503, "schema_missing"),
+    # The server is behind a transaction-mode pooler it was not told about: its operator's to fix.
+    (PoolerMismatch, 503, "pooler_mismatch"),
     (QueryFailed, 500, "query_failed"),
 )
 

@@ -12,7 +12,7 @@ import pytest
 from fastapi import FastAPI
 
 from pgjobs import App, admin
-from pgjobs.errors import QueryFailed
+from pgjobs.errors import PoolerMismatch, QueryFailed
 from tests.support.helpers import count
 from tests.web.conftest import AUTH, TestClient, assert_error
 
@@ -210,3 +210,16 @@ def test_a_refused_query_is_500_in_the_shape(
 
     monkeypatch.setattr(admin, "job", refused)
     assert_error(client.get("/api/v1/jobs/1"), 500, "query_failed")
+
+
+def test_a_pooler_the_server_was_not_told_about_is_503_naming_it(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def mixed_up(*args: Any, **kwargs: Any) -> Any:
+        raise PoolerMismatch("a transaction-mode pooler: set pooler = 'transaction'")
+
+    monkeypatch.setattr(admin, "job", mixed_up)
+    response = client.get("/api/v1/jobs/1")
+    message = assert_error(response, 503, "pooler_mismatch")
+    assert "pooler" in message
+    assert response.headers["Retry-After"]
