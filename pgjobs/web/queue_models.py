@@ -84,7 +84,8 @@ class Queue(BaseModel):
     name: str
     paused_at: datetime | None
     paused_by: str | None = Field(
-        description="Who paused it: the signed-in user, or `api (address)`."
+        description="Who paused it: user@host from the CLI; from the API the host's signed-in "
+        "user, or `api (client address)` with pgjobs' tokens."
     )
     pause_reason: str | None
     has_jobs: bool = Field(description="Whether a job of it is queued (ready, scheduled, running).")

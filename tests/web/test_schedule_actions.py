@@ -14,6 +14,7 @@ import psycopg
 import pytest
 from fastapi import FastAPI
 
+from pgjobs import App
 from pgjobs.db.dsn import Dsn
 from pgjobs.maintenance.scheduler import Scheduled
 from tests.integration.maintenance.test_periodic import (
@@ -239,3 +240,24 @@ def test_forget_deletes_the_row_as_the_cli_does(
     run_service(dsn, scheduler(schedule_app.app))
     code, out, _ = run(capsys, "schedule", "--forget", NAME, "--dsn", dsn.url)
     assert (code, out.strip()) == (0, f"schedule {NAME} forgotten")
+
+
+def test_app_run_schedule_is_the_same_operation(
+    make_app: Callable[..., App], conn: psycopg.Connection[Any]
+) -> None:
+    app = make_app()
+
+    @app.periodic("0 * * * *", name=NAME, payload={"kind": "sales"}, priority=3, max_attempts=2)
+    @app.task(name="reports.build", queue="reports")
+    def build(kind: str) -> None: ...
+
+    run = app.run_schedule(NAME)
+    assert run.schedule is None  # no worker recorded it yet: the declaration is enough
+    ((job_id, queue, payload, priority, max_attempts, _, _),) = builds(conn)
+    assert (job_id, queue, payload, priority, max_attempts) == (
+        run.job_id,
+        "reports",
+        {"kind": "sales"},
+        3,
+        2,
+    )
