@@ -27,7 +27,7 @@ from pgjobs.text import printable
 schedule_cli = typer.Typer(
     help="Periodic schedules (@app.periodic). Without a command: list them (expression, "
     "timezone, next and last run in UTC, whether a running worker declares them, paused or "
-    "not). Pause or resume one with its command.",
+    "not). Pause, resume or run one now with its command.",
     invoke_without_command=True,
 )
 

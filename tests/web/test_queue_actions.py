@@ -261,3 +261,14 @@ def test_the_host_signed_in_user_is_recorded_as_who_paused(
         refused = host.post("/api/v1/queues/emails/resume", headers={"x-role": "read"})
         assert_error(refused, 403, "forbidden")
         assert host.get("/api/v1/queues/emails", headers={"x-role": "read"}).json()["paused"]
+
+
+def test_a_name_may_hold_a_slash(
+    client: TestClient, capsys: pytest.CaptureFixture[str], dsn: Dsn
+) -> None:
+    response = client.post("/api/v1/queues/team%2Femails/pause")
+    assert response.status_code == 200, response.text
+    assert response.json()["name"] == "team/emails"
+    assert client.get("/api/v1/queues/team/emails").json()["paused"] is True
+    assert "team/emails" in [q["name"] for q in cli_queues(capsys, dsn) if q["paused"]]
+    assert client.post("/api/v1/queues/team/emails/resume").json()["changed"] is True
