@@ -14,7 +14,7 @@ def test_each_graph_is_a_root_its_width_after_it_and_a_join_after_all_of_those()
     assert {(spec.task, spec.queue) for spec in specs} == {("bench.noop", QUEUE)}
     for graph in range(3):
         root = graph * 6
-        assert specs[root].after is None or list(specs[root].after) == []
+        assert not specs[root].after
         assert [list(spec.after or []) for spec in specs[root + 1 : root + 5]] == [[Ref(root)]] * 4
         assert list(specs[root + 5].after or []) == [Ref(root + 1 + n) for n in range(4)]
 
