@@ -204,11 +204,13 @@ class Run:
 
 
 def _sleep_seconds(seconds: object) -> float:
-    try:
-        value = float(seconds)  # type: ignore[arg-type]
-    except (TypeError, ValueError, OverflowError):
-        value = math.nan
-    if isinstance(seconds, bool) or not 0 <= value <= MAX_SLEEP:
+    value = math.nan
+    if isinstance(seconds, int | float) and not isinstance(seconds, bool):
+        try:
+            value = float(seconds)
+        except OverflowError:  # an int beyond any float
+            value = math.inf
+    if not 0 <= value <= MAX_SLEEP:
         raise WorkflowError(
             f"ctx.sleep takes seconds from 0 to {MAX_SLEEP:.0f} (ten years), got {seconds!r:.40}",
             field="seconds",
