@@ -1,9 +1,9 @@
 """Durable workflows' history (``pgjobs_workflow_history``): read a run's entries, record a step
 or a sleep at its place, fenced by the run's lease; forget the history of jobs deleted for good.
 
-A record is an ``INSERT`` at (job_id, seq), the table's primary key: a second run recording the
-same place while the first's transaction is open waits for it, then finds the place taken and
-records nothing (its statement returns no row). That, in the transaction of a step's own writes,
+A record is an ``INSERT`` at (job_id, seq), the table's primary key (an upsert over an entry that
+has not succeeded): a second run recording the same place while the first's transaction is open
+waits for it, then finds the place taken and records nothing (its statement returns no row). That, in the transaction of a step's own writes,
 is what makes them happen once.
 """
 
