@@ -3,8 +3,8 @@ or a sleep at its place, fenced by the run's lease; forget the history of jobs d
 
 A record is an ``INSERT`` at (job_id, seq), the table's primary key (an upsert over an entry that
 has not succeeded): a second run recording the same place while the first's transaction is open
-waits for it, then finds the place taken and records nothing (its statement returns no row). That, in the transaction of a step's own writes,
-is what makes them happen once.
+waits for it, then finds the place taken and records nothing (its statement returns no row).
+That, in the transaction of a step's own writes, is what makes them happen once.
 """
 
 from __future__ import annotations

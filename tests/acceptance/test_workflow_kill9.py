@@ -42,7 +42,9 @@ def check_results(conn: psycopg.Connection[Any], ids: list[int], keys: list[int]
         [ids],
     ).fetchall()
     assert len(entries) == len(ids)
-    assert all(names == ["charge", "reserve", "sleep", "email"] and done for _, names, done in entries)
+    assert all(
+        names == ["charge", "reserve", "sleep", "email"] and done for _, names, done in entries
+    )
 
 
 @pytest.mark.slow
@@ -56,10 +58,11 @@ def test_kill9_at_every_step_boundary(make_app, conn, spawn):
     )
 
     def start() -> Proc:
-        return spawn(
+        started: Proc = spawn(
             "work", "--app", APP, "--concurrency", "1", "--poll-interval", "0.2",
             "--rescue-interval", "0.5",
         )  # fmt: skip
+        return started
 
     workers = [start()]
     deaths = 0

@@ -64,9 +64,13 @@ def _boundary(key: int, point: str, die_at: str | None) -> None:
     """SIGKILL this worker the first time ``key`` reaches ``die_at``."""
     if point != die_at:
         return
-    first = _conn().execute(
-        "INSERT INTO wf_deaths VALUES (%s, %s) ON CONFLICT DO NOTHING RETURNING 1", [key, point]
-    ).fetchall()
+    first = (
+        _conn()
+        .execute(
+            "INSERT INTO wf_deaths VALUES (%s, %s) ON CONFLICT DO NOTHING RETURNING 1", [key, point]
+        )
+        .fetchall()
+    )
     if first:
         os.kill(os.getpid(), signal.SIGKILL)
 
