@@ -34,6 +34,16 @@ FROM pgjobs_workflow_history
 WHERE job_id = %(job_id)s AND seq = %(seq)s
 """
 
+#: A job's history as `pgjobs job show` shows it. Rows: (seq, kind, name, status, attempts,
+#: result, error, error_type, transactional, started_at, recorded_at, wake_at), in order.
+WORKFLOW_HISTORY_SHOW = """
+SELECT seq, kind, name, status, attempts, result, error, error_type, transactional, started_at,
+       recorded_at, wake_at
+FROM pgjobs_workflow_history
+WHERE job_id = %(job_id)s
+ORDER BY seq
+"""
+
 #: Record a step's outcome at its place, fenced by the run's lease: a new place, or one whose
 #: step has not succeeded yet (waiting for a retry, or the failure the run resumes from). A
 #: place another run took (and committed) is left alone. Rows: one, (seq), when recorded; none
