@@ -110,7 +110,7 @@ def limit_command(
         concurrency=queues.KEEP if concurrency is None else parse.limit(concurrency),
         rate=queues.KEEP if rate is None else parse.rate(rate),
         group_concurrency=group,
-        group_rate=queues.KEEP if group_rate is None else parse.rate(group_rate, "group_rate"),
+        group_rate=queues.KEEP if group_rate is None else parse.rate(group_rate, "--group-rate"),
     )
     _report(change, as_json, "limits set" if change.changed else "limits unchanged")
 

@@ -131,7 +131,8 @@ class ClaimStatus(NamedTuple):
     held: int = 0
     #: Another worker was claiming under one of the limits: try again soon.
     locked_out: bool = False
-    #: Seconds until a rate limit's bucket holds a token again (None: no bucket is empty).
+    #: Seconds until a rate limit's bucket holds a token again, or a group held by its group
+    #: rate may start a job again (None: no bucket is empty, no group is held by its rate).
     retry_in: float | None = None
     #: Some of the worker's queues have a concurrency limit or a rate.
     queue_limits: bool = False

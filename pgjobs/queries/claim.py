@@ -575,7 +575,13 @@ SELECT EXISTS (
 #:      snapshot saw (a group another claim started jobs of since is left to the next claim), so
 #:      its running jobs, counted in the snapshot (``group_running``), are right; each group gives
 #:      its share of the claim from its own range, at most what the queue's group_concurrency
-#:      leaves, then at most what each task's ``group_limits`` leaves (``group_jobs``); an
+#:      and group rate leave, then at most what each task's ``group_limits`` and group rate
+#:      (``group_rate_tasks`` with ``group_rate_jobs`` per ``group_rate_seconds``:
+#:      ``group_task_rates``) leave (``group_jobs``; a task whose rate allows no more starts of
+#:      the group is passed over in the group's range); a group rate counts the group's starts of
+#:      the last period in pgjobs_group_starts, trusted as the running jobs are (the group's
+#:      rows locked and current), and each claim records the starts it makes there (``rated``,
+#:      at its now(): the jobs' started_at), a sliding window; an
 #:      ordered task's job only when no older job of its task and group is in queued_jobs (and,
 #:      for ``hold_tasks``, none is in dead_letter); the groups that gave jobs, or had nothing to
 #:      give, go to the back of the turn order (``turned``). A task's limit and order hold per
@@ -594,7 +600,8 @@ SELECT EXISTS (
 #: Returns the claimed jobs, then one status row (id NULL, payload a JSON object): ``held`` (jobs
 #: held back now, and groups that gave their whole share: claim again at once), ``locked_out``
 #: (another worker claims under one of the limits right now: try again soon), ``retry_in``
-#: (seconds until an empty bucket has a token), ``queue_limits`` (some of the queues are limited
+#: (seconds until an empty bucket has a token, or the oldest start in the window of a group
+#: held by its rate leaves it), ``queue_limits`` (some of the queues are limited
 #: or hold groups). (``spent`` runs whether read or not, as every data-modifying part of a
 #: statement does.)
 JOB_CLAIM_LIMITED = _claim_statement(limited=True, succeed=False)

@@ -170,3 +170,21 @@ def test_a_bad_group_rate_is_refused_in_one_line_naming_it(dsn: Dsn, conn, value
         queues.limit(dsn, "east", group_rate=value)
     assert queue_refusal.value.field == "group_rate"
     assert scalar(conn, "SELECT count(*) FROM pgjobs_queues") == 0
+
+
+def test_a_throttled_unique_key_and_the_group_rate_both_hold(make_app, conn):
+    """The throttle delays a key's next job a window after its last start; the group rate
+    counts the starts of every key of the group."""
+    app = make_app()
+    task = app.task(name="r.throttled", throttle=3600, group_rate="2/m")(lambda **_: None)
+    firsts = [app.enqueue("r.throttled", {}, unique_key=f"k{n}", group="a") for n in range(3)]
+    started = claim_all(conn, [task])
+    assert [j.id for j in started] == firsts[:2]  # the group rate: 2 of the 3 keys
+    again = app.enqueue("r.throttled", {}, unique_key="k0", group="a")  # throttled an hour
+    age(conn, 61)
+    assert [j.id for j in claim_all(conn, [task])] == [firsts[2]]
+    assert scalar(
+        conn,
+        "SELECT run_at > now() + interval '59 minutes' FROM queued_jobs WHERE id = %s",
+        [again],
+    )
