@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgjobs import queues
+from pgjobs import queries, queues
 from pgjobs.db.dsn import Dsn
 from pgjobs.models import Job
 from tests.integration.claiming.test_claim_groups import enqueue, finish, groups_of
@@ -188,3 +188,24 @@ def test_a_throttled_unique_key_and_the_group_rate_both_hold(make_app, conn):
         "SELECT run_at > now() + interval '59 minutes' FROM queued_jobs WHERE id = %s",
         [again],
     )
+
+
+def test_the_autoscalers_demand_counts_only_what_the_group_rates_leave(dsn, conn):
+    queues.limit(dsn, "east", group_rate="2/m")
+    enqueue(conn, "r.free", "a", 4, queue="east")
+    enqueue(conn, "r.rated", "b", 5, queue="west")
+    params = {
+        "queues": ["east", "west"],
+        "group_tasks": [],
+        "group_limits": [],
+        "group_rate_tasks": ["r.rated"],
+        "group_rate_jobs": [3],
+        "group_rate_seconds": [60.0],
+        "ordered_tasks": [],
+        "hold_tasks": [],
+    }
+    assert conn.execute(queries.JOB_DEMAND, params).fetchone() == (5,)  # 2 of a, 3 of b
+    assert len(claim_all(conn, [RATED, FREE], queues=["east", "west"])) == 5
+    assert conn.execute(queries.JOB_DEMAND, params).fetchone() == (0,)  # held until they age
+    age(conn, 61)
+    assert conn.execute(queries.JOB_DEMAND, params).fetchone() == (4,)
