@@ -148,13 +148,24 @@ def test_an_ordered_group_keeps_its_order_under_its_rate(conn):
 
 
 def test_groups_held_by_their_rate_do_not_starve_the_other_groups(conn):
-    """More groups held by their rate than a claim looks at: they go to the back of the turn
-    order, and the groups behind them are reached."""
+    """More groups held by their rate than a claim looks at, ahead in the turn order of a group
+    that may start more: they go to the back of the turn order, and the group is reached."""
     for n in range(6):
         enqueue(conn, "r.rated", f"held-{n}", 5)
-    assert len(claim_all(conn, [RATED], limit=3)) == 18
-    enqueue(conn, "r.rated", "fresh", 2)
-    assert groups_of(claim_all(conn, [RATED], limit=2)) == {"fresh": 2}
+    enqueue(conn, "r.rated", "behind", 3)
+    assert len(claim_all(conn, [RATED], limit=20)) == 3 * 6 + 3
+    enqueue(conn, "r.rated", "behind", 2)
+    conn.execute("DELETE FROM pgjobs_group_starts WHERE group_key = 'behind'")
+    # The held groups' turn comes before the group behind them.
+    conn.execute(
+        "UPDATE pgjobs_group_states SET last_claim_at = CASE WHEN group_key = 'behind'"
+        " THEN '2001-01-01'::timestamptz ELSE '2000-01-01'::timestamptz END"
+    )
+    taken = []
+    for _ in range(4):  # each claim looks at two groups: the fourth reaches it
+        jobs, _ = claim_limited(conn, [RATED], limit=2)
+        taken += jobs
+    assert groups_of(taken) == {"behind": 1}  # its share of the claim beside a held group
 
 
 @pytest.mark.parametrize("value", ["10", "0/m", "10/0s", "10/2d", "ten/m", 10, -1])
