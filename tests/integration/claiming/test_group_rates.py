@@ -17,9 +17,10 @@ import pytest
 
 from pgjobs import queries, queues
 from pgjobs.db.dsn import Dsn
+from pgjobs.maintenance.groups import GroupRows
 from pgjobs.models import Job
 from tests.integration.claiming.test_claim_groups import enqueue, finish, groups_of
-from tests.support.factories import claim_limited, declared_task
+from tests.support.factories import claim_limited, declared_task, run_service
 from tests.support.helpers import scalar
 
 RATED = declared_task("r.rated", group_rate="3/m")
@@ -220,3 +221,23 @@ def test_the_autoscalers_demand_counts_only_what_the_group_rates_leave(dsn, conn
     assert conn.execute(queries.JOB_DEMAND, params).fetchone() == (0,)  # held until they age
     age(conn, 61)
     assert conn.execute(queries.JOB_DEMAND, params).fetchone() == (4,)
+
+
+def test_the_maintenance_removes_starts_past_their_period_and_keeps_a_window(dsn, conn):
+    enqueue(conn, "r.rated", "a", 5)
+    finish(conn, claim_limited(conn, [RATED])[0])
+    enqueue(conn, "r.rated", "b", 1)
+    finish(conn, claim_limited(conn, [RATED])[0])
+    conn.execute(
+        "UPDATE pgjobs_group_starts SET started_at = now() - interval '61 seconds'"
+        " WHERE group_key = 'a'"
+    )
+    conn.execute("DELETE FROM queued_jobs")  # their jobs are done: the group rows may go too
+    service = GroupRows(["default"])
+    service.idle = 0.0
+    run_service(dsn, service)
+    rows = conn.execute("SELECT group_key, jobs FROM pgjobs_group_starts").fetchall()
+    assert rows == [("b", 1)]  # a's start left its window; b's holds it though b's rows went
+    assert scalar(conn, "SELECT count(*) FROM pgjobs_group_states") == 0
+    enqueue(conn, "r.rated", "b", 5)
+    assert len(claim_all(conn, [RATED])) == 2  # b's window still counts its start
