@@ -222,10 +222,11 @@ ORDER BY t.task
 #: ``group_tasks`` with their ``group_limits``, across every queue; a queue's
 #: group_concurrency, in that queue; a queue's group rate, in that queue, and a task's
 #: ``group_rate_tasks`` with ``group_rate_jobs`` per ``group_rate_seconds``, across every queue:
-#: what their starts of the group in the last period leave), an ordered task's (``ordered_tasks``) only when it is its
-#: (task, group)'s oldest job in every queue, a ``hold_tasks``'s only while no dead job of its
-#: (task, group) is in dead_letter; the place of a force-cancelled job whose handler may still
-#: run (pgjobs_group_holds) counts as a running job there, not as work. One scan of queued_jobs;
+#: what their starts of the group in the last period leave), an ordered task's
+#: (``ordered_tasks``) only when it is its (task, group)'s oldest job in every queue, a
+#: ``hold_tasks``'s only while no dead job of its (task, group) is in dead_letter; the place of
+#: a force-cancelled job whose handler may still run (pgjobs_group_holds) counts as a running
+#: job there, not as work. One scan of queued_jobs;
 #: the ready jobs of a group are ranked per (task, group) and per (queue, group) in claim order.
 #: Rows: (count,).
 JOB_DEMAND = """
