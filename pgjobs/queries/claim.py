@@ -5,6 +5,7 @@ batch (and settles the last).
 from __future__ import annotations
 
 from pgjobs.queries.columns import JOB_COLUMNS
+from pgjobs.queries.groups import _GROUP_RATED, _GROUP_TASK_RATES
 from pgjobs.queries.outcomes import _SUCCEED_MANY
 
 #: The settings of the worker's claim connections (see db.connect_async): each prepared statement
@@ -124,19 +125,7 @@ group_caps AS MATERIALIZED (
     FROM group_window r
     LEFT JOIN pgjobs_queues p ON p.name = r.queue
 ),
--- Each task's group rate, for each group looked at: what its starts of the group in the last
--- period, in every queue, leave.
-group_task_rates AS MATERIALIZED (
-    SELECT r.group_key, t.task, t.jobs, t.seconds,
-           t.jobs - coalesce(
-               (SELECT sum(x.jobs) FROM pgjobs_group_starts x
-                WHERE x.group_key = r.group_key AND x.kind = 'task' AND x.name = t.task
-                  AND x.started_at > now() - t.seconds * interval '1 second'), 0) AS room
-    FROM (SELECT DISTINCT group_key FROM group_window) r
-    CROSS JOIN unnest(%(group_rate_tasks)s::text[], %(group_rate_jobs)s::int[],
-                      %(group_rate_seconds)s::float8[]) AS t(task, jobs, seconds)
-),
-group_takes AS MATERIALIZED (
+{_GROUP_TASK_RATES}group_takes AS MATERIALIZED (
     SELECT k.*,
            greatest(least(k.share, coalesce(k.room, k.share)), 0) AS take,
            ARRAY(SELECT r.task FROM group_task_rates r
@@ -416,43 +405,7 @@ turned AS (
     )
     RETURNING g.group_key
 ),
--- The starts of each group under a group rate (the queue's, per (queue, group); a task's, per
--- (task, group)), at this claim's now(): the jobs' started_at.
-rated AS (
-    INSERT INTO pgjobs_group_starts AS s
-        (group_key, kind, name, started_at, jobs, rate_jobs, rate_seconds)
-    SELECT c.group_key, 'queue', c.queue, now(), count(*), k.group_rate_jobs,
-           k.group_rate_seconds
-    FROM group_caps k
-    JOIN claimed c ON c.queue = k.queue AND c.group_key = k.group_key
-    WHERE k.group_rate_jobs IS NOT NULL
-    GROUP BY c.group_key, c.queue, k.group_rate_jobs, k.group_rate_seconds
-    UNION ALL
-    SELECT c.group_key, 'task', c.task, now(), count(*), r.jobs, r.seconds
-    FROM group_task_rates r
-    JOIN claimed c ON c.group_key = r.group_key AND c.task = r.task
-    GROUP BY c.group_key, c.task, r.jobs, r.seconds
-    ON CONFLICT (group_key, kind, name, started_at) DO UPDATE SET jobs = s.jobs + excluded.jobs
-    RETURNING 1
-),
--- Seconds until the oldest start in the window of a group held by its rate leaves it.
-rate_waits AS (
-    SELECT extract(epoch FROM (
-               SELECT min(x.started_at) FROM pgjobs_group_starts x
-               WHERE x.group_key = k.group_key AND x.kind = 'queue' AND x.name = k.queue
-                 AND x.started_at > now() - k.group_rate_seconds * interval '1 second')
-           + k.group_rate_seconds * interval '1 second' - now())::float8 AS wait
-    FROM group_caps k
-    WHERE k.group_rate_jobs IS NOT NULL AND k.room <= 0
-    UNION ALL
-    SELECT extract(epoch FROM (
-               SELECT min(x.started_at) FROM pgjobs_group_starts x
-               WHERE x.group_key = r.group_key AND x.kind = 'task' AND x.name = r.task
-                 AND x.started_at > now() - r.seconds * interval '1 second')
-           + r.seconds * interval '1 second' - now())::float8
-    FROM group_task_rates r
-    WHERE r.room <= 0
-)"""
+{_GROUP_RATED}"""
 
 # The claimed jobs in JOB_COLUMNS, then the claim's status row: id NULL, its JSON in the payload
 # column. {status}: its JSON.

@@ -4,6 +4,63 @@ and metrics.
 
 from __future__ import annotations
 
+# JOB_CLAIM_LIMITED's steps for group rates (queries/claim.py), kept here beside the groups'
+# other statements: ``group_task_rates`` (each task's group rate, for the groups looked at), as
+# a common table expression followed by a comma.
+_GROUP_TASK_RATES = """-- Each task's group rate, for each group looked at: what its starts of the group in the last
+-- period, in every queue, leave.
+group_task_rates AS MATERIALIZED (
+    SELECT r.group_key, t.task, t.jobs, t.seconds,
+           t.jobs - coalesce(
+               (SELECT sum(x.jobs) FROM pgjobs_group_starts x
+                WHERE x.group_key = r.group_key AND x.kind = 'task' AND x.name = t.task
+                  AND x.started_at > now() - t.seconds * interval '1 second'), 0) AS room
+    FROM (SELECT DISTINCT group_key FROM group_window) r
+    CROSS JOIN unnest(%(group_rate_tasks)s::text[], %(group_rate_jobs)s::int[],
+                      %(group_rate_seconds)s::float8[]) AS t(task, jobs, seconds)
+),
+"""
+
+# JOB_CLAIM_LIMITED's last steps for group rates: ``rated`` (the starts it made, recorded) and
+# ``rate_waits`` (when a group held by its rate may start again), after ``claimed``.
+_GROUP_RATED = """-- The starts of each group under a group rate (the queue's, per (queue, group); a task's, per
+-- (task, group)), at this claim's now(): the jobs' started_at.
+rated AS (
+    INSERT INTO pgjobs_group_starts AS s
+        (group_key, kind, name, started_at, jobs, rate_jobs, rate_seconds)
+    SELECT c.group_key, 'queue', c.queue, now(), count(*), k.group_rate_jobs,
+           k.group_rate_seconds
+    FROM group_caps k
+    JOIN claimed c ON c.queue = k.queue AND c.group_key = k.group_key
+    WHERE k.group_rate_jobs IS NOT NULL
+    GROUP BY c.group_key, c.queue, k.group_rate_jobs, k.group_rate_seconds
+    UNION ALL
+    SELECT c.group_key, 'task', c.task, now(), count(*), r.jobs, r.seconds
+    FROM group_task_rates r
+    JOIN claimed c ON c.group_key = r.group_key AND c.task = r.task
+    GROUP BY c.group_key, c.task, r.jobs, r.seconds
+    ON CONFLICT (group_key, kind, name, started_at) DO UPDATE SET jobs = s.jobs + excluded.jobs
+    RETURNING 1
+),
+-- Seconds until the oldest start in the window of a group held by its rate leaves it.
+rate_waits AS (
+    SELECT extract(epoch FROM (
+               SELECT min(x.started_at) FROM pgjobs_group_starts x
+               WHERE x.group_key = k.group_key AND x.kind = 'queue' AND x.name = k.queue
+                 AND x.started_at > now() - k.group_rate_seconds * interval '1 second')
+           + k.group_rate_seconds * interval '1 second' - now())::float8 AS wait
+    FROM group_caps k
+    WHERE k.group_rate_jobs IS NOT NULL AND k.room <= 0
+    UNION ALL
+    SELECT extract(epoch FROM (
+               SELECT min(x.started_at) FROM pgjobs_group_starts x
+               WHERE x.group_key = r.group_key AND x.kind = 'task' AND x.name = r.task
+                 AND x.started_at > now() - r.seconds * interval '1 second')
+           + r.seconds * interval '1 second' - now())::float8
+    FROM group_task_rates r
+    WHERE r.room <= 0
+)"""
+
 #: Make sure each throttled key (``tasks``, ``unique_keys``) has its pgjobs_throttles row before
 #: JOB_INSERT_KEYED locks it (a row that does not exist cannot be locked): a new key's row names
 #: no job (0) and no floor. Rows: (rows created,).
