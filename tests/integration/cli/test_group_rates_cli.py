@@ -80,3 +80,16 @@ def test_stats_shows_the_groups_their_rate_holds_and_until_when(capsys, dsn, con
     (c2,) = held["c-2"]
     assert (c2["reason"], c2["task"], c2["jobs"], c2["rate"]) == ("rate", "cli.rated", 1, "1/h")
     assert c2["until"] == until  # started by the same claim
+
+
+def test_python_api_sets_a_queues_group_rate(dsn, make_app):
+    from pgjobs import Rate
+    from pgjobs.errors import ConfigurationError
+
+    change = make_app().limit_queue("emails", group_rate=Rate(5, 10.0))
+    assert change.changed and change.queue.limited
+    assert (change.queue.group_rate_jobs, change.queue.group_rate_seconds) == (5, 10.0)
+    with pytest.raises(ConfigurationError) as caught:
+        queues.limit(dsn, "emails", group_rate="5")
+    assert caught.value.field == "group_rate"
+    assert queues.queue(dsn, "emails").group_rate_jobs == 5  # the refused value wrote nothing
