@@ -191,9 +191,10 @@ class App(Registry):
         concurrency: int | None = queues.KEEP,
         rate: str | Rate | None = queues.KEEP,
         group_concurrency: int | None = queues.KEEP,
+        group_rate: str | Rate | None = queues.KEEP,
     ) -> queues.Change:
-        """Set queue ``name``'s concurrency limit, rate and group concurrency (None removes one;
-        one not given stays), obeyed by every worker from its next claim on. See
+        """Set queue ``name``'s concurrency limit, rate, group concurrency and group rate (None
+        removes one; one not given stays), obeyed by every worker from its next claim on. See
         ``pgjobs.queues.limit``.
 
         Example: ``app.limit_queue("emails", concurrency=10, rate="100/s")``
@@ -204,6 +205,7 @@ class App(Registry):
             concurrency=concurrency,
             rate=rate,
             group_concurrency=group_concurrency,
+            group_rate=group_rate,
         )
 
     def enqueue(

@@ -3,7 +3,8 @@
 a queue has and how many are at their limit (their running jobs reached the queue's
 ``group_concurrency`` or, when the caller has the app, a task's), and what holds each top group's
 ready jobs back: its running jobs at its limit, an ordered task's oldest job that is not ready, a
-dead job of an ``ordered="hold"`` task (ordered tasks known only with the app).
+dead job of an ``ordered="hold"`` task (ordered tasks known only with the app), a group rate (the
+queue's or a task's) that allows no more starts for now, and until when.
 
 One read, ``load``, bounded whatever the queue holds (see ``queries.GROUPS_LOAD``): a group's
 ready jobs are counted up to ``READY_CAP``, a queue's groups up to ``MAX_GROUPS``.
@@ -19,6 +20,7 @@ import psycopg
 
 from pgjobs import db, queries
 from pgjobs.models import GroupHold, GroupLoad, HoldReason, QueueGroups
+from pgjobs.rates import rate_text
 from pgjobs.tasks import Task
 
 #: Groups shown per queue by stats and the dashboard.
@@ -108,5 +110,14 @@ def load(
     return [dataclasses.replace(found[name], top=tuple(shown[name].values())) for name in found]
 
 
-def _hold(reason: str, task: str | None, ids: list[int], jobs: int, until: Any) -> GroupHold:
-    return GroupHold(HoldReason(reason), task, tuple(ids), jobs, until)
+def _hold(
+    reason: str,
+    task: str | None,
+    ids: list[int],
+    jobs: int,
+    until: Any,
+    rate_jobs: int | None,
+    rate_seconds: float | None,
+) -> GroupHold:
+    rate = rate_text(rate_jobs, rate_seconds)
+    return GroupHold(HoldReason(reason), task, tuple(ids), jobs, until, rate)

@@ -465,6 +465,10 @@ class QueueState:
     #: `pgjobs queue limit --group-concurrency`: the most jobs of one group of the queue running
     #: at once (None: no limit).
     group_concurrency: int | None = None
+    #: `pgjobs queue limit --group-rate`: at most ``group_rate_jobs`` starts of one group of the
+    #: queue per ``group_rate_seconds``, in any window of that length (None: no group rate).
+    group_rate_jobs: int | None = None
+    group_rate_seconds: float | None = None
 
     @property
     def paused(self) -> bool:
@@ -472,11 +476,12 @@ class QueueState:
 
     @property
     def limited(self) -> bool:
-        """The queue has a concurrency limit, a rate or a group concurrency."""
+        """The queue has a concurrency limit, a rate, a group concurrency or a group rate."""
         return (
             self.concurrency is not None
             or self.rate_jobs is not None
             or self.group_concurrency is not None
+            or self.group_rate_jobs is not None
         )
 
 
@@ -530,6 +535,9 @@ class HoldReason(enum.StrEnum):
     #: A job of an ``ordered="hold"`` task and the group is in dead_letter: redrive or purge it
     #: to release the group.
     DEAD = "dead"
+    #: A group rate (the queue's, or a task's) allows no more starts of the group until the
+    #: oldest starts of its window leave it (``GroupHold.until``).
+    RATE = "rate"
 
 
 @dataclass(frozen=True, slots=True)
@@ -537,13 +545,18 @@ class GroupHold:
     """One reason a group's ready jobs cannot start, and the jobs that hold them."""
 
     reason: HoldReason
-    #: The ordered task whose jobs are held (None for ``LIMIT``: every task of the group).
+    #: The ordered task whose jobs are held, or the task whose group rate holds them (None for
+    #: ``LIMIT`` and a queue's group rate: every task of the group).
     task: str | None
-    #: The holding jobs' ids, the oldest first, at most a few (``jobs`` counts them all).
+    #: The holding jobs' ids, the oldest first, at most a few (``jobs`` counts them all); for
+    #: ``RATE`` none, and ``jobs`` counts the starts in the rate's window.
     job_ids: tuple[int, ...]
     jobs: int
-    #: When a waiting job becomes ready (``RETRY``, ``SCHEDULED``); None for the others.
+    #: When a waiting job becomes ready (``RETRY``, ``SCHEDULED``), when the group rate allows
+    #: the next start (``RATE``); None for the others.
     until: datetime | None = None
+    #: The group rate that holds it, as written ("10/m"; ``RATE`` only).
+    rate: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ import psycopg
 from pgjobs import db, queries
 from pgjobs.errors import ConfigurationError, QueueNotFound
 from pgjobs.models import QueueState
-from pgjobs.rates import Rate
+from pgjobs.rates import Rate, parse_named
 from pgjobs.submission import check_limit, check_name, check_note
 
 #: Where an operation runs: a DSN (pgjobs opens and closes a connection) or a psycopg connection.
@@ -87,20 +87,23 @@ def limit(
     concurrency: int | None = KEEP,
     rate: Rate | str | None = KEEP,
     group_concurrency: int | None = KEEP,
+    group_rate: Rate | str | None = KEEP,
 ) -> Change:
     """Set queue ``name``'s limits, obeyed by every worker from its next claim on (no restart):
     ``concurrency``, the most of its jobs running at once across every worker and host,
     ``rate`` ("100/s", "10/m", "5/10s"; a ``Rate``), the most that start per period, and
     ``group_concurrency``, the most jobs of one group (``enqueue(..., group=...)``) running at
-    once. None removes a limit; a setting not given stays as it is. Jobs held back stay ready.
-    The queue need not exist yet.
+    once, and ``group_rate`` ("10/m"), the most jobs of one group that start per period, in any
+    window of the period. None removes a limit; a setting not given stays as it is. Jobs held
+    back stay ready. The queue need not exist yet.
 
     Example: ``limit(dsn, "emails", concurrency=10, rate="100/s").changed``
     """
     name = check_name("queue", name)
-    if concurrency is KEEP and rate is KEEP and group_concurrency is KEEP:
+    if concurrency is KEEP and rate is KEEP and group_concurrency is KEEP and group_rate is KEEP:
         raise ConfigurationError(
-            "give a concurrency limit, a rate or a group concurrency to set (None removes one)",
+            "give a concurrency limit, a rate, a group concurrency or a group rate to set "
+            "(None removes one)",
             field="concurrency",
         )
     if concurrency is not KEEP and concurrency is not None:
@@ -108,6 +111,9 @@ def limit(
     if group_concurrency is not KEEP and group_concurrency is not None:
         check_limit("group_concurrency", group_concurrency)
     parsed = None if rate is KEEP or rate is None else Rate.parse(rate)
+    per_group = (
+        None if group_rate is KEEP or group_rate is None else parse_named("group_rate", group_rate)
+    )
     params = {
         "name": name,
         "set_concurrency": concurrency is not KEEP,
@@ -117,6 +123,9 @@ def limit(
         "rate_seconds": None if parsed is None else parsed.seconds,
         "set_group_concurrency": group_concurrency is not KEEP,
         "group_concurrency": None if group_concurrency is KEEP else group_concurrency,
+        "set_group_rate": group_rate is not KEEP,
+        "group_rate_jobs": None if per_group is None else per_group.jobs,
+        "group_rate_seconds": None if per_group is None else per_group.seconds,
     }
     with db.target_connection(target) as conn, _transaction(conn):
         rows = db.fetch_all(conn, queries.QUEUE_LIMIT, params)

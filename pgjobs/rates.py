@@ -64,6 +64,23 @@ class Rate:
         return f"{self.jobs}/{self.seconds:g}s"
 
 
+def parse_named(name: str, value: object) -> Rate:
+    """``value`` ("10/m", a ``Rate``) as a Rate, refused in one line naming option ``name``
+    (``group_rate``...) rather than ``rate``.
+
+    Example: ``parse_named("group_rate", "10/m") == Rate(10, 60.0)``
+    """
+    try:
+        return Rate.parse(value)
+    except ConfigurationError as exc:
+        message = str(exc)
+        if message.startswith("rate"):
+            message = name + message[len("rate") :]
+        elif message.startswith("a rate's"):
+            message = f"{name}'s" + message[len("a rate's") :]
+        raise ConfigurationError(message, field=name) from None
+
+
 def rate_text(jobs: int | None, seconds: float | None) -> str | None:
     """A stored rate (``rate_jobs``, ``rate_seconds``) as it is written ("100/s", "5/10s"), or
     None without one."""
@@ -75,14 +92,19 @@ def limits_text(
     rate_jobs: int | None,
     rate_seconds: float | None,
     group_concurrency: int | None = None,
+    group_rate_jobs: int | None = None,
+    group_rate_seconds: float | None = None,
 ) -> str:
-    """A concurrency limit, a rate and a group concurrency in words, as the CLI and the
-    dashboard show a queue's: "at most 10 running, 100/s starts, at most 2 running per group";
-    "" without any."""
+    """A concurrency limit, a rate, a group concurrency and a group rate in words, as the CLI
+    and the dashboard show a queue's: "at most 10 running, 100/s starts, at most 2 running per
+    group, 10/m starts per group"; "" without any."""
     parts = [] if concurrency is None else [f"at most {concurrency} running"]
     rate = rate_text(rate_jobs, rate_seconds)
     if rate is not None:
         parts.append(f"{rate} starts")
     if group_concurrency is not None:
         parts.append(f"at most {group_concurrency} running per group")
+    group_rate = rate_text(group_rate_jobs, group_rate_seconds)
+    if group_rate is not None:
+        parts.append(f"{group_rate} starts per group")
     return ", ".join(parts)

@@ -84,7 +84,9 @@ class Registry:
         ``group_concurrency`` caps the running jobs of this task that share a group
         (``enqueue(..., group="customer-42")``), whatever queues they are in; ``ordered=True``
         runs one job of a group at a time, in enqueue order across its queues, even across
-        retries (``"hold"``: a dead job keeps holding its group). ``debounce`` is the delay of
+        retries (``"hold"``: a dead job keeps holding its group); ``group_rate`` ("10/m") caps
+        the starts of this task's jobs of one group per period, in any window of the period.
+        ``debounce`` is the delay of
         ``on_conflict="debounce"``; ``throttle`` lets at most one job per unique key start per so
         many seconds. See the "Fairness and uniqueness" guide.
 

@@ -375,11 +375,21 @@ pgjobs_queues = Table(
     # `pgjobs queue limit --group-concurrency`: the most jobs of one group of the queue leased
     # at once (NULL: no limit). Migration 0011.
     Column("group_concurrency", Integer),
+    # `pgjobs queue limit --group-rate`: at most group_rate_jobs starts of one group of the
+    # queue per group_rate_seconds, in any window of that length (both NULL: no group rate).
+    # Migration 0016.
+    Column("group_rate_jobs", Integer),
+    Column("group_rate_seconds", Float),
     CheckConstraint("concurrency >= 1", name="concurrency_positive"),
     CheckConstraint("group_concurrency >= 1", name="group_concurrency_positive"),
     CheckConstraint(
         "(rate_jobs IS NULL) = (rate_seconds IS NULL) AND rate_jobs >= 1 AND rate_seconds > 0",
         name="rate_complete",
+    ),
+    CheckConstraint(
+        "(group_rate_jobs IS NULL) = (group_rate_seconds IS NULL) "
+        "AND group_rate_jobs >= 1 AND group_rate_seconds > 0",
+        name="group_rate_complete",
     ),
 )
 
@@ -463,6 +473,30 @@ pgjobs_group_holds = Table(
     Column("lease_owner", Text, nullable=False),
     Column("lease_expires_at", DateTime(timezone=True), nullable=False),
     Index("ix_pgjobs_group_holds_group_key", "group_key"),
+)
+
+# The starts of each group under a group rate (a queue's, `pgjobs queue limit --group-rate`, per
+# (queue, group); a task's, ``group_rate=``, per (task, group) in every queue): one row per claim
+# that started jobs of the group under the rate, at the claim's now() (the jobs' started_at), with
+# the rate it obeyed. A claim counts a group's rows of the last period (a sliding window) only
+# while it holds the group's rows of pgjobs_group_states and pgjobs_groups locked and current
+# (every claim that writes rows here writes those), so no start committed meanwhile is missed.
+# Rows older than their period are removed by the maintenance services. Migration 0016.
+pgjobs_group_starts = Table(
+    "pgjobs_group_starts",
+    metadata,
+    Column("group_key", Text, primary_key=True),
+    # 'task' or 'queue', and the task's or queue's name.
+    Column("kind", Text, primary_key=True),
+    Column("name", Text, primary_key=True),
+    Column("started_at", DateTime(timezone=True), primary_key=True),
+    # Jobs of the group the claim started under the rate.
+    Column("jobs", Integer, nullable=False),
+    # The rate the claim obeyed: at most rate_jobs starts per rate_seconds.
+    Column("rate_jobs", Integer, nullable=False),
+    Column("rate_seconds", Float, nullable=False),
+    CheckConstraint("kind IN ('task', 'queue')", name="kind"),
+    Index("ix_pgjobs_group_starts_started_at", "started_at"),
 )
 
 # Unique keys of tasks declared with a throttle: the job that last took the key, whose start

@@ -17,7 +17,7 @@ from pgjobs.payloads import (
     check_versions,
     typed_payloads,
 )
-from pgjobs.rates import Rate
+from pgjobs.rates import Rate, parse_named
 from pgjobs.retry import DEFAULT_RETRY_BASE, DEFAULT_RETRY_CAP, RetryPolicy, check_rules
 from pgjobs.submission import (
     DEFAULT_LEASE,
@@ -55,6 +55,9 @@ class TaskOptions(TypedDict, total=False):
     rate: str | Rate | None
     #: The most jobs of the task with the same group running at once (None: no limit).
     group_concurrency: int | None
+    #: The most starts of the task's jobs with the same group per period, ``"10/m"`` (None: no
+    #: limit).
+    group_rate: str | Rate | None
     #: One job of a group at a time, in enqueue order; ``"hold"``: a dead job holds the group.
     ordered: bool | str
     #: Seconds a unique job debounced by a later enqueue waits after it (None: 0).
@@ -127,6 +130,9 @@ class Task:
     #: The most jobs of this task with the same group leased at once, in all queues together
     #: (None: no limit).
     group_concurrency: int | None = None
+    #: At most so many starts of this task's jobs with the same group per period, in all queues
+    #: together, in any window of the period (None: no limit).
+    group_rate: Rate | None = None
     #: False, True (one job per group at a time, in enqueue order across queues; a dead job
     #: releases its group) or "hold" (a dead job holds its group until it is redriven or purged).
     ordered: bool | str = False
@@ -166,7 +172,11 @@ class Task:
     @property
     def grouped(self) -> bool:
         """The task limits or orders the jobs of each group."""
-        return self.group_concurrency is not None or self.ordered is not False
+        return (
+            self.group_concurrency is not None
+            or self.group_rate is not None
+            or self.ordered is not False
+        )
 
     def check_payload(self, payload: Any) -> str | None:
         """Why ``payload`` cannot be this handler's keyword arguments (or its model), with the
@@ -291,6 +301,7 @@ def make_task(
     group_concurrency, ordered = check_grouping(
         task_name, options.get("group_concurrency"), options.get("ordered", False)
     )
+    group_rate = options.get("group_rate")
     debounce = options.get("debounce")
     if debounce is not None:
         debounce = check_seconds("debounce", debounce)
@@ -340,6 +351,7 @@ def make_task(
         concurrency=concurrency,
         rate=None if rate is None else Rate.parse(rate),
         group_concurrency=group_concurrency,
+        group_rate=None if group_rate is None else parse_named("group_rate", group_rate),
         ordered=ordered,
         debounce=debounce,
         throttle=throttle,

@@ -14,7 +14,7 @@ import re
 from datetime import UTC, datetime, timedelta
 
 from pgjobs.errors import ConfigurationError
-from pgjobs.rates import Rate
+from pgjobs.rates import Rate, parse_named
 from pgjobs.submission import YEAR_RANGE, check_limit
 from pgjobs.text import MAX_AGE as _MAX_AGE
 from pgjobs.text import age_of as _age
@@ -121,9 +121,12 @@ def limit(value: str, name: str = "concurrency") -> int | None:
     return check_limit(name, int(text))
 
 
-def rate(value: str) -> Rate | None:
-    """A rate on the command line: ``100/s``, ``10/m``, ``5/10s``..., or ``none`` (no rate).
+def rate(value: str, name: str = "rate") -> Rate | None:
+    """A rate (option ``name``) on the command line: ``100/s``, ``10/m``, ``5/10s``..., or
+    ``none`` (no rate).
 
     Example: ``rate("100/s") == Rate(100, 1.0)``; ``rate("none") is None``
     """
-    return None if value.strip().lower() == _NONE else Rate.parse(value)
+    if value.strip().lower() == _NONE:
+        return None
+    return Rate.parse(value) if name == "rate" else parse_named(name, value)

@@ -76,18 +76,27 @@ def limit_command(
             show_default=False,
         ),
     ] = None,
+    group_rate: Annotated[
+        str | None,
+        typer.Option(
+            "--group-rate",
+            help="The most jobs of one group that start per period, in any window of the "
+            "period: 10/m, 100/h; 'none' removes it. Left out: unchanged.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonFlag = False,
     dsn: DsnOption = None,
 ) -> None:
-    """Limit how many of the queue's jobs run at once, how many start per period and how many
-    of one group's jobs run at once, for every worker from its next claim on (no restart). Jobs
-    held back stay ready.
+    """Limit how many of the queue's jobs run at once, how many start per period, and how many
+    of one group's jobs run at once and start per period, for every worker from its next claim
+    on (no restart). Jobs held back stay ready.
 
-    Example: pgjobs queue limit emails 10 --rate 100/s --group-concurrency 2"""
-    if concurrency is None and rate is None and group_concurrency is None:
+    Example: pgjobs queue limit emails 10 --rate 100/s --group-concurrency 2 --group-rate 10/m"""
+    if concurrency is None and rate is None and group_concurrency is None and group_rate is None:
         raise ConfigurationError(
-            "give a concurrency limit (a number, or none), --rate (e.g. 100/s, or none) and/or "
-            "--group-concurrency (a number, or none)",
+            "give a concurrency limit (a number, or none), --rate (e.g. 100/s, or none), "
+            "--group-concurrency (a number, or none) and/or --group-rate (e.g. 10/m, or none)",
             field="concurrency",
         )
     group = (
@@ -101,6 +110,7 @@ def limit_command(
         concurrency=queues.KEEP if concurrency is None else parse.limit(concurrency),
         rate=queues.KEEP if rate is None else parse.rate(rate),
         group_concurrency=group,
+        group_rate=queues.KEEP if group_rate is None else parse.rate(group_rate, "--group-rate"),
     )
     _report(change, as_json, "limits set" if change.changed else "limits unchanged")
 
@@ -134,6 +144,7 @@ def _state_json(state: QueueState) -> dict[str, Any]:
         **dataclasses.asdict(state),
         "paused": state.paused,
         "rate": rate_text(state.rate_jobs, state.rate_seconds),
+        "group_rate": rate_text(state.group_rate_jobs, state.group_rate_seconds),
     }
 
 

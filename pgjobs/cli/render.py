@@ -179,8 +179,19 @@ def schedules_table(schedules: list[ScheduleInfo]) -> Table:
 
 def queue_limits(state: QueueState | QueueStats) -> str:
     """A queue's limits in words: "at most 10 running, 100/s starts", or "-"."""
-    group = state.group_concurrency if isinstance(state, QueueState) else None
-    return limits_text(state.concurrency, state.rate_jobs, state.rate_seconds, group) or "-"
+    if not isinstance(state, QueueState):
+        return limits_text(state.concurrency, state.rate_jobs, state.rate_seconds) or "-"
+    return (
+        limits_text(
+            state.concurrency,
+            state.rate_jobs,
+            state.rate_seconds,
+            state.group_concurrency,
+            state.group_rate_jobs,
+            state.group_rate_seconds,
+        )
+        or "-"
+    )
 
 
 def groups_table(queue: QueueGroups) -> RenderableType:
@@ -225,6 +236,10 @@ def hold_text(hold: GroupHold) -> str:
     if hold.reason is HoldReason.DEAD:
         return f"{task}: dead job {ids} (redrive or purge it to release the group)"
     until = "" if hold.until is None else f" {cell_time(hold.until)}"
+    if hold.reason is HoldReason.RATE:
+        whose = f"{task}'s group rate" if hold.task else "the queue's group rate"
+        starts = f"{hold.jobs:,} start{'' if hold.jobs == 1 else 's'}"
+        return f"{whose} {hold.rate or ''}: {starts} in its window, the next at{until}"
     if hold.reason is HoldReason.RETRY:
         return f"{task}: job {ids} waits for a retry at{until} (ordered)"
     return f"{task}: job {ids} is scheduled for{until} (ordered)"

@@ -45,6 +45,10 @@ class ClaimParams:
     #: Tasks that limit the running jobs of each group, and those limits (parallel arrays).
     group_tasks: list[str] = field(default_factory=list)
     group_limits: list[int] = field(default_factory=list)
+    #: Tasks with a group rate, and its jobs and seconds (parallel arrays).
+    group_rate_tasks: list[str] = field(default_factory=list)
+    group_rate_jobs: list[int] = field(default_factory=list)
+    group_rate_seconds: list[float] = field(default_factory=list)
     #: Ordered tasks (one job of a group at a time, in enqueue order), and those of them whose
     #: dead jobs hold their group (``ordered="hold"``).
     ordered_tasks: list[str] = field(default_factory=list)
@@ -71,6 +75,11 @@ class ClaimParams:
             limit_rate_seconds=[t.rate.seconds if t.rate else None for t in limited],
             group_tasks=[t.name for t in tasks if t.group_concurrency is not None],
             group_limits=[t.group_concurrency for t in tasks if t.group_concurrency is not None],
+            group_rate_tasks=[t.name for t in tasks if t.group_rate is not None],
+            group_rate_jobs=[t.group_rate.jobs for t in tasks if t.group_rate is not None],
+            group_rate_seconds=[
+                float(t.group_rate.seconds) for t in tasks if t.group_rate is not None
+            ],
             ordered_tasks=[t.name for t in tasks if t.ordered is not False],
             hold_tasks=[t.name for t in tasks if t.ordered == "hold"],
         )
@@ -106,6 +115,9 @@ class ClaimParams:
             "limit_rate_seconds": float_array(self.limit_rate_seconds),
             "group_tasks": text_array(self.group_tasks),
             "group_limits": int_array(self.group_limits),
+            "group_rate_tasks": text_array(self.group_rate_tasks),
+            "group_rate_jobs": int_array(self.group_rate_jobs),
+            "group_rate_seconds": float_array(self.group_rate_seconds),
             "ordered_tasks": text_array(self.ordered_tasks),
             "hold_tasks": text_array(self.hold_tasks),
         }
@@ -119,7 +131,8 @@ class ClaimStatus(NamedTuple):
     held: int = 0
     #: Another worker was claiming under one of the limits: try again soon.
     locked_out: bool = False
-    #: Seconds until a rate limit's bucket holds a token again (None: no bucket is empty).
+    #: Seconds until a rate limit's bucket holds a token again, or a group held by its group
+    #: rate may start a job again (None: no bucket is empty, no group is held by its rate).
     retry_in: float | None = None
     #: Some of the worker's queues have a concurrency limit or a rate.
     queue_limits: bool = False

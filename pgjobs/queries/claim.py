@@ -5,6 +5,7 @@ batch (and settles the last).
 from __future__ import annotations
 
 from pgjobs.queries.columns import JOB_COLUMNS
+from pgjobs.queries.groups import _GROUP_RATED, _GROUP_TASK_RATES
 from pgjobs.queries.outcomes import _SUCCEED_MANY
 
 #: The settings of the worker's claim connections (see db.connect_async): each prepared statement
@@ -107,17 +108,28 @@ group_running AS MATERIALIZED (
 ),
 group_caps AS MATERIALIZED (
     SELECT r.queue, r.group_key,
-           p.group_concurrency - coalesce(
-               (SELECT sum(x.jobs) FROM group_running x
-                WHERE x.queue = r.queue AND x.group_key = r.group_key), 0) AS room,
+           -- least() passes over NULLs: without a limit, the other's room (NULL: neither).
+           least(
+               p.group_concurrency - coalesce(
+                   (SELECT sum(x.jobs) FROM group_running x
+                    WHERE x.queue = r.queue AND x.group_key = r.group_key), 0),
+               -- The queue's group rate: its starts of the group in the last period.
+               CASE WHEN p.group_rate_jobs IS NOT NULL THEN p.group_rate_jobs - coalesce(
+                   (SELECT sum(x.jobs) FROM pgjobs_group_starts x
+                    WHERE x.group_key = r.group_key AND x.kind = 'queue' AND x.name = r.queue
+                      AND x.started_at > now() - p.group_rate_seconds * interval '1 second'),
+                   0) END) AS room,
+           p.group_rate_jobs, p.group_rate_seconds,
            -- Each group's share of the claim: the groups looked at take turns.
            ceil(%(limit)s::float8 / count(*) OVER ())::int AS share
     FROM group_window r
     LEFT JOIN pgjobs_queues p ON p.name = r.queue
 ),
-group_takes AS MATERIALIZED (
+{_GROUP_TASK_RATES}group_takes AS MATERIALIZED (
     SELECT k.*,
-           greatest(least(k.share, coalesce(k.room, k.share)), 0) AS take
+           greatest(least(k.share, coalesce(k.room, k.share)), 0) AS take,
+           ARRAY(SELECT r.task FROM group_task_rates r
+                 WHERE r.group_key = k.group_key AND r.room <= 0) AS rate_held
     FROM group_caps k
 ),
 group_picked AS (
@@ -140,6 +152,9 @@ group_picked AS (
                   SELECT 1 FROM pgjobs_group_holds h
                   WHERE h.group_key = j.group_key AND h.task = j.task
                     AND h.lease_expires_at > now()))
+          -- Not a task whose group rate allows no more starts of the group: the group's
+          -- other tasks' jobs are reached past them.
+          AND j.task <> ALL(k.rate_held)
           AND (j.task <> ALL(%(hold_tasks)s::text[]) OR NOT EXISTS (
                   SELECT 1 FROM dead_letter d
                   WHERE d.group_key = j.group_key AND d.task = j.task))
@@ -153,10 +168,12 @@ group_jobs AS (
     FROM group_picked p
     LEFT JOIN unnest(%(group_tasks)s::text[], %(group_limits)s::int[]) AS t(task, cap)
         ON t.task = p.task
-    WHERE t.task IS NULL
-       OR p.task_turn <= t.cap - coalesce(
-              (SELECT sum(x.jobs) FROM group_running x
-               WHERE x.group_key = p.group_key AND x.task = p.task), 0)
+    LEFT JOIN group_task_rates g ON g.group_key = p.group_key AND g.task = p.task
+    WHERE (t.task IS NULL
+           OR p.task_turn <= t.cap - coalesce(
+                  (SELECT sum(x.jobs) FROM group_running x
+                   WHERE x.group_key = p.group_key AND x.task = p.task), 0))
+      AND (g.task IS NULL OR p.task_turn <= g.room)
 )"""
 
 # A queue with a setting a claim must obey: paused, or limited (JOB_CLAIM leaves such a queue to
@@ -387,7 +404,8 @@ turned AS (
             SELECT 1 FROM group_picked p WHERE p.queue = k.queue AND p.group_key = k.group_key)
     )
     RETURNING g.group_key
-)"""
+),
+{_GROUP_RATED}"""
 
 # The claimed jobs in JOB_COLUMNS, then the claim's status row: id NULL, its JSON in the payload
 # column. {status}: its JSON.
@@ -422,7 +440,7 @@ def _claim_statement(*, limited: bool, succeed: bool) -> str:
         WHERE k.take > 0 AND k.take <= (SELECT count(*) FROM claimed c
                                        WHERE c.queue = k.queue AND c.group_key = k.group_key)),
     'locked_out', (SELECT coalesce(bool_or(locked_out), false) FROM limits),
-    'retry_in', (SELECT min(retry_in) FROM limits),
+    'retry_in', least((SELECT min(retry_in) FROM limits), (SELECT min(wait) FROM rate_waits)),
     'queue_limits', (SELECT coalesce(bool_or(limited), false) FROM limits WHERE kind = 'queue')
                     OR {_QUEUE_GROUPS})""",
             None,
@@ -510,7 +528,13 @@ SELECT EXISTS (
 #:      snapshot saw (a group another claim started jobs of since is left to the next claim), so
 #:      its running jobs, counted in the snapshot (``group_running``), are right; each group gives
 #:      its share of the claim from its own range, at most what the queue's group_concurrency
-#:      leaves, then at most what each task's ``group_limits`` leaves (``group_jobs``); an
+#:      and group rate leave, then at most what each task's ``group_limits`` and group rate
+#:      (``group_rate_tasks`` with ``group_rate_jobs`` per ``group_rate_seconds``:
+#:      ``group_task_rates``) leave (``group_jobs``; a task whose rate allows no more starts of
+#:      the group is passed over in the group's range); a group rate counts the group's starts of
+#:      the last period in pgjobs_group_starts, trusted as the running jobs are (the group's
+#:      rows locked and current), and each claim records the starts it makes there (``rated``,
+#:      at its now(): the jobs' started_at), a sliding window; an
 #:      ordered task's job only when no older job of its task and group is in queued_jobs (and,
 #:      for ``hold_tasks``, none is in dead_letter); the groups that gave jobs, or had nothing to
 #:      give, go to the back of the turn order (``turned``). A task's limit and order hold per
@@ -529,7 +553,8 @@ SELECT EXISTS (
 #: Returns the claimed jobs, then one status row (id NULL, payload a JSON object): ``held`` (jobs
 #: held back now, and groups that gave their whole share: claim again at once), ``locked_out``
 #: (another worker claims under one of the limits right now: try again soon), ``retry_in``
-#: (seconds until an empty bucket has a token), ``queue_limits`` (some of the queues are limited
+#: (seconds until an empty bucket has a token, or the oldest start in the window of a group
+#: held by its rate leaves it), ``queue_limits`` (some of the queues are limited
 #: or hold groups). (``spent`` runs whether read or not, as every data-modifying part of a
 #: statement does.)
 JOB_CLAIM_LIMITED = _claim_statement(limited=True, succeed=False)

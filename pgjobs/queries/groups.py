@@ -4,6 +4,63 @@ and metrics.
 
 from __future__ import annotations
 
+# JOB_CLAIM_LIMITED's steps for group rates (queries/claim.py), kept here beside the groups'
+# other statements: ``group_task_rates`` (each task's group rate, for the groups looked at), as
+# a common table expression followed by a comma.
+_GROUP_TASK_RATES = """-- Each task's group rate, for each group looked at: what its starts of the group in the last
+-- period, in every queue, leave.
+group_task_rates AS MATERIALIZED (
+    SELECT r.group_key, t.task, t.jobs, t.seconds,
+           t.jobs - coalesce(
+               (SELECT sum(x.jobs) FROM pgjobs_group_starts x
+                WHERE x.group_key = r.group_key AND x.kind = 'task' AND x.name = t.task
+                  AND x.started_at > now() - t.seconds * interval '1 second'), 0) AS room
+    FROM (SELECT DISTINCT group_key FROM group_window) r
+    CROSS JOIN unnest(%(group_rate_tasks)s::text[], %(group_rate_jobs)s::int[],
+                      %(group_rate_seconds)s::float8[]) AS t(task, jobs, seconds)
+),
+"""
+
+# JOB_CLAIM_LIMITED's last steps for group rates: ``rated`` (the starts it made, recorded) and
+# ``rate_waits`` (when a group held by its rate may start again), after ``claimed``.
+_GROUP_RATED = """-- The starts of each group under a group rate (the queue's, per (queue, group); a task's, per
+-- (task, group)), at this claim's now(): the jobs' started_at.
+rated AS (
+    INSERT INTO pgjobs_group_starts AS s
+        (group_key, kind, name, started_at, jobs, rate_jobs, rate_seconds)
+    SELECT c.group_key, 'queue', c.queue, now(), count(*), k.group_rate_jobs,
+           k.group_rate_seconds
+    FROM group_caps k
+    JOIN claimed c ON c.queue = k.queue AND c.group_key = k.group_key
+    WHERE k.group_rate_jobs IS NOT NULL
+    GROUP BY c.group_key, c.queue, k.group_rate_jobs, k.group_rate_seconds
+    UNION ALL
+    SELECT c.group_key, 'task', c.task, now(), count(*), r.jobs, r.seconds
+    FROM group_task_rates r
+    JOIN claimed c ON c.group_key = r.group_key AND c.task = r.task
+    GROUP BY c.group_key, c.task, r.jobs, r.seconds
+    ON CONFLICT (group_key, kind, name, started_at) DO UPDATE SET jobs = s.jobs + excluded.jobs
+    RETURNING 1
+),
+-- Seconds until the oldest start in the window of a group held by its rate leaves it.
+rate_waits AS (
+    SELECT extract(epoch FROM (
+               SELECT min(x.started_at) FROM pgjobs_group_starts x
+               WHERE x.group_key = k.group_key AND x.kind = 'queue' AND x.name = k.queue
+                 AND x.started_at > now() - k.group_rate_seconds * interval '1 second')
+           + k.group_rate_seconds * interval '1 second' - now())::float8 AS wait
+    FROM group_caps k
+    WHERE k.group_rate_jobs IS NOT NULL AND k.room <= 0
+    UNION ALL
+    SELECT extract(epoch FROM (
+               SELECT min(x.started_at) FROM pgjobs_group_starts x
+               WHERE x.group_key = r.group_key AND x.kind = 'task' AND x.name = r.task
+                 AND x.started_at > now() - r.seconds * interval '1 second')
+           + r.seconds * interval '1 second' - now())::float8
+    FROM group_task_rates r
+    WHERE r.room <= 0
+)"""
+
 #: Make sure each throttled key (``tasks``, ``unique_keys``) has its pgjobs_throttles row before
 #: JOB_INSERT_KEYED locks it (a row that does not exist cannot be locked): a new key's row names
 #: no job (0) and no floor. Rows: (rows created,).
@@ -23,7 +80,8 @@ SELECT count(*) FROM ensured
 #: that hold no job and have seen no enqueue nor claim for ``idle`` seconds (the condition is
 #: checked again on the row as last written: an enqueue that wrote it meanwhile keeps it), and
 #: write the missing row of each group with ready jobs; remove the pgjobs_groups row of a group
-#: whose last (queue, group) row it removed, and write the missing one of a group with rows.
+#: whose last (queue, group) row it removed, and write the missing one of a group with rows;
+#: remove up to ``limit`` rows of pgjobs_group_starts older than their rate's period.
 #: Rows: one, (removed, written), rows of pgjobs_group_states.
 GROUP_STATES_TIDY = """
 WITH idle AS (
@@ -56,6 +114,17 @@ unused AS (
                             AND (s.queue, s.group_key) NOT IN (SELECT * FROM idle))
         FOR UPDATE SKIP LOCKED
     )
+),
+-- Starts under a group rate older than its period: no window holds them any more.
+expired AS (
+    DELETE FROM pgjobs_group_starts x
+    WHERE (x.group_key, x.kind, x.name, x.started_at) IN (
+        SELECT o.group_key, o.kind, o.name, o.started_at FROM pgjobs_group_starts o
+        WHERE o.started_at <= now() - o.rate_seconds * interval '1 second'
+        ORDER BY o.started_at
+        LIMIT %(limit)s
+    )
+      AND x.started_at <= now() - x.rate_seconds * interval '1 second'
 ),
 -- Places of force-cancelled jobs whose lease has ended: they count for nothing any more.
 ended AS (
@@ -117,7 +186,8 @@ SELECT count(*) FROM gone
 #: ``top`` groups by ready jobs (ready, running, at its limit), how many groups it has and how
 #: many are at their limit, and what holds each top group with ready jobs back. Rows: (queue,
 #: group_concurrency, groups, groups_capped, at_limit, group_key, ready, running, group at its
-#: limit, hold reason, hold task, holding job ids, holding jobs, hold until), one per top group and
+#: limit, hold reason, hold task, holding job ids, holding jobs, hold until, hold rate_jobs, hold
+#: rate_seconds), one per top group and
 #: hold (the hold columns NULL for a group held by nothing), or one with group_key NULL for a
 #: queue with no group to show (``top`` 0: every queue's counts alone).
 #:
@@ -136,7 +206,10 @@ SELECT count(*) FROM gone
 #: with a ready job in the group, its oldest job of the group in every queue when that job is not
 #: ready (one probe of ix_queued_jobs_group_sequence; the ready job looked for among the task's
 #: first ``ready_cap`` jobs of the group), and a dead job of a "hold" task (one probe of
-#: ix_dead_letter_group_key_task).
+#: ix_dead_letter_group_key_task); a group rate (the queue's, or a task's with a ready job of the
+#: group here) whose window holds as many starts as it allows (pgjobs_group_starts, the group's
+#: rows of the last period, with the rate the last claim obeyed): the starts counted, the rate,
+#: and until when (the next start is allowed once enough of the oldest leave the window).
 GROUPS_LOAD = """
 WITH RECURSIVE queues AS (
     (SELECT queue FROM queued_jobs
@@ -252,7 +325,7 @@ SELECT r.queue, r.group_concurrency, r.groups,
        EXISTS (SELECT 1 FROM waiting w WHERE w.queue = r.queue AND w.n > %(max_groups)s),
        r.groups_at_limit,
        CASE WHEN %(top)s > 0 THEN r.group_key END, r.ready, r.running, r.at_limit,
-       h.reason, h.task, h.job_ids, h.jobs, h.until
+       h.reason, h.task, h.job_ids, h.jobs, h.until, h.rate_jobs, h.rate_seconds
 FROM ranked r
 LEFT JOIN LATERAL (
     -- At its limit: the running jobs that hold it (every one of the queue at the queue's limit;
@@ -260,7 +333,7 @@ LEFT JOIN LATERAL (
     -- below as its oldest job).
     SELECT 1 AS nth, 'limit' AS reason, NULL::text AS task,
            (array_agg(j.id ORDER BY j.id))[1:%(holders)s] AS job_ids, count(*)::int AS jobs,
-           NULL::timestamptz AS until
+           NULL::timestamptz AS until, NULL::int AS rate_jobs, NULL::float8 AS rate_seconds
     FROM queued_jobs j
     WHERE %(top)s > 0 AND r.ready > 0 AND r.at_limit
       AND j.group_key = r.group_key
@@ -273,7 +346,7 @@ LEFT JOIN LATERAL (
     UNION ALL
     -- An ordered task: its oldest job of the group, when not ready, holds the task's ready jobs
     -- behind it; a dead job of a "hold" task holds them all.
-    SELECT v.nth, v.reason, t.task, ARRAY[v.id], 1, v.until
+    SELECT v.nth, v.reason, t.task, ARRAY[v.id], 1, v.until, NULL, NULL
     FROM unnest(%(ordered_tasks)s::text[]) AS t(task)
     -- The oldest job in every queue, as the claim takes an ordered group's head:
     -- ix_queued_jobs_group_sequence's first row of (group, task).
@@ -306,6 +379,41 @@ LEFT JOIN LATERAL (
               ORDER BY n.id LIMIT %(ready_cap)s
           ) n
           WHERE n.lease_expires_at IS NULL AND n.run_at <= now())
+    UNION ALL
+    -- A group rate whose window is full: held until the oldest starts leave it.
+    SELECT 4, 'rate', CASE WHEN w.kind = 'task' THEN w.name END, '{}'::bigint[],
+           w.started::int, w.until, w.rate_jobs, w.rate_seconds
+    FROM (
+        SELECT y.kind, y.name, y.rate_jobs, y.rate_seconds, max(y.total) AS started,
+               min(y.started_at + y.rate_seconds * interval '1 second')
+                   FILTER (WHERE y.total - y.upto < y.rate_jobs) AS until
+        FROM (
+            SELECT x.kind, x.name, x.started_at, s.rate_jobs, s.rate_seconds,
+                   sum(x.jobs) OVER (PARTITION BY x.kind, x.name) AS total,
+                   sum(x.jobs) OVER (PARTITION BY x.kind, x.name ORDER BY x.started_at) AS upto
+            FROM (
+                -- Each rate of the group, as the last claim under it obeyed it.
+                SELECT DISTINCT ON (z.kind, z.name) z.kind, z.name, z.rate_jobs, z.rate_seconds
+                FROM pgjobs_group_starts z
+                WHERE z.group_key = r.group_key
+                  AND (z.kind = 'task' OR z.name = r.queue)
+                ORDER BY z.kind, z.name, z.started_at DESC
+            ) s
+            JOIN pgjobs_group_starts x
+                ON x.group_key = r.group_key AND x.kind = s.kind AND x.name = s.name
+               AND x.started_at > now() - s.rate_seconds * interval '1 second'
+        ) y
+        GROUP BY y.kind, y.name, y.rate_jobs, y.rate_seconds
+        HAVING max(y.total) >= y.rate_jobs
+    ) w
+    WHERE %(top)s > 0 AND r.ready > 0
+      AND (w.kind = 'queue' OR EXISTS (
+          SELECT 1 FROM (
+              SELECT n.queue, n.lease_expires_at, n.run_at FROM queued_jobs n
+              WHERE n.group_key = r.group_key AND n.task = w.name
+              ORDER BY n.id LIMIT %(ready_cap)s
+          ) n
+          WHERE n.queue = r.queue AND n.lease_expires_at IS NULL AND n.run_at <= now()))
 ) h ON true
 WHERE r.rank <= greatest(%(top)s, 1)
 ORDER BY r.queue, r.rank, h.nth, h.task

@@ -53,11 +53,14 @@ _QUEUE_HAS_JOBS = """
 """
 
 # Columns of a queue's limits (pgjobs_queues p), in the order of models.QueueState.
-_QUEUE_LIMIT_COLUMNS = "p.concurrency, p.rate_jobs, p.rate_seconds, p.group_concurrency"
+_QUEUE_LIMIT_COLUMNS = (
+    "p.concurrency, p.rate_jobs, p.rate_seconds, p.group_concurrency, "
+    "p.group_rate_jobs, p.group_rate_seconds"
+)
 
 #: Every known queue (one that holds a job, or has settings) with its settings, by name.
 #: Rows: (name, paused_at, paused_by, pause_reason, holds jobs, concurrency, rate_jobs,
-#: rate_seconds, group_concurrency).
+#: rate_seconds, group_concurrency, group_rate_jobs, group_rate_seconds).
 QUEUE_LIST = f"""
 WITH {_QUEUES_WITH_JOBS}
 SELECT coalesce(j.queue, p.name), p.paused_at, p.paused_by, p.pause_reason, j.queue IS NOT NULL,
@@ -76,22 +79,26 @@ LEFT JOIN pgjobs_queues p ON p.name = %(name)s
 """
 
 #: Set queue ``name``'s concurrency limit (when ``set_concurrency``), rate (when ``set_rate``)
-#: and group concurrency (when ``set_group_concurrency``) to the values given, NULL removing one;
+#: group concurrency (when ``set_group_concurrency``) and group rate (when ``set_group_rate``) to
+#: the values given, NULL removing one;
 #: the other settings stay as they were. A
 #: new or changed rate starts the queue's token bucket full (pgjobs_limit_states).
 #: Wakes the idle workers of the queue (a limit raised lets them claim more). Rows: (whether a
 #: setting changed).
 QUEUE_LIMIT = f"""
 WITH before AS (
-    SELECT concurrency, rate_jobs, rate_seconds, group_concurrency
+    SELECT concurrency, rate_jobs, rate_seconds, group_concurrency, group_rate_jobs,
+           group_rate_seconds
     FROM pgjobs_queues WHERE name = %(name)s
 ),
 limited AS (
     INSERT INTO pgjobs_queues AS q (
-        name, concurrency, rate_jobs, rate_seconds, group_concurrency, updated_at
+        name, concurrency, rate_jobs, rate_seconds, group_concurrency, group_rate_jobs,
+        group_rate_seconds, updated_at
     )
     VALUES (%(name)s, %(concurrency)s::int, %(rate_jobs)s::int, %(rate_seconds)s::float8,
-            %(group_concurrency)s::int, now())
+            %(group_concurrency)s::int, %(group_rate_jobs)s::int,
+            %(group_rate_seconds)s::float8, now())
     ON CONFLICT (name) DO UPDATE
     SET concurrency = CASE WHEN %(set_concurrency)s THEN excluded.concurrency
                            ELSE q.concurrency END,
@@ -99,8 +106,13 @@ limited AS (
         rate_seconds = CASE WHEN %(set_rate)s THEN excluded.rate_seconds ELSE q.rate_seconds END,
         group_concurrency = CASE WHEN %(set_group_concurrency)s THEN excluded.group_concurrency
                                  ELSE q.group_concurrency END,
+        group_rate_jobs = CASE WHEN %(set_group_rate)s THEN excluded.group_rate_jobs
+                               ELSE q.group_rate_jobs END,
+        group_rate_seconds = CASE WHEN %(set_group_rate)s THEN excluded.group_rate_seconds
+                                  ELSE q.group_rate_seconds END,
         updated_at = now()
-    RETURNING concurrency, rate_jobs, rate_seconds, group_concurrency
+    RETURNING concurrency, rate_jobs, rate_seconds, group_concurrency, group_rate_jobs,
+              group_rate_seconds
 ),
 state AS (
     INSERT INTO pgjobs_limit_states (kind, name, tokens, refilled_at)
@@ -111,8 +123,10 @@ state AS (
     ON CONFLICT (kind, name) DO UPDATE
     SET tokens = excluded.tokens, refilled_at = excluded.refilled_at
 )
-SELECT (l.concurrency, l.rate_jobs, l.rate_seconds, l.group_concurrency)
-       IS DISTINCT FROM (b.concurrency, b.rate_jobs, b.rate_seconds, b.group_concurrency)
+SELECT (l.concurrency, l.rate_jobs, l.rate_seconds, l.group_concurrency, l.group_rate_jobs,
+        l.group_rate_seconds)
+       IS DISTINCT FROM (b.concurrency, b.rate_jobs, b.rate_seconds, b.group_concurrency,
+                         b.group_rate_jobs, b.group_rate_seconds)
 FROM limited l
 LEFT JOIN before b ON true
 CROSS JOIN pg_notify('{NOTIFY_CHANNEL}', %(name)s)

@@ -220,10 +220,13 @@ ORDER BY t.task
 #: (due, not leased, in a queue that is not paused) a claim could take, as JOB_CLAIM_LIMITED
 #: takes them: a group's ready jobs count only up to what its limits leave (a task's
 #: ``group_tasks`` with their ``group_limits``, across every queue; a queue's
-#: group_concurrency, in that queue), an ordered task's (``ordered_tasks``) only when it is its
-#: (task, group)'s oldest job in every queue, a ``hold_tasks``'s only while no dead job of its
-#: (task, group) is in dead_letter; the place of a force-cancelled job whose handler may still
-#: run (pgjobs_group_holds) counts as a running job there, not as work. One scan of queued_jobs;
+#: group_concurrency, in that queue; a queue's group rate, in that queue, and a task's
+#: ``group_rate_tasks`` with ``group_rate_jobs`` per ``group_rate_seconds``, across every queue:
+#: what their starts of the group in the last period leave), an ordered task's
+#: (``ordered_tasks``) only when it is its (task, group)'s oldest job in every queue, a
+#: ``hold_tasks``'s only while no dead job of its (task, group) is in dead_letter; the place of
+#: a force-cancelled job whose handler may still run (pgjobs_group_holds) counts as a running
+#: job there, not as work. One scan of queued_jobs;
 #: the ready jobs of a group are ranked per (task, group) and per (queue, group) in claim order.
 #: Rows: (count,).
 JOB_DEMAND = """
@@ -266,6 +269,17 @@ WHERE (l.task IS NULL OR r.task_nth <= l.cap - coalesce(
   AND (p.group_concurrency IS NULL OR r.queue_nth <= p.group_concurrency - coalesce(
           (SELECT sum(x.jobs) FROM running x
            WHERE x.group_key = r.group_key AND x.queue = r.queue), 0))
+  AND (p.group_rate_jobs IS NULL OR r.queue_nth <= p.group_rate_jobs - coalesce(
+          (SELECT sum(x.jobs) FROM pgjobs_group_starts x
+           WHERE x.group_key = r.group_key AND x.kind = 'queue' AND x.name = r.queue
+             AND x.started_at > now() - p.group_rate_seconds * interval '1 second'), 0))
+  AND NOT EXISTS (
+          SELECT 1 FROM unnest(%(group_rate_tasks)s::text[], %(group_rate_jobs)s::int[],
+                               %(group_rate_seconds)s::float8[]) AS g(task, jobs, seconds)
+          WHERE g.task = r.task AND r.task_nth > g.jobs - coalesce(
+              (SELECT sum(x.jobs) FROM pgjobs_group_starts x
+               WHERE x.group_key = r.group_key AND x.kind = 'task' AND x.name = r.task
+                 AND x.started_at > now() - g.seconds * interval '1 second'), 0))
   AND (r.task <> ALL(%(ordered_tasks)s::text[]) OR NOT EXISTS (
           SELECT 1 FROM queued_jobs o
           WHERE o.group_key = r.group_key AND o.task = r.task AND o.id < r.id)

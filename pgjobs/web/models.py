@@ -512,14 +512,21 @@ class GroupHold(BaseModel):
 
     reason: HoldReason = Field(
         description="limit: its running jobs; running, retry, scheduled: an ordered task's "
-        "oldest job of the group; dead: a job of an ordered='hold' task in dead_letter."
+        "oldest job of the group; dead: a job of an ordered='hold' task in dead_letter; rate: "
+        "a group rate allows no more starts until the oldest in its window leave it."
     )
-    task: str | None = Field(description="The ordered task whose jobs are held (null: limit).")
+    task: str | None = Field(
+        description="The ordered task whose jobs are held, or the task whose group rate holds "
+        "them (null: limit, a queue's group rate)."
+    )
     job_ids: list[int] = Field(description="The holding jobs, oldest first, at most a few.")
     jobs: int = Field(description="How many jobs hold it.")
     until: datetime | None = Field(
-        default=None, description="When the waiting job becomes ready (retry, scheduled)."
+        default=None,
+        description="When the waiting job becomes ready (retry, scheduled), when the group "
+        "rate allows the next start (rate).",
     )
+    rate: str | None = Field(default=None, description="The group rate that holds it (rate).")
 
 
 class GroupLoad(BaseModel):

@@ -123,6 +123,17 @@ def grouped(key: int, seconds: float = 0.05) -> int:
     return _run(key, seconds)
 
 
+#: The group rate of ``accept.group_rated``: at most GROUP_RATE_JOBS starts of one group in any
+#: second, across every worker.
+GROUP_RATE_JOBS = 3
+
+
+@app.task(name="accept.group_rated", group_rate=f"{GROUP_RATE_JOBS}/s")
+def group_rated(key: int) -> int:
+    """Quick, at most GROUP_RATE_JOBS starts of one group a second across every worker."""
+    return _run(key)
+
+
 @app.task(name="accept.in_order", ordered=True)
 def in_order(key: int, seconds: float = 0.02) -> int:
     """One job of a group at a time, in enqueue order."""

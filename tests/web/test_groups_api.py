@@ -173,5 +173,6 @@ def test_stats_show_what_holds_a_group_with_the_servers_app(
             "job_ids": [first],
             "jobs": 1,
             "until": "2999-01-01T00:00:00+00:00",
+            "rate": None,
         }
     ]

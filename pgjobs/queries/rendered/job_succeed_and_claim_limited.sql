@@ -178,17 +178,40 @@ group_running AS MATERIALIZED (
 ),
 group_caps AS MATERIALIZED (
     SELECT r.queue, r.group_key,
-           p.group_concurrency - coalesce(
-               (SELECT sum(x.jobs) FROM group_running x
-                WHERE x.queue = r.queue AND x.group_key = r.group_key), 0) AS room,
+           -- least() passes over NULLs: without a limit, the other's room (NULL: neither).
+           least(
+               p.group_concurrency - coalesce(
+                   (SELECT sum(x.jobs) FROM group_running x
+                    WHERE x.queue = r.queue AND x.group_key = r.group_key), 0),
+               -- The queue's group rate: its starts of the group in the last period.
+               CASE WHEN p.group_rate_jobs IS NOT NULL THEN p.group_rate_jobs - coalesce(
+                   (SELECT sum(x.jobs) FROM pgjobs_group_starts x
+                    WHERE x.group_key = r.group_key AND x.kind = 'queue' AND x.name = r.queue
+                      AND x.started_at > now() - p.group_rate_seconds * interval '1 second'),
+                   0) END) AS room,
+           p.group_rate_jobs, p.group_rate_seconds,
            -- Each group's share of the claim: the groups looked at take turns.
            ceil(%(limit)s::float8 / count(*) OVER ())::int AS share
     FROM group_window r
     LEFT JOIN pgjobs_queues p ON p.name = r.queue
 ),
+-- Each task's group rate, for each group looked at: what its starts of the group in the last
+-- period, in every queue, leave.
+group_task_rates AS MATERIALIZED (
+    SELECT r.group_key, t.task, t.jobs, t.seconds,
+           t.jobs - coalesce(
+               (SELECT sum(x.jobs) FROM pgjobs_group_starts x
+                WHERE x.group_key = r.group_key AND x.kind = 'task' AND x.name = t.task
+                  AND x.started_at > now() - t.seconds * interval '1 second'), 0) AS room
+    FROM (SELECT DISTINCT group_key FROM group_window) r
+    CROSS JOIN unnest(%(group_rate_tasks)s::text[], %(group_rate_jobs)s::int[],
+                      %(group_rate_seconds)s::float8[]) AS t(task, jobs, seconds)
+),
 group_takes AS MATERIALIZED (
     SELECT k.*,
-           greatest(least(k.share, coalesce(k.room, k.share)), 0) AS take
+           greatest(least(k.share, coalesce(k.room, k.share)), 0) AS take,
+           ARRAY(SELECT r.task FROM group_task_rates r
+                 WHERE r.group_key = k.group_key AND r.room <= 0) AS rate_held
     FROM group_caps k
 ),
 group_picked AS (
@@ -211,6 +234,9 @@ group_picked AS (
                   SELECT 1 FROM pgjobs_group_holds h
                   WHERE h.group_key = j.group_key AND h.task = j.task
                     AND h.lease_expires_at > now()))
+          -- Not a task whose group rate allows no more starts of the group: the group's
+          -- other tasks' jobs are reached past them.
+          AND j.task <> ALL(k.rate_held)
           AND (j.task <> ALL(%(hold_tasks)s::text[]) OR NOT EXISTS (
                   SELECT 1 FROM dead_letter d
                   WHERE d.group_key = j.group_key AND d.task = j.task))
@@ -224,10 +250,12 @@ group_jobs AS (
     FROM group_picked p
     LEFT JOIN unnest(%(group_tasks)s::text[], %(group_limits)s::int[]) AS t(task, cap)
         ON t.task = p.task
-    WHERE t.task IS NULL
-       OR p.task_turn <= t.cap - coalesce(
-              (SELECT sum(x.jobs) FROM group_running x
-               WHERE x.group_key = p.group_key AND x.task = p.task), 0)
+    LEFT JOIN group_task_rates g ON g.group_key = p.group_key AND g.task = p.task
+    WHERE (t.task IS NULL
+           OR p.task_turn <= t.cap - coalesce(
+                  (SELECT sum(x.jobs) FROM group_running x
+                   WHERE x.group_key = p.group_key AND x.task = p.task), 0))
+      AND (g.task IS NULL OR p.task_turn <= g.room)
 ),
 candidates AS (
     SELECT c.*, false AS was_held
@@ -333,6 +361,43 @@ turned AS (
             SELECT 1 FROM group_picked p WHERE p.queue = k.queue AND p.group_key = k.group_key)
     )
     RETURNING g.group_key
+),
+-- The starts of each group under a group rate (the queue's, per (queue, group); a task's, per
+-- (task, group)), at this claim's now(): the jobs' started_at.
+rated AS (
+    INSERT INTO pgjobs_group_starts AS s
+        (group_key, kind, name, started_at, jobs, rate_jobs, rate_seconds)
+    SELECT c.group_key, 'queue', c.queue, now(), count(*), k.group_rate_jobs,
+           k.group_rate_seconds
+    FROM group_caps k
+    JOIN claimed c ON c.queue = k.queue AND c.group_key = k.group_key
+    WHERE k.group_rate_jobs IS NOT NULL
+    GROUP BY c.group_key, c.queue, k.group_rate_jobs, k.group_rate_seconds
+    UNION ALL
+    SELECT c.group_key, 'task', c.task, now(), count(*), r.jobs, r.seconds
+    FROM group_task_rates r
+    JOIN claimed c ON c.group_key = r.group_key AND c.task = r.task
+    GROUP BY c.group_key, c.task, r.jobs, r.seconds
+    ON CONFLICT (group_key, kind, name, started_at) DO UPDATE SET jobs = s.jobs + excluded.jobs
+    RETURNING 1
+),
+-- Seconds until the oldest start in the window of a group held by its rate leaves it.
+rate_waits AS (
+    SELECT extract(epoch FROM (
+               SELECT min(x.started_at) FROM pgjobs_group_starts x
+               WHERE x.group_key = k.group_key AND x.kind = 'queue' AND x.name = k.queue
+                 AND x.started_at > now() - k.group_rate_seconds * interval '1 second')
+           + k.group_rate_seconds * interval '1 second' - now())::float8 AS wait
+    FROM group_caps k
+    WHERE k.group_rate_jobs IS NOT NULL AND k.room <= 0
+    UNION ALL
+    SELECT extract(epoch FROM (
+               SELECT min(x.started_at) FROM pgjobs_group_starts x
+               WHERE x.group_key = r.group_key AND x.kind = 'task' AND x.name = r.task
+                 AND x.started_at > now() - r.seconds * interval '1 second')
+           + r.seconds * interval '1 second' - now())::float8
+    FROM group_task_rates r
+    WHERE r.room <= 0
 )
 SELECT id, queue, task, payload, priority, run_at, attempts, max_attempts, lease_owner, lease_expires_at, last_error, created_at, expires_at, idempotency_key, payload_version, trace_context, group_key, unique_key, snoozes FROM claimed
 UNION ALL
@@ -346,7 +411,7 @@ SELECT NULL, NULL, NULL, jsonb_build_object(
         WHERE k.take > 0 AND k.take <= (SELECT count(*) FROM claimed c
                                        WHERE c.queue = k.queue AND c.group_key = k.group_key)),
     'locked_out', (SELECT coalesce(bool_or(locked_out), false) FROM limits),
-    'retry_in', (SELECT min(retry_in) FROM limits),
+    'retry_in', least((SELECT min(retry_in) FROM limits), (SELECT min(wait) FROM rate_waits)),
     'queue_limits', (SELECT coalesce(bool_or(limited), false) FROM limits WHERE kind = 'queue')
                     OR EXISTS (
     SELECT 1 FROM pgjobs_group_states WHERE queue = ANY(%(queues)s::text[])

@@ -114,5 +114,10 @@ def rate(value: float | None) -> str:
 def queue_limits(state: QueueState) -> str:
     """A queue's limits in words: "at most 10 running, 100/s starts", or "" without any."""
     return limits_text(
-        state.concurrency, state.rate_jobs, state.rate_seconds, state.group_concurrency
+        state.concurrency,
+        state.rate_jobs,
+        state.rate_seconds,
+        state.group_concurrency,
+        state.group_rate_jobs,
+        state.group_rate_seconds,
     )

@@ -226,7 +226,14 @@ def test_stats_shows_what_holds_each_group(capsys, dsn, conn, monkeypatch):
     (q,) = json.loads(out)["groups"]
     held = {g["group_key"]: g["held_by"] for g in q["top"]}
     assert held["c-1"] == [
-        {"reason": "running", "task": "cli.ordered", "job_ids": [runs], "jobs": 1, "until": None}
+        {
+            "reason": "running",
+            "task": "cli.ordered",
+            "job_ids": [runs],
+            "jobs": 1,
+            "until": None,
+            "rate": None,
+        }
     ]
     assert held["c-2"] == [
         {
@@ -235,6 +242,7 @@ def test_stats_shows_what_holds_each_group(capsys, dsn, conn, monkeypatch):
             "job_ids": [retries],
             "jobs": 1,
             "until": "2999-01-01T00:00:00+00:00",
+            "rate": None,
         }
     ]
     assert [(h["reason"], h["job_ids"]) for h in held["c-3"]] == [("dead", [dead])]

@@ -109,6 +109,9 @@ DEMO_VALUES = {
     "queues": "'{images,emails}'",
     "group_tasks": "'{}'",
     "group_limits": "'{}'",
+    "group_rate_tasks": "'{}'",
+    "group_rate_jobs": "'{}'",
+    "group_rate_seconds": "'{}'",
     "ordered_tasks": "'{}'",
     "hold_tasks": "'{}'",
 }
@@ -174,6 +177,9 @@ def test_the_demand_counts_only_the_ready_jobs_a_claim_could_take(
         "queues": ["east", "west"],
         "group_tasks": ["k.pairs"],
         "group_limits": [2],
+        "group_rate_tasks": [],
+        "group_rate_jobs": [],
+        "group_rate_seconds": [],
         "ordered_tasks": ["k.ordered", "k.holding"],
         "hold_tasks": ["k.holding"],
     }
