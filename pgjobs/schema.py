@@ -377,7 +377,7 @@ pgjobs_queues = Table(
     Column("group_concurrency", Integer),
     # `pgjobs queue limit --group-rate`: at most group_rate_jobs starts of one group of the
     # queue per group_rate_seconds, in any window of that length (both NULL: no group rate).
-    # Migration 0016.
+    # Migration 0017.
     Column("group_rate_jobs", Integer),
     Column("group_rate_seconds", Float),
     CheckConstraint("concurrency >= 1", name="concurrency_positive"),
@@ -481,7 +481,7 @@ pgjobs_group_holds = Table(
 # the rate it obeyed. A claim counts a group's rows of the last period (a sliding window) only
 # while it holds the group's rows of pgjobs_group_states and pgjobs_groups locked and current
 # (every claim that writes rows here writes those), so no start committed meanwhile is missed.
-# Rows older than their period are removed by the maintenance services. Migration 0016.
+# Rows older than their period are removed by the maintenance services. Migration 0017.
 pgjobs_group_starts = Table(
     "pgjobs_group_starts",
     metadata,

@@ -1,7 +1,7 @@
 """Group rates: at most N starts of one group per period, a queue's or a task's
 
-Revision ID: 0016
-Revises: 0015
+Revision ID: 0017
+Revises: 0016
 Create Date: 2026-12-02
 
 * ``pgjobs_queues.group_rate_jobs`` and ``group_rate_seconds``: `pgjobs queue limit
@@ -26,8 +26,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0016"
-down_revision: str | None = "0015"
+revision: str = "0017"
+down_revision: str | None = "0016"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
