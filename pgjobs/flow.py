@@ -19,6 +19,7 @@ iterators hold one page at a time: reading 100,000 members costs the memory of o
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -195,6 +196,10 @@ class DependencyResults:
     def __iter__(self) -> Iterator[int]:
         return iter(self._by_id)
 
+    def outcomes(self) -> list[JobResult]:
+        """Every dependency's ``JobResult``, in id order."""
+        return list(self._by_id.values())
+
     def __len__(self) -> int:
         return len(self._by_id)
 
@@ -259,6 +264,36 @@ async def dependency_results_async(
     with db.translate_errors():
         cursor = await conn.execute(queries.DEPENDENCY_RESULTS, {"id": job_id})
         return _dependencies(await db.fetch_rows_async(cursor))
+
+
+def of(target: db.Target, job_id: int) -> DependencyResults:
+    """``dependency_results`` on ``target`` (a DSN or the caller's connection), as `pgjobs job
+    show` and the API read them.
+
+    Example: ``flow.of(dsn, 43).names``
+    """
+    with db.target_connection(target) as conn:
+        return dependency_results(conn, job_id)
+
+
+def shown(results: DependencyResults, budget: int = PAGE_BYTES) -> dict[int, Any]:
+    """The results a job's page shows beside its dependencies: those of the succeeded ones, in id
+    order, while their JSON text adds up to at most ``budget`` bytes (the first always); the
+    rest are left out (each job's own page has its result).
+
+    Example: ``flow.shown(flow.of(dsn, 43))[41]``
+    """
+    found: dict[int, Any] = {}
+    spent = 0
+    for outcome in results.outcomes():
+        if not outcome.succeeded:
+            continue
+        size = len(json.dumps(outcome.result, default=str))
+        if found and spent + size > budget:
+            break
+        found[outcome.id] = outcome.result
+        spent += size
+    return found
 
 
 def check_page(batch_id: object, after: object, limit: object) -> tuple[int, int, int]:

@@ -342,10 +342,30 @@ class JobSummary(_Response):
 
 
 class JobEdge(BaseModel):
-    """A job on the other end of a dependency, and its status (null: purged or pruned)."""
+    """A job on the other end of a dependency, its status (null: purged or pruned) and the name
+    the dependent gave it at enqueue."""
 
     id: int
     status: JobStatus | None
+    name: str | None = Field(
+        default=None,
+        description='The name given at enqueue (`"after": {"charge": 41}`); null: by id.',
+    )
+
+
+class AfterEdge(JobEdge):
+    """A job the job waits for, or waited for, with its result once it succeeded."""
+
+    result: Any = Field(
+        default=None,
+        description="What the dependency's handler returned, once it succeeded (null otherwise, "
+        "or when left out).",
+    )
+    result_omitted: bool = Field(
+        default=False,
+        description="The results of `after` add up to more than 1 MiB of JSON: this one is left "
+        "out (`GET /jobs/{id}` of the dependency has it).",
+    )
 
 
 class Job(JobSummary):
@@ -354,7 +374,7 @@ class Job(JobSummary):
     result: Any = None
     traceback: str | None = None
     replays: list[int] = Field(default_factory=list)
-    after: list[JobEdge] | None = Field(
+    after: list[AfterEdge] | None = Field(
         None, description="The jobs it waits for, or waited for (null: not read by this answer)."
     )
     dependents: list[JobEdge] | None = Field(
