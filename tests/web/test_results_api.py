@@ -102,3 +102,31 @@ def test_an_unknown_batch_is_a_404_and_a_bad_cursor_a_422(client: TestClient) ->
     assert response.status_code == 422
     response = client.get("/api/v1/batches/1/results", params={"after": -1}, headers=READ_AUTH)
     assert response.status_code == 422
+
+
+def test_after_names_its_dependencies_over_http(app: App, client: TestClient) -> None:
+    charge = app.enqueue("shop.charge", {"order": 1})
+    response = client.post(
+        "/api/v1/jobs",
+        json={"task": "shop.ship", "payload": {"order": 1}, "after": {"charge": charge}},
+    )
+    assert response.status_code == 201, response.text
+    assert [(e["id"], e["name"]) for e in response.json()["after"]] == [(charge, "charge")]
+    response = client.post(
+        "/api/v1/jobs/batch",
+        json={
+            "jobs": [
+                {"task": "shop.charge", "payload": {"order": 2}},
+                {"task": "shop.ship", "payload": {"order": 2}, "after": {"charge": {"ref": 0}}},
+            ]
+        },
+    )
+    assert response.status_code == 201, response.text
+    first, second = response.json()["jobs"]
+    shown = client.get(f"/api/v1/jobs/{second['id']}", headers=READ_AUTH).json()
+    assert [(e["id"], e["name"]) for e in shown["after"]] == [(first["id"], "charge")]
+    response = client.post(
+        "/api/v1/jobs",
+        json={"task": "shop.ship", "payload": {"order": 3}, "after": {"a": charge, "b": charge}},
+    )
+    assert_error(response, 422, "invalid_value", "after")
