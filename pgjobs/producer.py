@@ -104,9 +104,7 @@ class PreparedJob(NamedTuple):
     #: The jobs it waits for (``submission.check_after``); a job with some is inserted by
     #: ``pgjobs.dependencies``, never by the statements here.
     after: tuple[int | Ref, ...] | None = None
-    #: The names ``after`` gave them, (name, job) pairs (``submission.after_names``; None: by id
-    #: only), written on the dependency edges.
-    after_names: tuple[tuple[str, int | Ref], ...] | None = None
+    after_names: tuple[tuple[str, int | Ref], ...] | None = None  # submission.after_names
 
 
 # PreparedJob's fields of a job with a group or a unique key, which the plain inserts leave out.
@@ -168,7 +166,6 @@ def prepare(spec: JobSpec, tasks: Mapping[str, Task] | None) -> PreparedJob:
     keys = uniqueness.check(spec, task)
     trace = tracing.publish(name, queue) if tracing.enabled() else None
     after = None if spec.after is None else check_after(spec.after)
-    names = None if spec.after is None else after_names(spec.after)
     return PreparedJob(
         queue,
         name,
@@ -185,7 +182,7 @@ def prepare(spec: JobSpec, tasks: Mapping[str, Task] | None) -> PreparedJob:
         *keys,
         tags.check(spec.tags),
         after,
-        names,
+        None if spec.after is None else after_names(spec.after),
     )
 
 
