@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         WorkflowDiverged,
         WorkflowError,
     )
+    from pgjobs.flow import DependencyResults, JobResult, ResultsPage
     from pgjobs.models import DeadGroup, DeadJob, Job, JobHistory, JobStatus, QueueStats
     from pgjobs.rates import Rate
     from pgjobs.retry import RetryPolicy
@@ -56,6 +57,7 @@ _EXPORTS: dict[str, str] = {
     "DeadGroup": "pgjobs.models",
     "DeadJob": "pgjobs.models",
     "DependencyFailed": "pgjobs.errors",
+    "DependencyResults": "pgjobs.flow",
     "InvalidPayload": "pgjobs.errors",
     "Job": "pgjobs.models",
     "JobCancelled": "pgjobs.errors",
@@ -64,6 +66,7 @@ _EXPORTS: dict[str, str] = {
     "JobFailed": "pgjobs.errors",
     "JobHistory": "pgjobs.models",
     "JobNotFound": "pgjobs.errors",
+    "JobResult": "pgjobs.flow",
     "JobSpec": "pgjobs.submission",
     "JobStateConflict": "pgjobs.errors",
     "JobStatus": "pgjobs.models",
@@ -73,6 +76,7 @@ _EXPORTS: dict[str, str] = {
     "QueueStats": "pgjobs.models",
     "Rate": "pgjobs.rates",
     "Ref": "pgjobs.submission",
+    "ResultsPage": "pgjobs.flow",
     "RetryPolicy": "pgjobs.retry",
     "SchemaMissing": "pgjobs.errors",
     "Snooze": "pgjobs.errors",
@@ -101,6 +105,7 @@ __all__ = [
     "DeadGroup",
     "DeadJob",
     "DependencyFailed",
+    "DependencyResults",
     "InvalidPayload",
     "Job",
     "JobCancelled",
@@ -109,6 +114,7 @@ __all__ = [
     "JobFailed",
     "JobHistory",
     "JobNotFound",
+    "JobResult",
     "JobSpec",
     "JobStateConflict",
     "JobStatus",
@@ -118,6 +124,7 @@ __all__ = [
     "QueueStats",
     "Rate",
     "Ref",
+    "ResultsPage",
     "RetryPolicy",
     "SchemaMissing",
     "Snooze",

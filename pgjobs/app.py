@@ -4,7 +4,7 @@ own pool or the caller's connection."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, Unpack
 
@@ -12,7 +12,7 @@ import psycopg
 
 # admin, batches and schedules are imported where they are used: `pgjobs enqueue` and a worker
 # need none of them (admin brings the completer's reports).
-from pgjobs import coalescing, dependencies, producer, queues, results
+from pgjobs import coalescing, dependencies, flow, producer, queues, results
 from pgjobs.db.dsn import APP_SOURCE, Dsn, normalize_dsn, resolve_dsn
 from pgjobs.db.pooler import Pooler, parse_pooler
 from pgjobs.errors import ConfigurationError
@@ -321,6 +321,30 @@ class App(Registry):
         from pgjobs import batches
 
         return self._on_pool(batches.status, batch_id)
+
+    def batch_results(self, batch_id: int, *, page_size: int = 500) -> Iterator[flow.JobResult]:
+        """Every member of batch ``batch_id`` in id order with its outcome and result, read
+        ``page_size`` at a time (one page in memory; see ``pgjobs.flow``).
+
+        Example: ``rows = sum(m.result for m in app.batch_results(7) if m.succeeded)``
+        """
+        return flow.iter_batch(self._pools, batch_id, page_size)
+
+    def batch_results_async(
+        self, batch_id: int, *, page_size: int = 500
+    ) -> AsyncIterator[flow.JobResult]:
+        """``batch_results`` for asyncio: ``async for member in app.batch_results_async(7)``."""
+        return flow.iter_batch_async(self._pools, batch_id, page_size)
+
+    def batch_results_page(
+        self, batch_id: int, *, after: int = 0, limit: int = 500
+    ) -> flow.ResultsPage:
+        """One page of ``batch_results``: the members after member ``after`` (0: the first),
+        at most ``limit``, and the ``next_after`` of the next page (None: the last).
+
+        Example: ``page = app.batch_results_page(7, after=page.next_after)``
+        """
+        return self._on_pool(flow.batch_page, batch_id, after, limit)
 
     async def enqueue_many_async(
         self, jobs: Iterable[JobSpec], *, connection: Any = None, batch: batches.Batch | None = None

@@ -1,7 +1,8 @@
 """The running job as its handler sees it: ``JobContext`` and ``pgjobs.current_job()``.
 
-A context knows its job and how to ask for a longer lease (a callback its worker gives it); it
-knows nothing of the worker itself.
+A context knows its job, how to ask for a longer lease (a callback its worker gives it) and
+where to read what the jobs before it left (the app's pools, ``pgjobs.flow``); it knows nothing
+of the worker itself.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ import contextvars
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
+from pgjobs import flow
 from pgjobs.errors import ConfigurationError, PgjobsError, Snooze
 from pgjobs.models import Job
 from pgjobs.text import storable
@@ -52,6 +54,7 @@ class JobContext:
         "_progress_asked",
         "_progress_last",
         "_progress_sent",
+        "_reads",
         "_report",
         "cancelled",
         "job",
@@ -64,8 +67,11 @@ class JobContext:
         job: Job,
         extend: Callable[[JobContext, float], None],
         report: Callable[[JobContext, float], None] | None = None,
+        reads: flow.Runner | None = None,
     ) -> None:
         self.job = job
+        #: Where the results of other jobs are read (the app's pools; None: nowhere).
+        self._reads = reads
         #: Called with (this context, seconds) from the handler's thread: write this job's
         #: progress in that many seconds (None: progress is kept here only).
         self._report = report
@@ -133,6 +139,77 @@ class JobContext:
         self._progress_asked = False
         value = self._progress_sent = self._progress
         return value
+
+    def dependency_results(self) -> flow.DependencyResults:
+        """The results of the jobs this job was enqueued ``after``: by id and by the names
+        given at enqueue (``after={"charge": 41}``), read in one statement. A dependency whose
+        archived row was pruned raises ``JobNotFound`` when its result is read (the others stay
+        readable); see ``pgjobs.flow.DependencyResults``. From an async handler, await
+        ``dependency_results_async()``.
+
+        Example: ``receipt = pgjobs.current_job().dependency_results()["charge"]["receipt"]``
+        """
+        reads = self._runner("dependency_results")
+        job_id = self.job.id
+        return reads.run(lambda conn, _dsn: flow.dependency_results(conn, job_id))
+
+    async def dependency_results_async(self) -> flow.DependencyResults:
+        """``dependency_results`` for an async handler, without blocking the event loop.
+
+        Example: ``results = await pgjobs.current_job().dependency_results_async()``
+        """
+        reads = self._reads_or_refuse("dependency_results_async")
+        job_id = self.job.id
+        return await reads.run_async(lambda conn, _dsn: flow.dependency_results_async(conn, job_id))
+
+    def batch_results(self, page_size: int = flow.PAGE_SIZE) -> Iterator[flow.JobResult]:
+        """In a batch's callback: every member of its batch, in id order, with its outcome and
+        result (``pgjobs.flow.JobResult``), read ``page_size`` at a time: one page in memory
+        whatever the batch's size. A job that is no batch's callback is refused
+        (``PgjobsError``). From an async handler, ``batch_results_async()``.
+
+        Example::
+
+            @app.task()
+            def summarise(batch: dict[str, int]) -> int:
+                members = pgjobs.current_job().batch_results()
+                return sum(m.result["rows"] for m in members if m.succeeded)
+        """
+        reads = self._runner("batch_results")
+        flow.check_page(1, 0, page_size)
+        job = self.job
+        batch_id = reads.run(lambda conn, _dsn: flow.checked_callback(conn, job))
+        return flow.iter_batch(reads, batch_id, page_size)
+
+    async def batch_results_async(
+        self, page_size: int = flow.PAGE_SIZE
+    ) -> AsyncIterator[flow.JobResult]:
+        """``batch_results`` for an async handler: ``async for member in
+        current_job().batch_results_async(): ...``"""
+        reads = self._reads_or_refuse("batch_results_async")
+        flow.check_page(1, 0, page_size)
+        job = self.job
+        batch_id = await reads.run_async(lambda conn, _dsn: flow.checked_callback_async(conn, job))
+        async for member in flow.iter_batch_async(reads, batch_id, page_size):
+            yield member
+
+    def _reads_or_refuse(self, what: str) -> flow.Runner:
+        if self._reads is None:
+            raise PgjobsError(
+                f"{what}() reads the database: it works in a handler run by a pgjobs worker or "
+                "pgjobs.testing.drain, not under eager()"
+            )
+        return self._reads
+
+    def _runner(self, what: str) -> flow.Runner:
+        """The reads of a sync call, refused on a running event loop (it would block it)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self._reads_or_refuse(what)
+        raise ConfigurationError(
+            f"{what}() blocks: in an async handler, use {what}_async() (await it, or async for)"
+        )
 
     def snooze(self, seconds: float) -> NoReturn:
         """Put this job back in the queue for ``seconds`` without spending an attempt: raises

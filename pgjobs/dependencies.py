@@ -33,7 +33,7 @@ caller's transaction as it was.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +56,9 @@ from pgjobs.submission import Ref
 #: The statements of an enqueue with dependencies, as producer.InsertPlan: the first (the ids'
 #: reservation, or the read of the isolation level) runs before the savepoint, the others in it.
 Plan = Generator[tuple[str, dict[str, Any]], list[tuple[Any, ...]], list[int]]
+
+#: A keyed job the call created with dependencies: its position, its targets and their names.
+Attached = tuple[int, tuple[int | Ref, ...], dict[int | Ref, str]]
 
 
 def wanted(rows: Sequence[PreparedJob]) -> bool:
@@ -164,7 +167,7 @@ def _plan(rows: Sequence[PreparedJob], many: bool, *, in_callers_transaction: bo
     attached = _attached(rows, keyed, found, created, among)
     named = sorted(
         {d for row in others for d in row.after or () if isinstance(d, int)}
-        | {d for _, targets in attached.values() for d in targets if isinstance(d, int)}
+        | {d for _, targets, _ in attached.values() for d in targets if isinstance(d, int)}
     )
     queued: set[int] = set()
     if named:
@@ -173,12 +176,14 @@ def _plan(rows: Sequence[PreparedJob], many: bool, *, in_callers_transaction: bo
     if gone:
         ended: dict[int, str] = dict((yield queries.DEPENDENCY_ENDED, {"ids": sorted(gone)}))
         waits = [(p, row.after or ()) for p, row in zip(positions, others, strict=True)]
-        waits += list(attached.values())
+        waits += [(position, targets) for position, targets, _ in attached.values()]
         for position, after in waits:
             for job_id in after:
                 if job_id in gone and ended.get(job_id) != JobStatus.SUCCEEDED:
                     _refuse(job_id, ended.get(job_id), position, many)
-    watched_by_keyed = {d.position for _, ts in attached.values() for d in ts if isinstance(d, Ref)}
+    watched_by_keyed = {
+        d.position for _, ts, _ in attached.values() for d in ts if isinstance(d, Ref)
+    }
     if others:
         yield queries.DEPENDENCY_INSERT, _insert_params(others, ids, queued, watched_by_keyed)
     if attached:
@@ -193,11 +198,11 @@ def _attached(
     found: dict[int, int],
     created: set[int],
     among: dict[int, int],
-) -> dict[int, tuple[int, tuple[int | Ref, ...]]]:
+) -> dict[int, Attached]:
     """The keyed jobs the call created with dependencies, each once (rows merged by a key share
-    a job): their id to their position and targets, a ``Ref`` naming one of the call's other
-    jobs by its index ``among`` them, another job by its id."""
-    attached: dict[int, tuple[int, tuple[int | Ref, ...]]] = {}
+    a job): their id to their position, targets and the targets' names, a ``Ref`` naming one of
+    the call's other jobs by its index ``among`` them, another job by its id."""
+    attached: dict[int, Attached] = {}
 
     def target(d: int | Ref) -> int | Ref:
         if not isinstance(d, Ref):
@@ -208,12 +213,32 @@ def _attached(
         job_id = found[position]
         after = rows[position].after
         if after and job_id in created and job_id not in attached:
-            attached[job_id] = (position, tuple(dict.fromkeys(map(target, after))))
+            names = _names(rows[position], target, position)
+            attached[job_id] = (position, tuple(dict.fromkeys(map(target, after))), names)
     return attached
 
 
+def _names(
+    row: PreparedJob, target: Callable[[int | Ref], int | Ref], position: int
+) -> dict[int | Ref, str]:
+    """The names ``row`` gave its dependencies, by target as ``target`` maps them (a ``Ref`` to
+    a job already inserted becomes its id). Two names that come to name one job (two jobs of the
+    call that one key made one) are refused: the job could not read both."""
+    names: dict[int | Ref, str] = {}
+    for name, given in row.after_names or ():
+        mapped = target(given)
+        if mapped in names:
+            raise ConfigurationError(
+                f"job #{position}: after names one job twice ({names[mapped]!r} and {name!r}: "
+                "the jobs they name share a key); give it one name",
+                field=f"jobs[{position}].after",
+            )
+        names[mapped] = name
+    return names
+
+
 def _attach_params(
-    attached: dict[int, tuple[int, tuple[int | Ref, ...]]], ids: list[int], queued: set[int]
+    attached: dict[int, Attached], ids: list[int], queued: set[int]
 ) -> dict[str, Any]:
     """DEPENDENCY_ATTACH's arrays for the keyed jobs created with dependencies (their id to
     their position and targets: a ``Ref`` names one of the call's other jobs by its index)."""
@@ -221,7 +246,8 @@ def _attach_params(
     waiting_on: list[int] = []
     edge_jobs: list[int] = []
     edge_targets: list[int] = []
-    for job_id, (_, targets) in attached.items():
+    edge_names: list[str | None] = []
+    for job_id, (_, targets, names) in attached.items():
         unmet = 0
         for target in targets:
             if isinstance(target, Ref):
@@ -232,6 +258,7 @@ def _attach_params(
                 unmet += target in queued
             edge_jobs.append(job_id)
             edge_targets.append(target_id)
+            edge_names.append(names.get(target))
         job_ids.append(job_id)
         waiting_on.append(unmet)
     return {
@@ -240,6 +267,7 @@ def _attach_params(
         "watched": [unmet > 0 for unmet in waiting_on],
         "edge_jobs": edge_jobs,
         "edge_targets": edge_targets,
+        "edge_names": edge_names,
     }
 
 
@@ -267,8 +295,14 @@ def _resolved(
         return found[d.position] if d.position in found else Ref(among[d.position])
 
     return [
-        row._replace(after=tuple(dict.fromkeys(map(target, row.after)))) if row.after else row
-        for row in rows
+        row._replace(
+            after=tuple(dict.fromkeys(map(target, row.after))),
+            after_names=tuple((name, d) for d, name in _names(row, target, position).items())
+            or None,
+        )
+        if row.after
+        else row
+        for row, position in zip(rows, positions, strict=True)
     ]
 
 
@@ -321,8 +355,10 @@ def _insert_params(
     watched = [index in waited_for for index in range(len(rows))]
     edge_jobs: list[int] = []
     edge_targets: list[int] = []
+    edge_names: list[str | None] = []
     for position, row in enumerate(rows):
         unmet = 0
+        names = {target: name for name, target in row.after_names or ()}
         for target in row.after or ():
             if isinstance(target, Ref):
                 watched[target.position] = True
@@ -333,6 +369,7 @@ def _insert_params(
                 unmet += target in queued
             edge_jobs.append(ids[position])
             edge_targets.append(target_id)
+            edge_names.append(names.get(target))
         waiting_on.append(unmet)
         if unmet:
             watched[position] = True
@@ -354,15 +391,18 @@ def _insert_params(
         "watched": watched,
         "edge_jobs": edge_jobs,
         "edge_targets": edge_targets,
+        "edge_names": edge_names,
     }
 
 
 @dataclass(frozen=True, slots=True)
 class Edge:
-    """A job on the other end of a dependency, and its status (None: purged or pruned)."""
+    """A job on the other end of a dependency, its status (None: purged or pruned) and the name
+    the dependent gave it at enqueue (``after={"charge": 41}``; None: by id only)."""
 
     id: int
     status: JobStatus | None
+    name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,9 +424,10 @@ def of(target: db.Target, job_id: int) -> Dependencies:
         rows = conn.execute(queries.DEPENDENCY_SHOW, {"id": job_id}).fetchall()
     sides: dict[str, list[Edge]] = {"after": [], "dependent": []}
     waiting_on = None
-    for side, other, status in rows:
+    for side, other, status, name in rows:
         if side == "waiting":
             waiting_on = int(other)
         else:
-            sides[side].append(Edge(int(other), None if status is None else JobStatus(status)))
+            shown = None if status is None else JobStatus(status)
+            sides[side].append(Edge(int(other), shown, name))
     return Dependencies(tuple(sides["after"]), tuple(sides["dependent"]), waiting_on)

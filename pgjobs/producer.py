@@ -26,6 +26,7 @@ from pgjobs.submission import (
     DEFAULT_QUEUE,
     JobSpec,
     Ref,
+    after_names,
     check_after,
     check_key,
     check_max_attempts,
@@ -103,6 +104,7 @@ class PreparedJob(NamedTuple):
     #: The jobs it waits for (``submission.check_after``); a job with some is inserted by
     #: ``pgjobs.dependencies``, never by the statements here.
     after: tuple[int | Ref, ...] | None = None
+    after_names: tuple[tuple[str, int | Ref], ...] | None = None  # submission.after_names
 
 
 # PreparedJob's fields of a job with a group or a unique key, which the plain inserts leave out.
@@ -180,6 +182,7 @@ def prepare(spec: JobSpec, tasks: Mapping[str, Task] | None) -> PreparedJob:
         *keys,
         tags.check(spec.tags),
         after,
+        None if spec.after is None else after_names(spec.after),
     )
 
 

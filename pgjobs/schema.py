@@ -519,6 +519,9 @@ pgjobs_dependencies = Table(
     metadata,
     Column("job_id", BigInteger, primary_key=True),
     Column("depends_on", BigInteger, primary_key=True),
+    # The name the dependent gave it (``after={"charge": 41}``), NULL when named by id only: the
+    # dependent reads its results by it (``current_job().dependency_results()``). Migration 0018.
+    Column("name", Text),
     # The trigger pgjobs_job_ended finds a job's dependents by it.
     Index("ix_pgjobs_dependencies_depends_on", "depends_on"),
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple, TypedDict
@@ -387,37 +387,79 @@ class Ref:
 
 def check_after(after: object) -> tuple[int | Ref, ...]:
     """The jobs a job waits for (``after``): ids (whole numbers in 1..``MAX_JOB_ID``) and
-    ``Ref``s, at most ``MAX_DEPENDENCIES``, in the order given, a repeated one kept once.
+    ``Ref``s, at most ``MAX_DEPENDENCIES``, in the order given, a repeated one kept once. A
+    mapping names each one (``{"charge": 41, "stock": Ref(0)}``, see ``after_names``): its
+    values are the jobs, each named once.
 
     Example: ``check_after([7, 7, Ref(0)])`` returns ``(7, Ref(0))``.
     """
-    if isinstance(after, str | bytes | dict) or not isinstance(
-        after, list | tuple | set | frozenset
-    ):
+    if isinstance(after, Mapping):
+        return tuple(target for _, target in after_names(after) or ())
+    if isinstance(after, str | bytes) or not isinstance(after, list | tuple | set | frozenset):
         raise ConfigurationError(
-            f"after must be a list of job ids, got {type(after).__name__}", field="after"
+            "after must be a list of job ids, or a mapping of names to job ids, got "
+            f"{type(after).__name__}",
+            field="after",
         )
-    if len(after) > MAX_DEPENDENCIES:
-        raise ConfigurationError(
-            f"after lists {len(after):,} jobs; the limit is {MAX_DEPENDENCIES:,}", field="after"
-        )
+    _check_count(len(after))
     for item in after:
-        if isinstance(item, Ref):
-            if (
-                isinstance(item.position, bool)
-                or not isinstance(item.position, int)
-                or item.position < 0
-            ):
-                raise ConfigurationError(
-                    f"Ref takes the position of a job of the call (0 or more), got {item.position!r}",
-                    field="after",
-                )
-        elif isinstance(item, bool) or not isinstance(item, int) or not 1 <= item <= MAX_JOB_ID:
+        _check_target(item)
+    return tuple(dict.fromkeys(after))
+
+
+def after_names(after: object) -> tuple[tuple[str, int | Ref], ...] | None:
+    """The names ``after`` gives the jobs it waits for, as (name, job) pairs in the order given
+    (None for a list: jobs named by id only). A name is a task's kind of name (1 to 200
+    visible characters, in NFC); two names for one job are refused, as is a mapping that is
+    not ``{name: id or Ref}``.
+
+    Example: ``after_names({"charge": 41})`` returns ``(("charge", 41),)``.
+    """
+    if not isinstance(after, Mapping):
+        return None
+    _check_count(len(after))
+    pairs: list[tuple[str, int | Ref]] = []
+    named: dict[int | Ref, str] = {}
+    for name, target in after.items():
+        try:
+            checked = check_name("dependency", name)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"after: {exc}", field="after") from None
+        _check_target(target)
+        if target in named:
             raise ConfigurationError(
-                f"after holds {item!r}: a job id is a whole number in 1..{MAX_JOB_ID}",
+                f"after names {target!r} twice ({named[target]!r} and {checked!r}): give each "
+                "job one name",
                 field="after",
             )
-    return tuple(dict.fromkeys(after))
+        named[target] = checked
+        pairs.append((checked, target))
+    return tuple(pairs)
+
+
+def _check_count(count: int) -> None:
+    if count > MAX_DEPENDENCIES:
+        raise ConfigurationError(
+            f"after lists {count:,} jobs; the limit is {MAX_DEPENDENCIES:,}", field="after"
+        )
+
+
+def _check_target(item: object) -> None:
+    if isinstance(item, Ref):
+        if (
+            isinstance(item.position, bool)
+            or not isinstance(item.position, int)
+            or item.position < 0
+        ):
+            raise ConfigurationError(
+                f"Ref takes the position of a job of the call (0 or more), got {item.position!r}",
+                field="after",
+            )
+    elif isinstance(item, bool) or not isinstance(item, int) or not 1 <= item <= MAX_JOB_ID:
+        raise ConfigurationError(
+            f"after holds {item!r}: a job id is a whole number in 1..{MAX_JOB_ID}",
+            field="after",
+        )
 
 
 class JobSpec(NamedTuple):
@@ -453,8 +495,9 @@ class JobSpec(NamedTuple):
     #: Labels to search and triage by, e.g. ``["customer:42"]`` (``pgjobs.tags``); a list.
     tags: list[str] | tuple[str, ...] | None = None
     #: The jobs it waits for: it runs once every one of them has succeeded (ids, or ``Ref`` to a
-    #: job listed before it in the same ``enqueue_many``).
-    after: Sequence[int | Ref] | None = None
+    #: job listed before it in the same ``enqueue_many``), a list or a mapping of names to them
+    #: (``{"charge": 41}``: the job reads their results by those names).
+    after: Sequence[int | Ref] | Mapping[str, int | Ref] | None = None
 
 
 class JobOptions(TypedDict, total=False):
@@ -474,4 +517,4 @@ class JobOptions(TypedDict, total=False):
     on_conflict: str | None
     debounce: float | None
     tags: list[str] | tuple[str, ...] | None
-    after: Sequence[int | Ref] | None
+    after: Sequence[int | Ref] | Mapping[str, int | Ref] | None

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from pgjobs import admin, dependencies
+from pgjobs import admin, dependencies, flow
 from pgjobs.cli import parse, render
 from pgjobs.cli.options import DsnOption, JobIdArgument, JsonFlag, database
 from pgjobs.errors import ConfigurationError
@@ -36,11 +36,18 @@ def job_show_command(
     job = admin.job(target, job_id)
     graph = dependencies.of(target, job_id)
     steps = workflow_history.of(target, job_id)
+    shown = flow.shown(flow.of(target, job_id)) if graph.after else {}
     if as_json:
+        edges = dataclasses.asdict(graph)
+        for edge in edges["after"]:
+            edge["result"] = shown.get(edge["id"])
+            edge["result_omitted"] = (
+                edge["status"] == JobStatus.SUCCEEDED and edge["id"] not in shown
+            )
         render.print_json(
             {
                 **dataclasses.asdict(job),
-                **dataclasses.asdict(graph),
+                **edges,
                 "workflow": [_entry_json(entry) for entry in steps],
             }
         )
@@ -82,6 +89,7 @@ def job_show_command(
             ("dependents", _edges(graph.dependents)),
         ]
     )
+    render.print_block("results of after", _results(graph.after, shown))
     _print_workflow(steps)
     render.print_block("last error", job.last_error)
     render.print_block("traceback", job.traceback)
@@ -126,9 +134,30 @@ def _edges(edges: tuple[dependencies.Edge, ...]) -> str | None:
     """``12 (succeeded), 13 (ready)``, the first ``_SHOWN_EDGES`` of them; None when none."""
     if not edges:
         return None
-    text = ", ".join(f"{e.id} ({e.status or 'purged'})" for e in edges[:_SHOWN_EDGES])
+    text = ", ".join(
+        (f"{e.name}={e.id}" if e.name else str(e.id)) + f" ({e.status or 'purged'})"
+        for e in edges[:_SHOWN_EDGES]
+    )
     more = len(edges) - _SHOWN_EDGES
     return text + (f" and {more:,} more" if more > 0 else "")
+
+
+#: Bytes of one dependency's result `job show` prints (``--json`` gives the whole).
+_SHOWN_RESULT = 200
+
+
+def _results(edges: tuple[dependencies.Edge, ...], shown: dict[int, object]) -> str | None:
+    """One line per dependency that succeeded: ``charge=41: {"receipt": "r-1"}``, each result
+    cut to ``_SHOWN_RESULT`` bytes, the first ``_SHOWN_EDGES`` of them."""
+    lines = []
+    for edge in [e for e in edges if e.status is JobStatus.SUCCEEDED][:_SHOWN_EDGES]:
+        label = f"{edge.name}={edge.id}" if edge.name else str(edge.id)
+        if edge.id in shown:
+            value = clipped(json.dumps(shown[edge.id], ensure_ascii=False), _SHOWN_RESULT)
+        else:
+            value = f"(left out: see `pgjobs job show {edge.id}`)"
+        lines.append(f"{label}: {value}")
+    return "\n".join(lines) or None
 
 
 def _waiting(graph: dependencies.Dependencies) -> str | None:

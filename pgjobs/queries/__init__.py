@@ -27,6 +27,7 @@ from pgjobs.queries.archive import (
     ARCHIVE_STATE,
 )
 from pgjobs.queries.batches import (
+    BATCH_CALLBACK,
     BATCH_COPY_MEMBERS,
     BATCH_COPY_MEMBERS_TAGGED,
     BATCH_INSERT,
@@ -36,6 +37,7 @@ from pgjobs.queries.batches import (
     BATCH_INSERT_MEMBERS_TAGGED,
     BATCH_MEMBERS,
     BATCH_OF_JOB,
+    BATCH_RESULTS_PAGE,
     BATCH_SEAL,
     BATCH_STATUS,
     BATCHES_PAGE,
@@ -92,6 +94,7 @@ from pgjobs.queries.dependencies import (
     DEPENDENCY_INSERT,
     DEPENDENCY_LOCK,
     DEPENDENCY_RESERVE_IDS,
+    DEPENDENCY_RESULTS,
     DEPENDENCY_SHOW,
 )
 from pgjobs.queries.doctor import (
@@ -261,6 +264,7 @@ __all__ = [
     "ARCHIVE_PRUNE_UNLOCK",
     "ARCHIVE_STATE",
     "BATCHES_PAGE",
+    "BATCH_CALLBACK",
     "BATCH_COPY_MEMBERS",
     "BATCH_COPY_MEMBERS_TAGGED",
     "BATCH_INSERT",
@@ -270,6 +274,7 @@ __all__ = [
     "BATCH_INSERT_MEMBERS_TAGGED",
     "BATCH_MEMBERS",
     "BATCH_OF_JOB",
+    "BATCH_RESULTS_PAGE",
     "BATCH_SEAL",
     "BATCH_STATUS",
     "BROWSE_JOBS",
@@ -295,6 +300,7 @@ __all__ = [
     "DEPENDENCY_INSERT",
     "DEPENDENCY_LOCK",
     "DEPENDENCY_RESERVE_IDS",
+    "DEPENDENCY_RESULTS",
     "DEPENDENCY_SHOW",
     "DOCTOR_BACKEND_PID",
     "DOCTOR_CHANNEL",

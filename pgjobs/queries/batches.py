@@ -145,3 +145,53 @@ BATCH_INSERT_MEMBERS_TAGGED = _tagged_many(BATCH_INSERT_MEMBERS, batch=True)
 BATCH_INSERT_MEMBERS_KEYED_TAGGED = _tagged_keyed(BATCH_INSERT_MEMBERS_KEYED)
 
 BATCH_COPY_MEMBERS_TAGGED = _tagged_copy(BATCH_COPY_MEMBERS)
+
+
+#: One page of batch ``id``'s members in id order after member ``after`` (0: from the first): at
+#: most ``limit`` of them, and fewer when their results add up to more than ``bytes`` bytes of
+#: JSON text (the first always comes). Each table's members through its batch_id index, merged.
+#: Rows: (id, task, table, status, result, reason, error_type, last_error, kept); the last row
+#: has kept = false, and no result, when more members follow (the page's end).
+BATCH_RESULTS_PAGE = f"""
+WITH page AS (
+    SELECT * FROM (
+        (SELECT id, task, 'queued_jobs' AS home,
+                CASE WHEN run_at = 'infinity' THEN '{JobStatus.WAITING}'
+                     WHEN lease_expires_at IS NOT NULL THEN '{JobStatus.RUNNING}'
+                     WHEN run_at > now() THEN '{JobStatus.SCHEDULED}'
+                     ELSE '{JobStatus.READY}' END AS status,
+                NULL::jsonb AS result, NULL::text AS reason, NULL::text AS error_type,
+                last_error
+         FROM queued_jobs WHERE batch_id = %(id)s AND id > %(after)s
+         ORDER BY id LIMIT %(limit)s + 1)
+        UNION ALL
+        (SELECT id, task, 'archived_jobs', status, result, NULL, NULL, last_error
+         FROM archived_jobs WHERE batch_id = %(id)s AND id > %(after)s
+         ORDER BY id LIMIT %(limit)s + 1)
+        UNION ALL
+        (SELECT id, task, 'dead_letter', '{JobStatus.DEAD}', NULL, reason, error_type, last_error
+         FROM dead_letter WHERE batch_id = %(id)s AND id > %(after)s
+         ORDER BY id LIMIT %(limit)s + 1)
+    ) m
+    ORDER BY id
+    LIMIT %(limit)s + 1
+),
+sized AS (
+    SELECT p.*, row_number() OVER w AS n,
+           coalesce(sum(octet_length(p.result::text)) OVER w, 0)
+               - coalesce(octet_length(p.result::text), 0) AS before
+    FROM page p
+    WINDOW w AS (ORDER BY id ROWS UNBOUNDED PRECEDING)
+),
+marked AS (
+    SELECT s.*, (n <= %(limit)s AND (n = 1 OR before < %(bytes)s)) AS kept FROM sized s
+)
+SELECT id, task, home, status, CASE WHEN kept THEN result END, reason, error_type, last_error,
+       kept
+FROM marked
+WHERE kept OR n = (SELECT min(n) FROM marked WHERE NOT kept)
+ORDER BY id
+"""
+
+#: Whether batch ``id`` exists, and the job its callback is (NULL: none yet). Rows: one, or none.
+BATCH_CALLBACK = "SELECT callback_job_id FROM pgjobs_batches WHERE id = %(id)s"

@@ -83,7 +83,8 @@ SELECT id, '{JobStatus.DEAD}' FROM dead_letter WHERE id = ANY(%(ids)s::bigint[])
 #: pgjobs_waiting row (the run_at it asked for, for the trigger that releases it); the others
 #: as usual, waking idle workers of their queues. ``watched``: the job waits, or a later job of
 #: the call waits for it. Every edge (``edge_jobs``, ``edge_targets``) goes into
-#: pgjobs_dependencies, met ones too (the job's page lists them). Rows: one, (jobs inserted).
+#: pgjobs_dependencies, met ones too (the job's page lists them), with the name the job gave it
+#: (``edge_names``, NULL: by id only). Rows: one, (jobs inserted).
 DEPENDENCY_INSERT = f"""
 WITH input AS (
     SELECT r.*, coalesce(r.run_at, now() + r.run_in * interval '1 second') AS due
@@ -108,8 +109,9 @@ inserted AS (
     RETURNING id
 ),
 edges AS (
-    INSERT INTO pgjobs_dependencies (job_id, depends_on)
-    SELECT * FROM unnest(%(edge_jobs)s::bigint[], %(edge_targets)s::bigint[])
+    INSERT INTO pgjobs_dependencies (job_id, depends_on, name)
+    SELECT * FROM unnest(%(edge_jobs)s::bigint[], %(edge_targets)s::bigint[],
+                         %(edge_names)s::text[])
 ),
 waiting AS (
     INSERT INTO pgjobs_waiting (job_id, waiting_on, run_at)
@@ -123,17 +125,18 @@ SELECT (SELECT count(*) FROM inserted) FROM notified
 """
 
 #: Make jobs just inserted by JOB_INSERT_KEYED (with an idempotency key, a group or a unique key)
-#: dependents: their edges, ``watched`` where given, and for each with ``waiting_on`` > 0
-#: dependencies not met yet, run_at 'infinity' and a pgjobs_waiting row that keeps the run time
-#: the insert gave it (its release time). Rows: (jobs updated,).
+#: dependents: their edges (named by ``edge_names``), ``watched`` where given, and for each with
+#: ``waiting_on`` > 0 dependencies not met yet, run_at 'infinity' and a pgjobs_waiting row that
+#: keeps the run time the insert gave it (its release time). Rows: (jobs updated,).
 DEPENDENCY_ATTACH = """
 WITH input AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(waiting_on)s::int[], %(watched)s::boolean[])
         AS r(id, waiting_on, watched)
 ),
 edges AS (
-    INSERT INTO pgjobs_dependencies (job_id, depends_on)
-    SELECT * FROM unnest(%(edge_jobs)s::bigint[], %(edge_targets)s::bigint[])
+    INSERT INTO pgjobs_dependencies (job_id, depends_on, name)
+    SELECT * FROM unnest(%(edge_jobs)s::bigint[], %(edge_targets)s::bigint[],
+                         %(edge_names)s::text[])
 ),
 waiting AS (
     INSERT INTO pgjobs_waiting (job_id, waiting_on, run_at)
@@ -153,21 +156,46 @@ SELECT count(*) FROM held
 """
 
 #: The jobs job ``id`` depends on and the jobs that depend on it, with their status wherever
-#: they are (NULL: purged or pruned), and the dependencies it still waits for. Rows: ('after' |
-#: 'dependent', id, status) by side and id, then ('waiting', count, NULL) while it waits.
+#: they are (NULL: purged or pruned) and the edge's name (NULL: by id only), and the dependencies
+#: it still waits for. Rows: ('after' | 'dependent', id, status, name) by side and id, then
+#: ('waiting', count, NULL, NULL) while it waits.
 DEPENDENCY_SHOW = f"""
 WITH edges AS (
-    SELECT 'after' AS side, depends_on AS id FROM pgjobs_dependencies WHERE job_id = %(id)s
+    SELECT 'after' AS side, depends_on AS id, name FROM pgjobs_dependencies WHERE job_id = %(id)s
     UNION ALL
-    SELECT 'dependent', job_id FROM pgjobs_dependencies WHERE depends_on = %(id)s
+    SELECT 'dependent', job_id, name FROM pgjobs_dependencies WHERE depends_on = %(id)s
 )
 SELECT e.side, e.id, coalesce(
     (SELECT {_QUEUED_STATUS} FROM queued_jobs q WHERE q.id = e.id),
     (SELECT a.status FROM archived_jobs a WHERE a.id = e.id),
     (SELECT '{JobStatus.DEAD}' FROM dead_letter d WHERE d.id = e.id)
-)
+), e.name
 FROM edges e
 UNION ALL
-SELECT 'waiting', waiting_on, NULL FROM pgjobs_waiting WHERE job_id = %(id)s
+SELECT 'waiting', waiting_on, NULL, NULL FROM pgjobs_waiting WHERE job_id = %(id)s
 ORDER BY 1, 2
+"""
+
+#: What each job that job ``id`` depends on left, where it is now: (id, name, table, status,
+#: result, reason, error_type, last_error) by id, as RESULT_LOOKUP reads one job (table NULL:
+#: in no table, its archived row pruned or purged). Through pgjobs_dependencies' primary key and
+#: each table's primary key; at most MAX_DEPENDENCIES rows, each result within the limit the
+#: worker stored it under.
+DEPENDENCY_RESULTS = f"""
+SELECT d.depends_on, d.name, f.home, f.status, f.result, f.reason, f.error_type, f.last_error
+FROM pgjobs_dependencies d
+LEFT JOIN LATERAL (
+    SELECT 'archived_jobs' AS home, a.status, a.result, NULL::text AS reason,
+           NULL::text AS error_type, NULL::text AS last_error
+    FROM archived_jobs a WHERE a.id = d.depends_on
+    UNION ALL
+    SELECT 'dead_letter', '{JobStatus.DEAD}', NULL::jsonb, x.reason, x.error_type, x.last_error
+    FROM dead_letter x WHERE x.id = d.depends_on
+    UNION ALL
+    SELECT 'queued_jobs', NULL::text, NULL::jsonb, NULL::text, NULL::text, NULL::text
+    FROM queued_jobs q WHERE q.id = d.depends_on
+    LIMIT 1
+) f ON true
+WHERE d.job_id = %(id)s
+ORDER BY d.depends_on
 """

@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from pgjobs import db, queries, tracing
+from pgjobs import db, flow, queries, tracing
 from pgjobs.app import App
 from pgjobs.completer import ClaimParams, Completer
 from pgjobs.completer.params import SettleParams
@@ -151,6 +151,8 @@ class _Drain:
         now: datetime | None,
     ) -> None:
         self.dsn = dsn
+        #: Where handlers read other jobs' results (current_job().dependency_results()).
+        self.reads = flow.Direct(dsn)
         self.tasks = tasks
         self.queues = queues
         self.include_scheduled = include_scheduled
@@ -267,7 +269,7 @@ class _Drain:
             fn = tracing.process(fn, job, is_async=task.is_async)
         # Jobs run one at a time and their outcomes are fenced by attempt and owner, which
         # nothing else changes meanwhile: a lease extension has nothing to protect here.
-        context = JobContext(job, no_extension)
+        context = JobContext(job, no_extension, reads=self.reads)
         result, exc = await _call(context, fn, arguments, is_async=task.is_async)
         if exc is None:
             self.result.results[job.id] = result

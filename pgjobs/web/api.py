@@ -19,7 +19,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from pgjobs import admin, batches, browse, coalescing, db, dependencies, producer
+from pgjobs import admin, batches, browse, coalescing, db, dependencies, flow, producer
 from pgjobs import stats as read_model
 from pgjobs.errors import ConfigurationError, JobCancelled, JobFailed, WaitTimeout
 from pgjobs.maintenance.registry import STALE_AFTER
@@ -59,11 +59,24 @@ def _job(history: JobHistory) -> models.Job:
 
 
 def _job_and_graph(conn: Any, job_id: int) -> models.Job:
-    """Job ``job_id`` with its dependencies and dependents (a second statement)."""
+    """Job ``job_id`` with its dependencies and dependents (a second statement), and the results
+    of its dependencies (a third, when it has some)."""
     graph = dependencies.of(conn, job_id)
+    shown = flow.shown(flow.of(conn, job_id)) if graph.after else {}
     edges = {
-        side: [models.JobEdge(id=e.id, status=e.status) for e in getattr(graph, side)]
-        for side in ("after", "dependents")
+        "after": [
+            models.AfterEdge(
+                id=e.id,
+                status=e.status,
+                name=e.name,
+                result=shown.get(e.id),
+                result_omitted=e.status is JobStatus.SUCCEEDED and e.id not in shown,
+            )
+            for e in graph.after
+        ],
+        "dependents": [
+            models.JobEdge(id=e.id, status=e.status, name=e.name) for e in graph.dependents
+        ],
     }
     return _job(admin.job(conn, job_id)).model_copy(
         update={**edges, "waiting_on": graph.waiting_on}

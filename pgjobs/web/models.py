@@ -153,13 +153,20 @@ class JobOptions(_Request):
         "(default: the task's debounce).",
     )
     tags: Tags | None = Field(None, description="Labels to search and triage it by.")
-    after: list[JobId | JobRef] | None = Field(
+    after: list[JobId | JobRef] | dict[Name, JobId | JobRef] | None = Field(
         None,
-        max_length=MAX_DEPENDENCIES,
         description="Jobs it waits for: it runs once every one has succeeded, and goes to "
         "dead_letter unrun (reason `dependency_failed`) when one does not. Ids, or in "
-        '`POST /jobs/batch` `{"ref": n}` for the n-th job of the batch (listed before it).',
+        '`POST /jobs/batch` `{"ref": n}` for the n-th job of the batch (listed before it); '
+        'or an object naming each (`{"charge": 41}`): the job reads their results by name.',
     )
+
+    @field_validator("after", mode="before")
+    @classmethod
+    def _at_most(cls, value: Any) -> Any:
+        if isinstance(value, list | dict) and len(value) > MAX_DEPENDENCIES:
+            raise ValueError(f"after lists {len(value):,} jobs; the limit is {MAX_DEPENDENCIES:,}")
+        return value
 
     @field_validator("on_conflict", "debounce")
     @classmethod
@@ -194,10 +201,17 @@ class JobOptions(_Request):
             "on_conflict": self.on_conflict,
             "debounce": self.debounce,
             "tags": self.tags,
-            "after": None
-            if self.after is None
-            else [Ref(a.ref) if isinstance(a, JobRef) else a for a in self.after],
+            "after": _after(self.after),
         }
+
+
+def _after(after: list[JobId | JobRef] | dict[str, JobId | JobRef] | None) -> Any:
+    def job(a: int | JobRef) -> int | Ref:
+        return Ref(a.ref) if isinstance(a, JobRef) else a
+
+    if isinstance(after, dict):
+        return {name: job(a) for name, a in after.items()}
+    return None if after is None else [job(a) for a in after]
 
 
 class JobCreate(JobOptions):
@@ -344,10 +358,20 @@ class JobSummary(_Response):
 
 
 class JobEdge(BaseModel):
-    """A job on the other end of a dependency, and its status (null: purged or pruned)."""
+    """A job on the other end of a dependency, its status (null: purged or pruned) and the name
+    the dependent gave it at enqueue (`"after": {"charge": 41}`; null: by id)."""
 
     id: int
     status: JobStatus | None
+    name: str | None = None
+
+
+class AfterEdge(JobEdge):
+    """A job it waits for, or waited for, with its result once it succeeded; ``result_omitted``:
+    the results of `after` pass 1 MiB of JSON together, and this one is left out."""
+
+    result: Any = None
+    result_omitted: bool = False
 
 
 class Job(JobSummary):
@@ -356,7 +380,7 @@ class Job(JobSummary):
     result: Any = None
     traceback: str | None = None
     replays: list[int] = Field(default_factory=list)
-    after: list[JobEdge] | None = Field(
+    after: list[AfterEdge] | None = Field(
         None, description="The jobs it waits for, or waited for (null: not read by this answer)."
     )
     dependents: list[JobEdge] | None = Field(

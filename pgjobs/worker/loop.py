@@ -102,6 +102,7 @@ class Worker:
             self.metrics,
             self._changed,
         )
+        self.slots.reads = app._pools  # current_job().dependency_results(), batch_results()
         self.burst = BurstExit(
             self.config.burst, self.queues, self.completer, self.pacer, self.slots, self._changed
         )

@@ -14,6 +14,7 @@ from typing import Any
 from pgjobs import tracing
 from pgjobs.completer import Completer, Outcome
 from pgjobs.context import HandlerExit, JobContext, call_async, call_sync
+from pgjobs.flow import Runner
 from pgjobs.models import Job
 from pgjobs.payloads import NEWER_VERSION_HOLD
 from pgjobs.tasks import Task, UpgradeFailed
@@ -57,6 +58,8 @@ class Slots:
         #: Only with --http: the hot path tests `is not None` and counts nothing otherwise.
         self.metrics = metrics
         self.changed = changed  # set whenever the claim loop has something to look at
+        #: Where handlers read other jobs' results (the app's pools; set by the worker).
+        self.reads: Runner | None = None
         #: Jobs that left their slots so far (the pace that bounds the read-ahead).
         self.left = 0
         self._running: dict[int, tuple[JobContext, asyncio.Future[Any] | Run]] = {}
@@ -159,7 +162,7 @@ class Slots:
             self.completer.invalid_payload(job, problem)
             self._not_run(job)
             return
-        context = JobContext(job, self._request_extension, self._request_progress)
+        context = JobContext(job, self._request_extension, self._request_progress, self.reads)
         fn = task.fn
         if task.external is None and tracing.enabled():  # a delivery is not a handler run
             fn = tracing.process(fn, job, is_async=task.is_async)

@@ -22,10 +22,12 @@ def test_after_makes_the_job_wait_and_its_json_says_for_what(
     assert response.status_code == 201, response.text
     job = response.json()
     assert job["status"] == "waiting" and job["run_at"] == "infinity"
-    assert job["after"] == [{"id": first, "status": "ready"}]
+    assert job["after"] == [
+        {"id": first, "status": "ready", "name": None, "result": None, "result_omitted": False}
+    ]
     assert job["dependents"] == [] and job["waiting_on"] == 1
     shown = client.get(f"/api/v1/jobs/{first}").json()
-    assert shown["dependents"] == [{"id": job["id"], "status": "waiting"}]
+    assert shown["dependents"] == [{"id": job["id"], "status": "waiting", "name": None}]
     assert shown["waiting_on"] is None
     listed = client.get("/api/v1/jobs", params={"state": "waiting"}).json()["jobs"]
     assert [j["id"] for j in listed] == [job["id"]]

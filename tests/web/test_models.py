@@ -12,17 +12,20 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from pgjobs import dependencies
+from pgjobs import dependencies, flow
 from pgjobs import models as domain
 from pgjobs.batches import BatchStatus
 from pgjobs.web import models as api
-from pgjobs.web import queue_models
+from pgjobs.web import queue_models, results
 
 #: (response model, domain row, fields only the response has, fields only the row has).
 PAIRS: list[tuple[type[BaseModel], type[Any], set[str], set[str]]] = [
     # Its place in a graph: the fields of pgjobs.dependencies.Dependencies (see below).
     (api.Job, domain.JobHistory, {"after", "dependents", "waiting_on"}, set()),
     (api.JobEdge, dependencies.Edge, set(), set()),
+    # In `after`, the dependency's result (read by pgjobs.flow), or that it was left out.
+    (api.AfterEdge, dependencies.Edge, {"result", "result_omitted"}, set()),
+    (results.JobResult, flow.JobResult, set(), set()),
     # A listing leaves out what makes a row big, as `pgjobs job show` does not.
     (api.JobSummary, domain.JobHistory, set(), {"result", "traceback", "replays"}),
     (api.DeadJob, domain.DeadJob, set(), set()),

@@ -40,8 +40,8 @@ def test_enqueue_after_makes_the_job_wait_and_show_says_for_what(capsys, dsn, co
     shown = json.loads(out)
     assert shown["status"] == "waiting" and shown["waiting_on"] == 2
     assert shown["after"] == [
-        {"id": first, "status": "ready"},
-        {"id": second, "status": "ready"},
+        {"id": first, "status": "ready", "name": None, "result": None, "result_omitted": False},
+        {"id": second, "status": "ready", "name": None, "result": None, "result_omitted": False},
     ]
     assert shown["dependents"] == []
 
