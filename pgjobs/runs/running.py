@@ -12,7 +12,7 @@ import functools
 import logging
 from collections import deque
 from collections.abc import Callable, Coroutine, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from pgjobs.completer import Completer, Outcome
 from pgjobs.context import HandlerExit, JobContext, call_async, call_sync
@@ -29,21 +29,30 @@ STOP_GRACE = 5.0
 
 #: Read once: a member looked up through its enum class costs ~100 ns per job.
 _DELIVERED = Outcome.DELIVERED
+_SUCCEEDED = Outcome.SUCCEEDED
 
 #: The worker's logger: these are the worker's lines, wherever the job runs.
 log = logging.getLogger("pgjobs.worker")
 
 
+class Counts(Protocol):
+    """What counts the runs' outcomes (a worker's metrics, with --http)."""
+
+    def finished(self, job: Job, outcome: Outcome) -> None: ...
+
+    def not_run(self, job: Job) -> None: ...
+
+
 class Runs:
     """The jobs running on one event loop, in at most ``concurrency`` slots, each from its start
     to its outcome. Everything here runs on that loop, except a sync handler (on its thread).
-    ``changed`` is set whenever a run left its slot or has something to send.
+    ``changed`` is set whenever a run left its slot or has something to send; ``metrics``
+    counts the outcomes, ``results`` keeps what the handlers that succeeded returned (by job id).
 
-    What a run does beyond itself, whoever runs it says by overriding the hooks (each does
-    nothing here): ``_decided`` (an attempt's outcome was decided), ``_not_run`` (a job did not
-    start: unknown task, payload that does not fit), ``_vacated`` (a run left its slot),
-    ``_wake`` (a slot under a limit is free: claim soon), ``_delivery`` (the coroutine that
-    delivers an external task's job).
+    Whoever feeds the slots may override the hooks: ``_resume`` (a held attempt may start:
+    here it starts at once), ``_wake`` (a slot under a limit is free: claim soon; nothing here),
+    ``_delivery`` (the coroutine that delivers an external task's job: a worker's). The hot
+    path calls none of them.
 
     Example::
 
@@ -58,14 +67,25 @@ class Runs:
         concurrency: int,
         completer: Completer,
         changed: asyncio.Event,
+        *,
+        metrics: Counts | None = None,
+        results: dict[int, Any] | None = None,
     ) -> None:
         self.tasks = tasks
         self.concurrency = concurrency
         self.completer = completer
         self.changed = changed
+        #: Only with --http: the hot path tests `is not None` and counts nothing otherwise.
+        self.metrics = metrics
+        #: Only in drain: the handlers' results, kept for its report.
+        self.results = results
         #: Jobs that left their slots so far (the pace that bounds a worker's read-ahead).
         self.left = 0
         self._running: dict[int, tuple[JobContext, asyncio.Future[Any] | Run]] = {}
+        # A newer attempt of a job whose earlier attempt still runs here (its handler outlived
+        # its lease, the job was rescued and claimed again by this worker), by job id: it starts
+        # when that run ends, never beside it.
+        self._held: dict[int, Job] = {}
         # The timeout of each running job that has one (its task's), by job id.
         self._deadlines: dict[int, asyncio.TimerHandle] = {}
         # Sync handlers given up at their timeout whose threads may still run (Python cannot
@@ -98,6 +118,11 @@ class Runs:
         return len(self._running)
 
     @property
+    def held(self) -> int:
+        """Attempts waiting for an earlier attempt of their job, still running here, to end."""
+        return len(self._held)
+
+    @property
     def timers(self) -> int:
         """Timeouts set for running jobs (their tasks'), not fired yet."""
         return len(self._deadlines)
@@ -109,10 +134,14 @@ class Runs:
     # -- starting --------------------------------------------------------------------------------
 
     def start(self, job: Job) -> None:
-        """Start ``job`` in a free slot (the caller made sure of one, and that no earlier attempt
-        of the job runs here), or settle it at once when it cannot run: an unknown task, a
-        payload that does not fit the handler or cannot be upgraded to the task's version (to
-        dead_letter), a payload newer than the task (back to the queue, for newer code)."""
+        """Start ``job`` in a free slot (the caller made sure of one), or settle it at once when
+        it cannot run: an unknown task, a payload that does not fit the handler or cannot be
+        upgraded to the task's version (to dead_letter), a payload newer than the task (back to
+        the queue, for newer code). A newer attempt of a job still running here waits for that
+        run to end (``_hold``)."""
+        if job.id in self._running:
+            self._hold(job)
+            return
         task = self.tasks.get(job.task)
         if task is None:
             self.completer.unknown_task(job)
@@ -138,7 +167,9 @@ class Runs:
             return
         fn = handler(task, job)
         if task.is_async:
-            self._launch(context, task, call_async(context, fn, payload))
+            future = self._loop.create_task(call_async(context, fn, payload))
+            self._running[job.id] = (context, future)
+            future.add_done_callback(functools.partial(self._async_finished, job, task))
         else:
             assert self._threads is not None
             self._running[job.id] = (
@@ -149,6 +180,33 @@ class Runs:
             self._deadlines[job.id] = self._loop.call_later(
                 task.timeout, self._timed_out, context, task
             )
+
+    def _hold(self, job: Job) -> None:
+        """``job`` is a newer attempt of a job whose earlier attempt still runs here: its
+        handler outlived its lease (it did not extend it), and the job was rescued and claimed
+        again by this worker. The new attempt waits for that run to end (``_free``); the old
+        run's outcome is discarded then (its lease was lost), the new attempt's counts."""
+        context = self._running[job.id][0]
+        if job.id not in self._held:
+            task = self.tasks.get(job.task)
+            log.warning(
+                "job %d (%s): its handler outlived its lease (%.0fs) on attempt %d and still "
+                "runs here; attempt %d waits for it to end. Extend the lease from the handler "
+                "(current_job().extend_lease) or declare a longer lease: meanwhile the job's "
+                "run no longer counts under its limits",
+                job.id,
+                job.task,
+                task.lease if task is not None else 0.0,
+                context.job.attempts,
+                job.attempts,
+            )
+        self._held[job.id] = job  # the latest attempt: an older one held here lost its lease
+
+    def _free(self, job_id: int) -> None:
+        """``job_id``'s run left its slot: an attempt of it held meanwhile may start."""
+        held = self._held.pop(job_id, None)
+        if held is not None:
+            self._resume(held)
 
     def _upgraded(self, job: Job, task: Task) -> dict[str, Any] | None:
         """``job``'s payload upgraded to ``task``'s version, or None when it cannot run here:
@@ -182,17 +240,10 @@ class Runs:
         return None
 
     def _launch(self, context: JobContext, task: Task, coroutine: Coroutine[Any, Any, Any]) -> None:
-        """Run ``coroutine`` (an async handler's call, a delivery) in a slot, on this loop."""
+        """Run ``coroutine`` (a delivery) in a slot, on this loop."""
         future = self._loop.create_task(coroutine)
         self._running[context.job.id] = (context, future)
         future.add_done_callback(functools.partial(self._async_finished, context.job, task))
-
-    def _delivery(self, job: Job) -> Coroutine[Any, Any, Any]:
-        """The delivery of an external task's job to its downstream: a worker's. Elsewhere the
-        attempt fails, saying that a worker delivers it."""
-        return _fail(
-            PgjobsError(f"external task {job.task!r}: a worker (pgjobs work) delivers its jobs")
-        )
 
     # -- ending ----------------------------------------------------------------------------------
 
@@ -242,7 +293,8 @@ class Runs:
         if entry is None or entry[0].job is not job:
             return  # already given back (shutdown, or a stopped run that ended late)
         del self._running[job.id]
-        self._vacated(job.id)
+        if self._held:
+            self._free(job.id)
         self.left += 1
         self.changed.set()
         if task.limited or self.completer.limited:
@@ -278,8 +330,10 @@ class Runs:
             except BaseException as problem:  # the outcome of one job never stops the others
                 log.exception("job %d: its outcome could not be recorded", job.id)
                 outcome = self.completer.finished(job, task, None, problem)
-                result = None
-        self._decided(job, outcome, result)
+        if self.metrics is not None:
+            self.metrics.finished(job, outcome)
+        if self.results is not None and outcome is _SUCCEEDED:
+            self.results[job.id] = result
 
     # -- what a running handler asks for ---------------------------------------------------------
 
@@ -320,7 +374,9 @@ class Runs:
             if context.progress_pending:  # the last progress goes with the outcome
                 self.completer.progress(context)
             assert task.timeout is not None
-            self._decided(job, self.completer.timed_out(job, task, task.timeout), None)
+            outcome = self.completer.timed_out(job, task, task.timeout)
+            if self.metrics is not None:
+                self.metrics.finished(job, outcome)
             self.changed.set()
         self._stop_run(context, entry[1])
 
@@ -341,7 +397,7 @@ class Runs:
         if entry is None or entry[0] is not context:
             return  # it ended meanwhile
         del self._running[job.id]
-        self._vacated(job.id)
+        self._free(job.id)
         deadline = self._deadlines.pop(job.id, None)
         if deadline is not None:
             deadline.cancel()
@@ -385,7 +441,8 @@ class Runs:
         context.stopped = "cancel"
         context.cancelled = True
         self.completer.forget(context.job)
-        self._decided(context.job, Outcome.RELEASED, None)
+        if self.metrics is not None:
+            self.metrics.finished(context.job, Outcome.RELEASED)
         is_async = isinstance(future, asyncio.Future)
         log.info(
             "job %d (%s): cancelled (by pgjobs cancel --force) on attempt %d; %s",
@@ -413,27 +470,34 @@ class Runs:
             task = self.tasks.get(context.job.task)
             at_most_once = task is not None and task.at_most_once
             outcome = self.completer.interrupted(context.job, at_most_once=at_most_once)
-            self._decided(context.job, outcome, None)
+            if self.metrics is not None:
+                self.metrics.finished(context.job, outcome)
             future.cancel()
         abandoned = len(self._running)
         self._running.clear()
         return abandoned
 
-    # -- the hooks -------------------------------------------------------------------------------
-
-    def _decided(self, job: Job, outcome: Outcome, result: Any) -> None:
-        """``job``'s attempt ended with ``outcome``; ``result`` is what its handler returned
-        (None unless it returned)."""
-
     def _not_run(self, job: Job) -> None:
-        """``job`` did not start (its outcome is recorded already)."""
+        if self.metrics is not None:
+            self.metrics.not_run(job)
         self.changed.set()
 
-    def _vacated(self, job_id: int) -> None:
-        """The run of job ``job_id`` left its slot (it ended, or was given back stopped)."""
+    # -- the hooks -------------------------------------------------------------------------------
+
+    def _resume(self, job: Job) -> None:
+        """``job``, an attempt held while an earlier one ran here, may start now: in the slot
+        that run left, once the loop is done with its end."""
+        self._loop.call_soon(self.start, job)
 
     def _wake(self) -> None:
         """A slot under a limit, or a job's place in its group, is free again: claim soon."""
+
+    def _delivery(self, job: Job) -> Coroutine[Any, Any, Any]:
+        """The delivery of an external task's job to its downstream: a worker's. Elsewhere the
+        attempt fails, saying that a worker delivers it."""
+        return _fail(
+            PgjobsError(f"external task {job.task!r}: a worker (pgjobs work) delivers its jobs")
+        )
 
 
 async def _fail(exc: BaseException) -> Any:

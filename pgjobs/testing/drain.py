@@ -16,7 +16,7 @@ import psycopg
 
 from pgjobs import db, queries
 from pgjobs.app import App
-from pgjobs.completer import ClaimParams, Completer, Outcome
+from pgjobs.completer import ClaimParams, Completer
 from pgjobs.completer.params import SettleParams
 from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError
@@ -177,8 +177,8 @@ class _Drain:
         self.held: list[Job] = []
 
     async def run(self) -> DrainResult:
-        changed = asyncio.Event()
-        runs = _Runs(self.tasks, self.completer, changed, self.result.results)
+        # One slot, whose handlers' results drain reports.
+        runs = Runs(self.tasks, 1, self.completer, asyncio.Event(), results=self.result.results)
         runs.open(asyncio.get_running_loop())
         conn = await db.connect_async(self.dsn)
         try:
@@ -269,21 +269,3 @@ class _Drain:
         while runs.busy:
             await runs.changed.wait()
             runs.changed.clear()
-
-
-class _Runs(Runs):
-    """Drain's one slot: the results its handlers returned are kept for ``DrainResult``."""
-
-    def __init__(
-        self,
-        tasks: Mapping[str, Task],
-        completer: Completer,
-        changed: asyncio.Event,
-        results: dict[int, Any],
-    ) -> None:
-        super().__init__(tasks, 1, completer, changed)
-        self.results = results
-
-    def _decided(self, job: Job, outcome: Outcome, result: Any) -> None:
-        if outcome is Outcome.SUCCEEDED:
-            self.results[job.id] = result

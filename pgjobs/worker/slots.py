@@ -1,7 +1,7 @@
 """A worker's slots: the jobs claimed ahead that wait for one, in claim order, started as slots
-free up (each run as ``pgjobs.runs.Runs`` runs it, as drain does), a newer attempt of a job held
-until its earlier run here ends, the jobs claimed ahead given back at shutdown, and what the
-worker counts and wakes for when a run ends."""
+free up (each run as ``pgjobs.runs.Runs`` runs it, as drain does), a cancel of one not started
+yet, the jobs claimed ahead given back at shutdown, and what the worker wakes for when a run
+ends."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Coroutine, Iterable, Mapping
 from typing import Any
 
-from pgjobs.completer import Completer, Outcome
+from pgjobs.completer import Completer
 from pgjobs.models import Job
 from pgjobs.runs import Runs
 from pgjobs.tasks import Task
@@ -42,27 +42,16 @@ class Slots(Runs):
         metrics: WorkerMetrics | None,
         changed: asyncio.Event,
     ) -> None:
-        super().__init__(tasks, concurrency, completer, changed)
+        super().__init__(tasks, concurrency, completer, changed, metrics=metrics)
         self.pacer = pacer
         self.deliveries = deliveries
-        #: Only with --http: the hot path tests `is not None` and counts nothing otherwise.
-        self.metrics = metrics
         # Jobs claimed and not started yet (claimed ahead of free slots), in claim order.
         self._waiting: deque[Job] = deque()
-        # A newer attempt of a job whose earlier attempt still runs here (its handler outlived
-        # its lease, the job was rescued and claimed again by this worker), by job id: it starts
-        # when that run ends, never beside it.
-        self._held: dict[int, Job] = {}
 
     @property
     def in_hand(self) -> int:
         """Jobs in a slot or claimed ahead, waiting for one (or for their earlier run here)."""
         return len(self._running) + len(self._waiting) + len(self._held)
-
-    @property
-    def held(self) -> int:
-        """Attempts waiting for an earlier attempt of their job, still running here, to end."""
-        return len(self._held)
 
     @property
     def fed(self) -> bool:
@@ -80,34 +69,9 @@ class Slots(Runs):
     def fill(self) -> None:
         """Start jobs claimed ahead while slots are free (a job that cannot run here, an
         unknown task or a payload that does not fit, leaves its slot free for the next)."""
-        waiting, running, concurrency = self._waiting, self._running, self.concurrency
-        while waiting and len(running) < concurrency:
-            job = waiting.popleft()
-            if job.id in running:
-                self._hold(job)
-            else:
-                self.start(job)
-
-    def _hold(self, job: Job) -> None:
-        """``job`` is a newer attempt of a job whose earlier attempt still runs here: its
-        handler outlived its lease (it did not extend it), and the job was rescued and claimed
-        again by this worker. The new attempt waits for that run to end (``_vacated``); the old
-        run's outcome is discarded then (its lease was lost), the new attempt's counts."""
-        context = self._running[job.id][0]
-        if job.id not in self._held:
-            task = self.tasks.get(job.task)
-            log.warning(
-                "job %d (%s): its handler outlived its lease (%.0fs) on attempt %d and still "
-                "runs here; attempt %d waits for it to end. Extend the lease from the handler "
-                "(current_job().extend_lease) or declare a longer lease: meanwhile the job's "
-                "run no longer counts under its limits",
-                job.id,
-                job.task,
-                task.lease if task is not None else 0.0,
-                context.job.attempts,
-                job.attempts,
-            )
-        self._held[job.id] = job  # the latest attempt: an older one held here lost its lease
+        waiting, concurrency = self._waiting, self.concurrency
+        while waiting and len(self._running) < concurrency:
+            self.start(waiting.popleft())
 
     def cancel(self, job_id: int, attempt: int) -> None:
         """Attempt ``attempt`` of job ``job_id`` was cancelled with ``pgjobs cancel --force``
@@ -152,23 +116,11 @@ class Slots(Runs):
         log.info("gave back %d job(s) claimed ahead, not started", len(self._waiting))
         self._waiting.clear()
 
-    # -- what a run's end means for the worker (the hooks of Runs) -------------------------------
+    # -- the hooks of Runs ----------------------------------------------------------------------
 
-    def _vacated(self, job_id: int) -> None:
-        """``job_id``'s run left its slot: an attempt of it held meanwhile starts next."""
-        if self._held:
-            held = self._held.pop(job_id, None)
-            if held is not None:
-                self._waiting.appendleft(held)
-
-    def _decided(self, job: Job, outcome: Outcome, result: Any) -> None:
-        if self.metrics is not None:
-            self.metrics.finished(job, outcome)
-
-    def _not_run(self, job: Job) -> None:
-        if self.metrics is not None:
-            self.metrics.not_run(job)
-        self.changed.set()
+    def _resume(self, job: Job) -> None:
+        """A held attempt starts next, ahead of the jobs claimed after it."""
+        self._waiting.appendleft(job)
 
     def _wake(self) -> None:
         self.pacer.woken = True

@@ -17,6 +17,7 @@ import psycopg
 import pgjobs
 from pgjobs import App
 from pgjobs.testing import drain
+from pgjobs.worker import Worker
 from tests.support.helpers import assert_one_home, scalar, wait_until
 from tests.support.stopping import run_worker
 
@@ -96,12 +97,11 @@ def test_timeouts_and_progress_end_the_same_in_drain_and_in_a_worker(
         drained = enqueue(app)
         result = drain(app)
         worked = enqueue(app)
-        run_worker(
-            app,
-            lambda _: wait_until(
-                lambda: finished(conn, list(worked)), timeout=60, what="every job finished"
-            ),
-        )
+
+        def scenario(_: Worker) -> None:
+            wait_until(lambda: finished(conn, list(worked)), timeout=60, what="every job finished")
+
+        run_worker(app, scenario)
     finally:
         over.set()
 
