@@ -50,9 +50,9 @@ class Runs:
     counts the outcomes, ``results`` keeps what the handlers that succeeded returned (by job id).
 
     Whoever feeds the slots may override the hooks: ``_resume`` (a held attempt may start:
-    here it starts at once), ``_wake`` (a slot under a limit is free: claim soon; nothing here),
-    ``_delivery`` (the coroutine that delivers an external task's job: a worker's). The hot
-    path calls none of them.
+    here, in the slot just left, on the loop's next turn), ``_wake`` (a slot under a limit is
+    free: claim soon; nothing here), ``_delivery`` (the coroutine that delivers an external
+    task's job: a worker's). The hot path calls none of them.
 
     Example::
 
