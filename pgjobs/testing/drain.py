@@ -1,5 +1,5 @@
-"""``drain``: run every ready job of an app inline, one at a time, through the worker's
-outcome path (the completer), and report what happened."""
+"""``drain``: run every ready job of an app inline, one at a time, as a worker's slot runs it
+(``pgjobs.runs``: the same start, timeout and outcome path), and report what happened."""
 
 from __future__ import annotations
 
@@ -14,15 +14,15 @@ from typing import Any
 
 import psycopg
 
-from pgjobs import db, flow, queries, tracing
+from pgjobs import db, flow, queries
 from pgjobs.app import App
 from pgjobs.completer import ClaimParams, Completer
 from pgjobs.completer.params import SettleParams
-from pgjobs.context import HandlerExit, JobContext, call_async, call_sync
 from pgjobs.db.dsn import Dsn
 from pgjobs.errors import ConfigurationError
 from pgjobs.models import DeadReason, Job
-from pgjobs.tasks import Task, UpgradeFailed
+from pgjobs.runs import Runs
+from pgjobs.tasks import Task
 
 #: Jobs one ``drain`` runs at most (attempts, not distinct jobs): a bound on handlers that
 #: enqueue more work forever.
@@ -98,7 +98,8 @@ def drain(
     return what happened. Outcomes take the worker's path (``pgjobs.completer``): a failure is
     retried with the task's backoff, the last attempt or a ``NonRetryableError`` goes to
     dead_letter, an unknown task or a payload that does not fit the handler too; sync and async
-    handlers alike, with ``pgjobs.current_job()`` set.
+    handlers alike, with ``pgjobs.current_job()`` set, stopped at their task's ``timeout`` and
+    their progress written, as in a worker (each job starts as a worker's slot starts it).
 
     Scheduled jobs (run_at in the future, and retries waiting for their backoff) are not run
     unless ``include_scheduled``: then the clock advances to the next job due, again and again,
@@ -178,6 +179,10 @@ class _Drain:
         self.held: list[Job] = []
 
     async def run(self) -> DrainResult:
+        # One slot, whose handlers' results drain reports.
+        runs = Runs(self.tasks, 1, self.completer, asyncio.Event(), results=self.result.results)
+        runs.reads = self.reads
+        runs.open(asyncio.get_running_loop())
         conn = await db.connect_async(self.dsn)
         try:
             claimed = await self._trip(conn, 1)
@@ -188,7 +193,7 @@ class _Drain:
                     claimed = await self._trip(conn, 1)
                     continue
                 for job in claimed:
-                    await self._run(job)
+                    await self._run(runs, job)
                 if self.result.runs >= self.max_jobs:
                     self.result.stopped_at_max_jobs = await self._ready_left(conn)
                     break
@@ -199,6 +204,8 @@ class _Drain:
                 await self._trip(conn, 0)
         finally:
             await conn.close()
+            # A sync handler given up at its timeout may run on: as a worker, not waited for.
+            runs.close(wait=not runs.stray_threads())
         return self.result
 
     async def _trip(self, conn: psycopg.AsyncConnection[Any], limit: int) -> list[Job]:
@@ -247,85 +254,21 @@ class _Drain:
             return True
         return False
 
-    async def _run(self, job: Job) -> None:
-        """Run ``job``'s handler and hand its outcome to the completer, as the worker does."""
+    async def _run(self, runs: Runs, job: Job) -> None:
+        """Run ``job`` as a worker's slot runs it (``pgjobs.runs.Runs``: its arguments, its
+        ``current_job()``, its span, its timeout, its outcome) and wait for it to leave its
+        slot."""
         task = self.tasks.get(job.task)
-        version = job.payload_version or 1
-        if task is not None and (task.external is not None or version > task.version):
+        if task is not None and (
+            task.external is not None or (job.payload_version or 1) > task.version
+        ):
             # Not for this process: a worker delivers an external task's job over HTTP, and a
             # payload newer than the app's task waits for newer code. Left queued as it was.
             self.held.append(job)
             self.result.skipped.append(job.id)
             return
         self.result.runs += 1
-        if task is None:
-            self.completer.unknown_task(job)
-            return
-        arguments = self._arguments(job, task, version)
-        if arguments is None:
-            return
-        fn = task.fn
-        if tracing.enabled():
-            fn = tracing.process(fn, job, is_async=task.is_async)
-        # Jobs run one at a time and their outcomes are fenced by attempt and owner, which
-        # nothing else changes meanwhile: a lease extension has nothing to protect here.
-        context = JobContext(job, no_extension, reads=self.reads)
-        result, exc = await _call(context, fn, arguments, is_async=task.is_async)
-        if exc is None:
-            self.result.results[job.id] = result
-        try:
-            self.completer.finished(job, task, result, exc)
-        except Exception as problem:  # as the worker: the outcome of one job stops nothing
-            self.completer.finished(job, task, None, problem)
-
-    def _arguments(self, job: Job, task: Task, version: int) -> dict[str, Any] | None:
-        """The handler's keyword arguments for ``job`` (its payload upgraded to the task's
-        version, checked against the handler, a model built from it), as the worker builds
-        them; None when the job went to dead_letter instead (an upgrade that failed, a payload
-        that does not fit)."""
-        payload = job.payload
-        if version != task.version:
-            try:
-                payload = task.upgrade(payload, version)
-            except UpgradeFailed as exc:
-                self.completer.finished(job, task, None, exc)
-                return None
-            except ValueError as exc:  # no upgrade from that version is declared any more
-                self.completer.invalid_payload(job, str(exc))
-                return None
-        problem = task.check_payload(payload)
-        if problem is None and task.model is not None:
-            payload, problem = task.arguments(payload)
-        if problem is not None:
-            self.completer.invalid_payload(job, problem)
-            return None
-        return payload
-
-
-def no_extension(context: JobContext, seconds: float) -> None:
-    """``JobContext.extend_lease`` outside a worker: accepted (its value was checked) and
-    nothing to send."""
-
-
-async def _call(
-    context: JobContext, fn: Callable[..., Any], arguments: dict[str, Any], *, is_async: bool
-) -> tuple[Any, BaseException | None]:
-    """Run the handler ``fn`` for ``context``'s job: (result, None) or (None, what it raised).
-    A sync handler runs in a thread, as in a worker (it may start an event loop of its own)."""
-    try:
-        if is_async:
-            return await call_async(context, fn, arguments), None
-        return await asyncio.to_thread(_call_sync, context, fn, arguments)
-    except HandlerExit as exc:
-        return None, exc.original
-    except Exception as exc:
-        return None, exc
-
-
-def _call_sync(
-    context: JobContext, fn: Callable[..., Any], payload: dict[str, Any]
-) -> tuple[Any, BaseException | None]:
-    try:
-        return call_sync(context, fn, payload), None
-    except BaseException as exc:  # whatever the handler raised is its job's outcome
-        return None, exc
+        runs.start(job)
+        while runs.busy:
+            await runs.changed.wait()
+            runs.changed.clear()

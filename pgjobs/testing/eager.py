@@ -17,10 +17,11 @@ from pgjobs.app import App
 from pgjobs.context import JobContext, call_async, call_sync
 from pgjobs.errors import ConfigurationError
 from pgjobs.models import Job
+from pgjobs.runs import handler, no_extension
 from pgjobs.submission import JobSpec
 from pgjobs.tasks import Task
 from pgjobs.testing.assertions import task_name
-from pgjobs.testing.drain import no_extension, run_coroutine
+from pgjobs.testing.drain import run_coroutine
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,20 +110,22 @@ class _Eager:
         context, task, arguments = self.prepare(spec)
         if task.external is not None:
             return self.done(context, None, ran=False)
+        fn = handler(task, context.job)  # what a worker runs: the task's, in its span
         if task.is_async:
-            result = run_coroutine(lambda: call_async(context, task.fn, arguments))
+            result = run_coroutine(lambda: call_async(context, fn, arguments))
         else:
-            result = call_sync(context, task.fn, arguments)
+            result = call_sync(context, fn, arguments)
         return self.done(context, result)
 
     async def run_async(self, spec: JobSpec) -> int:
         context, task, arguments = self.prepare(spec)
         if task.external is not None:
             return self.done(context, None, ran=False)
+        fn = handler(task, context.job)
         if task.is_async:
-            result = await call_async(context, task.fn, arguments)
+            result = await call_async(context, fn, arguments)
         else:
-            result = call_sync(context, task.fn, arguments)
+            result = call_sync(context, fn, arguments)
         return self.done(context, result)
 
     def specs(self, jobs: Iterable[JobSpec]) -> list[JobSpec]:

@@ -41,9 +41,6 @@ READ_AHEAD_PER_SLOT = 16
 MIN_RESULT_BYTES = 1024
 #: The most jobs a worker may claim ahead.
 MAX_READ_AHEAD = 10_000
-#: Seconds an async handler cancelled at its timeout (or by `pgjobs cancel --force`) may take to
-#: unwind (its ``finally`` blocks) before its slot is given back anyway.
-STOP_GRACE = 5.0
 #: Characters the endpoint's token must have at least: a guessable token is no protection.
 MIN_TOKEN_LENGTH = 16
 

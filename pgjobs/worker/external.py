@@ -188,6 +188,21 @@ def _tls_context() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
+async def delivery_of(deliveries: Mapping[str, Delivery], job: Job) -> int:
+    """Deliver ``job`` as ``deliveries`` (a worker's) say for its task; ``DeliveryFailed`` when
+    they hold none for it (a job of a task whose queue this worker does not serve).
+
+    Example: ``await delivery_of(deliveries(app.tasks, ExternalTarget()), job)``
+    """
+    delivery = deliveries.get(job.task)
+    if delivery is None:
+        raise DeliveryFailed(
+            f"external task {job.task!r} has no URL in this worker: declare it with "
+            "url=... or run the worker with --external-url"
+        )
+    return await deliver(delivery, job)
+
+
 async def deliver(delivery: Delivery, job: Job, user_agent: str = "pgjobs") -> int:
     """POST ``job`` to its downstream and return the 2xx status it answered; any other outcome
     raises ``DeliveryFailed`` saying what happened (never a header's value).

@@ -1,4 +1,4 @@
-"""The threads of sync handlers (``pgjobs.worker.threads``), no database: calls run, start
+"""The threads of sync handlers (``pgjobs.runs.threads``), no database: calls run, start
 threads only as needed and never beyond the bound, can be cancelled until they start, and shut
 down."""
 
@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from pgjobs.worker.threads import HandlerThreads
+from pgjobs.runs.threads import HandlerThreads
 
 WAIT = 10.0
 

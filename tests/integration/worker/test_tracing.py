@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from pgjobs import App, JobSpec, NonRetryableError, tracing
+from pgjobs.testing import drain, eager
 from tests.support.factories import row, work
 
 
@@ -139,6 +140,30 @@ def test_a_job_enqueued_without_tracing_runs_in_a_root_span(
     assert work(app) == 0
     (process,) = named(exporter, "t.plain process")
     assert process.parent is None
+
+
+def test_drain_and_eager_run_the_handler_in_its_process_span_as_a_worker_does(
+    make_app, spans: InMemorySpanExporter
+) -> None:
+    app: App = make_app()
+    ran_in: list[Any] = []
+
+    @app.task(name="t.traced")
+    async def traced(n: int) -> None:
+        ran_in.append(trace.get_current_span().get_span_context())
+
+    with trace.get_tracer("the-web-app").start_as_current_span("POST /orders") as request:
+        app.enqueue("t.traced", {"n": 1})
+    assert drain(app).runs == 1
+    with eager(app):
+        app.enqueue("t.traced", {"n": 2})
+
+    drained, eagerly = named(spans, "t.traced process")
+    assert drained.parent is not None
+    assert drained.context.trace_id == request.get_span_context().trace_id
+    assert eagerly.parent is None  # nothing was enqueued, so no trace to continue
+    assert {drained.kind, eagerly.kind} == {SpanKind.CONSUMER}
+    assert ran_in == [drained.context, eagerly.context]
 
 
 def test_tracing_is_off_until_a_tracer_provider_is_configured(monkeypatch) -> None:

@@ -1,4 +1,4 @@
-"""The threads that run a worker's sync handlers.
+"""The threads that run sync handlers, a worker's and ``drain``'s alike.
 
 ``ThreadPoolExecutor`` pays for its generality on every call: a ``Future`` with its own
 condition variable, set running and then done under it, and an idle semaphore taken and given
@@ -19,7 +19,8 @@ from typing import Any
 #: A call's states: waiting for a thread, started, returned (or raised), cancelled unstarted.
 WAITING, STARTED, ENDED, CANCELLED = range(4)
 
-log = logging.getLogger(__name__)
+#: The worker's logger, as before these threads served drain too: log filters keep working.
+log = logging.getLogger("pgjobs.worker.threads")
 
 
 class Run:
