@@ -145,7 +145,13 @@ def edits(target: db.Target, job_id: int) -> tuple[JobEdit, ...]:
     """
     with db.target_connection(target) as conn:
         rows = conn.execute(queries.JOB_EDITS_OF, {"id": job_id}).fetchall()
-    return tuple(JobEdit(int(i), at, by, changes) for i, at, by, changes in rows)
+    return tuple(JobEdit(int(i), at, by, _in_order(changes)) for i, at, by, changes in rows)
+
+
+def _in_order(changes: dict[str, Any]) -> dict[str, Any]:
+    """The fields of an edit in ``FIELDS``' order (jsonb keeps keys in an order of its own)."""
+    rank = {name: n for n, name in enumerate(FIELDS)}
+    return dict(sorted(changes.items(), key=lambda item: rank.get(item[0], len(rank))))
 
 
 def forget_gone(target: db.Target) -> int:
