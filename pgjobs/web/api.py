@@ -19,7 +19,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from pgjobs import admin, batches, browse, coalescing, db, dependencies, producer
+from pgjobs import admin, batches, browse, coalescing, db, dependencies, editing, producer
 from pgjobs import stats as read_model
 from pgjobs.errors import ConfigurationError, JobCancelled, JobFailed, WaitTimeout
 from pgjobs.maintenance.registry import STALE_AFTER
@@ -65,8 +65,11 @@ def _job_and_graph(conn: Any, job_id: int) -> models.Job:
         side: [models.JobEdge(id=e.id, status=e.status) for e in getattr(graph, side)]
         for side in ("after", "dependents")
     }
+    edits = [
+        models.JobEdit.model_validate(dataclasses.asdict(e)) for e in editing.edits(conn, job_id)
+    ]
     return _job(admin.job(conn, job_id)).model_copy(
-        update={**edges, "waiting_on": graph.waiting_on}
+        update={**edges, "waiting_on": graph.waiting_on, "edits": edits}
     )
 
 

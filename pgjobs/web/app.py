@@ -21,6 +21,7 @@ from pgjobs.web.backend import Backend, metrics_public_from_env
 from pgjobs.web.dashboard import dashboard_router
 from pgjobs.web.dashboard.security import SESSION_COOKIE
 from pgjobs.web.dashboard.sessions import Sessions
+from pgjobs.web.edits import edits_router
 from pgjobs.web.express import ExpressEnqueue
 from pgjobs.web.guards import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES, Guards
 from pgjobs.web.health import health_router
@@ -163,6 +164,7 @@ def create_app(
     errors.install(web)
     web.include_router(health_router)
     web.include_router(api.router)
+    web.include_router(edits_router)
     web.include_router(docs.docs_router())
     web.include_router(
         dashboard_router(

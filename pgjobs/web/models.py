@@ -348,6 +348,17 @@ class JobEdge(BaseModel):
     status: JobStatus | None
 
 
+class JobEdit(BaseModel):
+    """A recorded edit of a job: when, by whom, each changed field's old and new value."""
+
+    id: int
+    edited_at: datetime
+    edited_by: str
+    changes: dict[str, dict[str, Any]] = Field(
+        description='E.g. {"priority": {"old": 0, "new": 7}}; times in ISO 8601.'
+    )
+
+
 class Job(JobSummary):
     """A job with its whole record, as `pgjobs job show` has it."""
 
@@ -362,6 +373,9 @@ class Job(JobSummary):
     )
     waiting_on: int | None = Field(
         None, description="While it waits: how many of `after` have not succeeded yet."
+    )
+    edits: list[JobEdit] | None = Field(
+        None, description="Its recorded edits, oldest first (null: not read by this answer)."
     )
 
 

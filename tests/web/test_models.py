@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from pgjobs import dependencies
+from pgjobs import dependencies, editing
 from pgjobs import models as domain
 from pgjobs.batches import BatchStatus
 from pgjobs.web import models as api
@@ -20,7 +20,9 @@ from pgjobs.web import models as api
 #: (response model, domain row, fields only the response has, fields only the row has).
 PAIRS: list[tuple[type[BaseModel], type[Any], set[str], set[str]]] = [
     # Its place in a graph: the fields of pgjobs.dependencies.Dependencies (see below).
-    (api.Job, domain.JobHistory, {"after", "dependents", "waiting_on"}, set()),
+    # Its place in a graph (see below) and its recorded edits (pgjobs.editing.JobEdit).
+    (api.Job, domain.JobHistory, {"after", "dependents", "waiting_on", "edits"}, set()),
+    (api.JobEdit, editing.JobEdit, set(), set()),
     (api.JobEdge, dependencies.Edge, set(), set()),
     # A listing leaves out what makes a row big, as `pgjobs job show` does not.
     (api.JobSummary, domain.JobHistory, set(), {"result", "traceback", "replays"}),
