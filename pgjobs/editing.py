@@ -114,10 +114,11 @@ def edit(
                 now = conn.execute(queries.DATABASE_NOW).fetchone()
                 assert now is not None
                 given["run_at"] = now[0] + timedelta(seconds=given.pop("run_in"))
-            if payload is not None:
+            version = None
+            if payload is not None and payload == locked.values["payload"]:
+                given["payload"] = payload  # unchanged: not checked again, not recorded
+            elif payload is not None:
                 given["payload"], version = _checked_payload(locked, payload, tasks)
-            else:
-                version = None
             _check_attempts(job_id, locked, given.get("max_attempts"))
             changes = _changes(locked.values, given)
             recorded = None

@@ -178,6 +178,7 @@ def create_app(
             ordered_tasks=state.ordered_tasks,
             hosted=auth is not None,
             sign_in_url=sign_in_url,
+            tasks=state.app.tasks if state.app_given else None,
         )
     )
     # Inside the guards: the token, the body's size and type are checked, the body read.
