@@ -419,6 +419,40 @@ class App(Registry):
 
         return self._on_pool(admin.cancel, job_id, force=force)
 
+    def edit(
+        self,
+        job_id: int,
+        *,
+        priority: int | None = None,
+        run_at: datetime | None = None,
+        run_in: float | timedelta | None = None,
+        payload: dict[str, Any] | None = None,
+        max_attempts: int | None = None,
+        tags: Sequence[str] | None = None,
+        by: str | None = None,
+    ) -> JobHistory:
+        """Change the given fields of a queued job that is not running, its payload checked
+        against this app's handler, and record the edit as ``by`` (see ``pgjobs.editing``); a
+        running, finished or dead job is refused (``JobStateConflict``). Returns the job.
+
+        Example: ``app.edit(42, priority=7, by="alice")``
+        """
+        from pgjobs import editing
+
+        done = self._on_pool(
+            editing.edit,
+            job_id,
+            priority=priority,
+            run_at=run_at,
+            run_in=run_in,
+            payload=payload,
+            max_attempts=max_attempts,
+            tags=tags,
+            by=by,
+            tasks=self.tasks,
+        )
+        return done.job
+
     def replay(
         self,
         job_id: int,

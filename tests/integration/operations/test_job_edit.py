@@ -305,3 +305,13 @@ def test_an_edited_job_runs_with_its_new_fields(app, conn, dsn) -> None:
     (taken,) = claim(conn, limit=1)
     assert (taken.id, taken.payload) == (job, {"order": 1, "cents": 7})
     assert taken.run_at <= datetime.now(UTC) + timedelta(seconds=5)
+
+
+def test_app_edit_checks_the_payload_with_its_own_handlers(app, conn) -> None:
+    job = app.enqueue("billing.charge", {"order": 1, "cents": 100})
+    with pytest.raises(InvalidPayload):
+        app.edit(job, payload={"order": 1, "cents": "x"})
+    assert app.edit(job, priority=3, by="alice").priority == 3
+    assert (
+        scalar(conn, "SELECT edited_by FROM pgjobs_job_edits WHERE job_id = %s", [job]) == "alice"
+    )
