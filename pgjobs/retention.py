@@ -113,6 +113,8 @@ def prune(
         report = _prune_on(
             conn, older_than, export, export_format, dry_run, lock_timeout, on_pruned
         )
+        if report is not None and report.pruned and not dry_run:
+            _forget_edits(conn)
     if report is None:
         raise PgjobsError("another `pgjobs prune` is running on this database; try later")
     return report
@@ -213,6 +215,8 @@ def apply(
         periods = [q.archive for q in policy.queues.values() if q.archive is not None]
         longest = max([policy.archive, *periods]) if policy.archive is not None else None
         if longest is None or not partitioned:
+            if archive_rows or dead_rows:
+                _forget_edits(conn)
             return Applied(0, 0, archive_rows, dead_rows)
         default = archive.default_partition(archive.list_partitions(conn))
         if default is not None:
@@ -222,9 +226,16 @@ def apply(
         report = _prune_on(
             conn, longest, policy.export, policy.format, False, lock_timeout, None, stopping
         )
+        if archive_rows or dead_rows or (report is not None and report.pruned):
+            _forget_edits(conn)
     if report is None:
         return Applied(0, 0, archive_rows, dead_rows)
     return Applied(len(report.pruned), report.rows, archive_rows, dead_rows)
+
+
+def _forget_edits(conn: psycopg.Connection[Any]) -> None:
+    """The record of edits goes with the jobs: those of jobs no table holds any more."""
+    db.fetch_all(conn, queries.JOB_EDITS_FORGET_GONE)
 
 
 class _Removal:

@@ -633,3 +633,23 @@ pgjobs_schedules = Table(
     Column("paused_at", DateTime(timezone=True)),
     Column("paused_by", Text),
 )
+
+# The edits of queued jobs (`pgjobs job edit`, ``PATCH /api/v1/jobs/{id}``, the dashboard's job
+# page): who changed which fields of a job that had not started, when, each field's old and new
+# value. Keyed by the job's id, which it keeps in every table, so the record follows the job from
+# queued_jobs to the archive or the dead letter; purging a dead job deletes its edits, and
+# `pgjobs prune` and the retention service delete the edits of jobs no table holds any more.
+# Migration 0019.
+pgjobs_job_edits = Table(
+    "pgjobs_job_edits",
+    metadata,
+    Column("id", BigInteger, Identity(always=False), primary_key=True),
+    Column("job_id", BigInteger, nullable=False),
+    Column("edited_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    # The CLI's user (or --by), the host's principal over HTTP, the dashboard's session.
+    Column("edited_by", Text, nullable=False),
+    # {"priority": {"old": 0, "new": 7}, ...}: only the fields the edit changed.
+    Column("changes", JSONB, nullable=False),
+    # A job's edits in order, for `pgjobs job show`.
+    Index("ix_pgjobs_job_edits_job_id", "job_id", "id"),
+)

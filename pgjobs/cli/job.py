@@ -1,18 +1,38 @@
-"""`pgjobs job show`, `pgjobs replay` and `pgjobs cancel`: one job, wherever it is."""
+"""`pgjobs job show`, `pgjobs job edit`, `pgjobs replay` and `pgjobs cancel`: one job, wherever
+it is."""
 
 from __future__ import annotations
 
 import dataclasses
+import getpass
 import json
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from pgjobs import admin, dependencies, flow
+from pgjobs import admin, dependencies, editing, flow
 from pgjobs.cli import parse, render
-from pgjobs.cli.options import DsnOption, JobIdArgument, JsonFlag, database
-from pgjobs.errors import ConfigurationError
+from pgjobs.cli.enqueue import _parse_payload
+from pgjobs.cli.options import (
+    DsnOption,
+    JobIdArgument,
+    JsonFlag,
+    app_option,
+    database,
+    find_app,
+    use_database,
+)
+from pgjobs.errors import (
+    ConfigurationError,
+    InvalidPayload,
+    JobNotFound,
+    JobStateConflict,
+    UnknownTask,
+)
 from pgjobs.models import (
     JobHistory,
     JobStatus,
@@ -36,6 +56,7 @@ def job_show_command(
     job = admin.job(target, job_id)
     graph = dependencies.of(target, job_id)
     steps = workflow_history.of(target, job_id)
+    edits = editing.edits(target, job_id)
     shown = flow.shown(flow.of(target, job_id)) if graph.after else {}
     if as_json:
         edges = dataclasses.asdict(graph)
@@ -49,6 +70,7 @@ def job_show_command(
                 **dataclasses.asdict(job),
                 **edges,
                 "workflow": [_entry_json(entry) for entry in steps],
+                "edits": [dataclasses.asdict(e) for e in edits],
             }
         )
         return
@@ -91,6 +113,7 @@ def job_show_command(
     )
     render.print_block("results of after", _results(graph.after, shown))
     _print_workflow(steps)
+    render.print_block("edits", _edit_lines(edits))
     render.print_block("last error", job.last_error)
     render.print_block("traceback", job.traceback)
 
@@ -124,6 +147,115 @@ def _print_workflow(entries: list[WorkflowEntry]) -> None:
                 f"{said}"
             )
         typer.echo(f"  {printable(clipped(line))}")
+
+
+def _edit_lines(edits: tuple[editing.JobEdit, ...]) -> str | None:
+    """One line per edit, oldest first: when, by whom, each field old -> new."""
+    return "\n".join(
+        f"{render.when(e.edited_at)} by {e.edited_by}: {render.edit_changes(e.changes)}"
+        for e in edits
+    )
+
+
+@job_cli.command("edit")
+def job_edit_command(
+    job_id: JobIdArgument,
+    priority: Annotated[
+        int | None, typer.Option(help="Higher runs first.", min=-32768, max=32767)
+    ] = None,
+    run_at: Annotated[
+        str | None,
+        typer.Option(
+            help="When to run it: ISO 8601 with a timezone, or now. A job waiting for its "
+            "dependencies runs then once they have succeeded."
+        ),
+    ] = None,
+    run_in: Annotated[
+        str | None, typer.Option(help="Run it this long from now: 30s, 10m, 2h, 1d.")
+    ] = None,
+    payload: Annotated[
+        str | None,
+        typer.Option(
+            "--payload",
+            "-p",
+            help="The new payload, a JSON object of the handler's arguments (it replaces the "
+            "whole payload); @FILE or @- reads it.",
+        ),
+    ] = None,
+    max_attempts: Annotated[
+        int | None,
+        typer.Option(help="Attempts before dead_letter (more than it has spent already).", min=1),
+    ] = None,
+    tag: Annotated[
+        list[str] | None,
+        typer.Option("--tag", help="Its tags become these; repeat for more."),
+    ] = None,
+    no_tags: Annotated[bool, typer.Option("--no-tags", help="Remove its tags.")] = False,
+    by: Annotated[
+        str | None, typer.Option(help="Who edits, for the record (default: user@host).")
+    ] = None,
+    app_ref: Annotated[
+        str | None,
+        app_option("holding your tasks: a new payload is checked against the job's handler"),
+    ] = None,
+    as_json: JsonFlag = False,
+    dsn: DsnOption = None,
+) -> None:
+    """Change a queued job that is not running: its priority, run time, payload, max attempts
+    or tags. The edit is recorded (who, when, each field old -> new) and shown by `job show`."""
+    if tag and no_tags:
+        raise ConfigurationError("give --tag or --no-tags, not both")
+    if run_at is not None and run_in is not None:
+        raise ConfigurationError("give --run-at or --run-in, not both")
+    options: dict[str, Any] = {
+        "priority": priority,
+        "max_attempts": max_attempts,
+        "tags": [] if no_tags else tag or None,
+        "by": by if by is not None else _who(),
+    }
+    if run_at is not None and run_at.strip().lower() == "now":
+        options["run_in"] = 0.0
+    elif run_at is not None:
+        options["run_at"] = parse.iso_time("--run-at", run_at)
+    if run_in is not None:
+        options["run_in"] = parse.age("--run-in", run_in).total_seconds()
+    if payload is not None:
+        options["payload"] = _parse_payload(payload)
+    found = find_app(app_ref)
+    if found is not None:
+        use_database(found, dsn)
+        options["tasks"] = found.tasks
+    target = found.dsn if found is not None else database(dsn)
+    with _refusals_exit_2():
+        done = editing.edit(target, job_id, **options)
+    if as_json:
+        edit = None if done.edit is None else dataclasses.asdict(done.edit)
+        render.print_json({**dataclasses.asdict(done.job), "edit": edit})
+    elif done.edit is None:
+        typer.echo(f"job {job_id} unchanged: it has these values already")
+    else:
+        typer.echo(
+            f"job {job_id} edited ({done.job.status}): {render.edit_changes(done.edit.changes)}"
+        )
+
+
+@contextmanager
+def _refusals_exit_2() -> Iterator[None]:
+    """An edit refused (the job's state, an unknown id, a payload that does not fit) is bad
+    input: one line and exit 2, as a bad option is."""
+    try:
+        yield
+    except (JobStateConflict, JobNotFound, InvalidPayload, UnknownTask) as exc:
+        raise ConfigurationError(str(exc)) from None
+
+
+def _who() -> str:
+    """user@host of whoever runs the command, for the record of an edit."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # no login name (a container without one): the host alone says enough
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
 
 
 #: Jobs of a dependency list `job show` names; the rest are counted.

@@ -7,6 +7,7 @@ Times are printed in UTC, one way (``when``), or shortened for a table cell whos
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from datetime import UTC, datetime
@@ -377,6 +378,27 @@ def print_block(title: str, text: str | None) -> None:
         text = printable(clipped(text).replace("\r\n", "\n"), multiline=True)
         for line in text.rstrip("\n").split("\n"):
             typer.echo(f"  {line}")
+
+
+def edit_changes(changes: dict[str, dict[str, Any]]) -> str:
+    """What an edit changed, one field after another: ``priority 0 -> 7; tags a -> b, c``."""
+    return "; ".join(
+        f"{name} {_edited_value(change.get('old'))} -> {_edited_value(change.get('new'))}"
+        for name, change in changes.items()
+    )
+
+
+def _edited_value(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return ", ".join(map(str, value)) or "-"
+    if isinstance(value, dict):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, str) and len(value) > 19 and value[10] == "T":
+        with contextlib.suppress(ValueError):
+            return when(datetime.fromisoformat(value))
+    return str(value)
 
 
 def redrives(count: int, last: datetime | None) -> str | None:

@@ -108,6 +108,13 @@ from pgjobs.queries.doctor import (
     DOCTOR_SERVER,
     DOCTOR_STALE_WORKERS,
 )
+from pgjobs.queries.edits import (
+    JOB_EDIT_APPLY,
+    JOB_EDIT_LOCK,
+    JOB_EDIT_LOCK_WAITING,
+    JOB_EDITS_FORGET_GONE,
+    JOB_EDITS_OF,
+)
 from pgjobs.queries.enqueue import (
     JOB_COPY_MANY,
     JOB_COPY_MANY_READY,
@@ -325,6 +332,11 @@ __all__ = [
     "JOB_COPY_MANY_TAGGED",
     "JOB_COPY_MANY_VERSIONED",
     "JOB_DEMAND",
+    "JOB_EDITS_FORGET_GONE",
+    "JOB_EDITS_OF",
+    "JOB_EDIT_APPLY",
+    "JOB_EDIT_LOCK",
+    "JOB_EDIT_LOCK_WAITING",
     "JOB_EXPIRE_MANY",
     "JOB_EXTEND_LEASES",
     "JOB_IDS_BY_KEY",

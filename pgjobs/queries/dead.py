@@ -199,11 +199,18 @@ notified AS (
 SELECT r.id FROM requeued r CROSS JOIN notified ORDER BY r.id
 """
 
-#: Delete one batch of up to ``limit`` dead jobs matching the filters, for good. Returns the ids.
+#: Delete one batch of up to ``limit`` dead jobs matching the filters, for good, and the record
+#: of their edits (pgjobs_job_edits). Returns the ids.
 DEAD_PURGE_BATCH = f"""
-WITH picked AS ({_DEAD_PICK})
-DELETE FROM dead_letter d USING picked WHERE d.id = picked.id
-RETURNING d.id
+WITH picked AS ({_DEAD_PICK}),
+gone AS (
+    DELETE FROM dead_letter d USING picked WHERE d.id = picked.id
+    RETURNING d.id
+),
+forgotten AS (
+    DELETE FROM pgjobs_job_edits e USING gone WHERE e.job_id = gone.id
+)
+SELECT id FROM gone
 """
 
 # Each is index-backed and LIMITed, or reads the small hot table, or reads the planner's

@@ -19,7 +19,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from pgjobs import admin, batches, browse, coalescing, db, dependencies, flow, producer
+from pgjobs import admin, batches, browse, coalescing, db, dependencies, editing, flow, producer
 from pgjobs import stats as read_model
 from pgjobs.errors import ConfigurationError, JobCancelled, JobFailed, WaitTimeout
 from pgjobs.maintenance.registry import STALE_AFTER
@@ -27,7 +27,7 @@ from pgjobs.models import JobHistory, JobStatus
 from pgjobs.producer import PreparedJob
 from pgjobs.submission import MAX_JOB_ID, MAX_KEY_BYTES
 from pgjobs.tags import check as check_tags
-from pgjobs.web import enqueuing, models, paths
+from pgjobs.web import enqueuing, models, paths, stats_models
 from pgjobs.web.auth import READ_METHODS
 from pgjobs.web.backend import API_PREFIX, Backend, Credentials, Server, backend, check_token
 from pgjobs.web.errors import ApiError, responses
@@ -78,8 +78,11 @@ def _job_and_graph(conn: Any, job_id: int) -> models.Job:
             models.JobEdge(id=e.id, status=e.status, name=e.name) for e in graph.dependents
         ],
     }
+    edits = [
+        models.JobEdit.model_validate(dataclasses.asdict(e)) for e in editing.edits(conn, job_id)
+    ]
     return _job(admin.job(conn, job_id)).model_copy(
-        update={**edges, "waiting_on": graph.waiting_on}
+        update={**edges, "waiting_on": graph.waiting_on, "edits": edits}
     )
 
 
@@ -129,9 +132,9 @@ async def enqueue_job(body: models.JobCreate, request: Request, response: Respon
     row = server.app.prepare(body.spec(body.idempotency_key))
     if coalescing.fits(row):
         # With the other requests' plain jobs (pgjobs.web.enqueuing), answered from its inserted
-        # row: a job just enqueued has no dependencies nor dependents.
+        # row: a job just enqueued has no dependencies nor dependents, and no edits.
         inserted = await server.enqueuer.insert(row)
-        return _job(inserted).model_copy(update={"after": [], "dependents": []})
+        return _job(inserted).model_copy(update={"after": [], "dependents": [], "edits": []})
     return await run_in_threadpool(_enqueue, server, row, response)
 
 
@@ -533,7 +536,7 @@ LAG_HEADER = "X-Pgjobs-Replica-Lag-Seconds"
     response_model=None,
     responses={
         200: {
-            "model": list[models.QueueStats] | models.StatsVerbose,
+            "model": list[stats_models.QueueStats] | stats_models.StatsVerbose,
             "description": "The document of `pgjobs stats --json` (with verbose: --verbose)",
         }
     },
@@ -571,9 +574,9 @@ def get_stats(
     return JSONResponse(jsonable_encoder(document), headers=headers)
 
 
-@router.get("/workers", response_model=models.WorkerList, summary="Live workers")
-def list_workers(server: Server) -> models.WorkerList:
+@router.get("/workers", response_model=stats_models.WorkerList, summary="Live workers")
+def list_workers(server: Server) -> stats_models.WorkerList:
     """Workers that sent a heartbeat recently, with the jobs each one runs."""
     with server.reading() as conn:
         workers = [dataclasses.asdict(w) for w in db.live_workers(conn, STALE_AFTER)]
-    return models.WorkerList(workers=[models.Worker.model_validate(w) for w in workers])
+    return stats_models.WorkerList(workers=[stats_models.Worker.model_validate(w) for w in workers])

@@ -21,6 +21,7 @@ from pgjobs.web.backend import Backend, metrics_public_from_env
 from pgjobs.web.dashboard import dashboard_router
 from pgjobs.web.dashboard.security import SESSION_COOKIE
 from pgjobs.web.dashboard.sessions import Sessions
+from pgjobs.web.edits import edits_router
 from pgjobs.web.express import ExpressEnqueue
 from pgjobs.web.guards import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES, Guards
 from pgjobs.web.health import health_router
@@ -166,6 +167,7 @@ def create_app(
     web.include_router(results.router)
     web.include_router(routes_queues.router)
     web.include_router(routes_schedules.router)
+    web.include_router(edits_router)
     web.include_router(docs.docs_router())
     web.include_router(
         dashboard_router(
@@ -179,6 +181,7 @@ def create_app(
             ordered_tasks=state.ordered_tasks,
             hosted=auth is not None,
             sign_in_url=sign_in_url,
+            tasks=state.app.tasks if state.app_given else None,
         )
     )
     # Inside the guards: the token, the body's size and type are checked, the body read.

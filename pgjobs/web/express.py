@@ -72,8 +72,10 @@ class ExpressEnqueue:
             inserted = await self.backend.enqueuer.insert(row)
         except PgjobsError as exc:
             return pgjobs_error_response(exc)
-        # A job just enqueued has no dependencies nor dependents.
-        job = models.Job.model_validate(inserted).model_copy(update={"after": [], "dependents": []})
+        # A job just enqueued has no dependencies nor dependents, and no edits.
+        job = models.Job.model_validate(inserted).model_copy(
+            update={"after": [], "dependents": [], "edits": []}
+        )
         return Response(dump(job), status_code=201, media_type="application/json")
 
 

@@ -90,5 +90,5 @@ def test_a_batch_of_plain_jobs_is_answered_as_read_back(client: TestClient) -> N
     assert [job["status"] for job in answered] == ["ready", "scheduled", "scheduled"]
     for job in answered:
         read = client.get(f"/api/v1/jobs/{job['id']}").json()
-        # A batch's answer does not read dependencies (null); GET does.
-        assert read | {"after": None, "dependents": None} == job
+        # A batch's answer does not read dependencies nor edits (null); GET does.
+        assert read | {"after": None, "dependents": None, "edits": None} == job

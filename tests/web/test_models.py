@@ -12,16 +12,18 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from pgjobs import dependencies, flow
+from pgjobs import dependencies, editing, flow
 from pgjobs import models as domain
 from pgjobs.batches import BatchStatus
 from pgjobs.web import models as api
-from pgjobs.web import queue_models, results
+from pgjobs.web import queue_models, results, stats_models
 
 #: (response model, domain row, fields only the response has, fields only the row has).
 PAIRS: list[tuple[type[BaseModel], type[Any], set[str], set[str]]] = [
     # Its place in a graph: the fields of pgjobs.dependencies.Dependencies (see below).
-    (api.Job, domain.JobHistory, {"after", "dependents", "waiting_on"}, set()),
+    # Its place in a graph (see below) and its recorded edits (pgjobs.editing.JobEdit).
+    (api.Job, domain.JobHistory, {"after", "dependents", "waiting_on", "edits"}, set()),
+    (api.JobEdit, editing.JobEdit, set(), set()),
     (api.JobEdge, dependencies.Edge, set(), set()),
     # In `after`, the dependency's result (read by pgjobs.flow), or that it was left out.
     (api.AfterEdge, dependencies.Edge, {"result", "result_omitted"}, set()),
@@ -30,14 +32,14 @@ PAIRS: list[tuple[type[BaseModel], type[Any], set[str], set[str]]] = [
     (api.JobSummary, domain.JobHistory, set(), {"result", "traceback", "replays"}),
     (api.DeadJob, domain.DeadJob, set(), set()),
     (api.DeadGroup, domain.DeadGroup, set(), set()),
-    (api.Worker, domain.WorkerInfo, set(), set()),
-    (api.Replica, domain.ReplicaStatus, set(), set()),
-    (api.GroupHold, domain.GroupHold, set(), set()),
-    (api.GroupLoad, domain.GroupLoad, set(), set()),
-    (api.QueueGroups, domain.QueueGroups, set(), set()),
+    (stats_models.Worker, domain.WorkerInfo, set(), set()),
+    (stats_models.Replica, domain.ReplicaStatus, set(), set()),
+    (stats_models.GroupHold, domain.GroupHold, set(), set()),
+    (stats_models.GroupLoad, domain.GroupLoad, set(), set()),
+    (stats_models.QueueGroups, domain.QueueGroups, set(), set()),
     (api.Batch, BatchStatus, set(), set()),
     # The row's two properties, written out by `pgjobs stats --json`.
-    (api.QueueStats, domain.QueueStats, {"throughput_per_second", "retry_rate"}, set()),
+    (stats_models.QueueStats, domain.QueueStats, {"throughput_per_second", "retry_rate"}, set()),
     # The row's property and its rate as written, as `pgjobs queue list --json` prints them.
     (queue_models.Queue, domain.QueueState, {"paused", "rate"}, set()),
     (queue_models.Schedule, domain.ScheduleInfo, set(), set()),

@@ -6,9 +6,11 @@ pgjobs' own types so that the same validation as the CLI's and the API's applies
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
 from pgjobs.admin import DeadFilter
@@ -198,3 +200,44 @@ def local_path(value: str | None, fallback: str = "/") -> str:
     if any(ord(c) < 0x20 for c in value):
         return fallback
     return value
+
+
+#: The fields of a job page's edit form.
+EDIT_FIELDS = ("priority", "run_at", "payload", "max_attempts", "tags")
+
+
+def job_edit(fields: Mapping[str, str]) -> dict[str, Any]:
+    """A job page's edit form as the keyword arguments of ``editing.edit``. The form shows the
+    job's values: an empty number, time or payload leaves that field as it is; the tags field
+    holds them comma-separated (emptied: the job loses its tags); a run time is ``now`` or an
+    ISO 8601 time (without a timezone: UTC, as a browser's ``datetime-local`` sends it)."""
+    options: dict[str, Any] = {}
+    for name in ("priority", "max_attempts"):
+        value = _text(fields, name)
+        if value is not None:
+            try:
+                options[name] = int(value)
+            except ValueError:
+                raise ConfigurationError(
+                    f"{name.replace('_', ' ')} must be a whole number, got {value!r}", field=name
+                ) from None
+    run_at = _text(fields, "run_at")
+    if run_at is not None and run_at.lower() == "now":
+        options["run_in"] = 0.0
+    elif run_at is not None:
+        try:
+            moment_ = datetime.fromisoformat(run_at)
+        except ValueError:
+            raise ConfigurationError(
+                f"run at must be now or an ISO 8601 time, got {run_at!r}", field="run_at"
+            ) from None
+        options["run_at"] = moment_ if moment_.tzinfo else moment_.replace(tzinfo=UTC)
+    payload = _text(fields, "payload")
+    if payload is not None:
+        try:
+            options["payload"] = json.loads(payload)
+        except (ValueError, RecursionError) as exc:
+            raise ConfigurationError(f"the payload is not JSON: {exc}", field="payload") from None
+    if "tags" in fields:
+        options["tags"] = [t.strip() for t in fields["tags"].split(",") if t.strip()]
+    return options

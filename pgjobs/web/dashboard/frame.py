@@ -38,6 +38,7 @@ from pgjobs.errors import (
     PgjobsError,
     SchemaMissing,
 )
+from pgjobs.tasks import Task
 from pgjobs.text import printable
 from pgjobs.web.auth import Tokens
 from pgjobs.web.dashboard import forms, text
@@ -185,6 +186,7 @@ class Frame:
         ordered_tasks: Mapping[str, bool | str] | None = None,
         hosted: bool = False,
         sign_in_url: str | None = None,
+        tasks: Mapping[str, Task] | None = None,
     ) -> None:
         if not tokens.configured and not insecure_no_auth and not hosted:
             raise ConfigurationError(
@@ -210,6 +212,8 @@ class Frame:
         self.group_limits = dict(group_limits or {})
         #: The app's ordered tasks (``groups.ordered_tasks``): what holds their groups.
         self.ordered_tasks = dict(ordered_tasks or {})
+        #: The app's tasks, when the server has the app: an edited payload is checked by them.
+        self.tasks = tasks
         #: The templates' environment, made by the first page shown (``render``).
         self._env: jinja2.Environment | None = None
         self._static = _load_static()

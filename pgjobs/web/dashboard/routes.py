@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, FastAPI
 from fastapi.responses import HTMLResponse
 
+from pgjobs.tasks import Task
 from pgjobs.web.auth import Tokens
 from pgjobs.web.dashboard.frame import GET, ConnectionSource, Frame, Route
 from pgjobs.web.dashboard.pages.batches import BatchPages
@@ -76,6 +77,7 @@ def dashboard_router(
     ordered_tasks: Mapping[str, bool | str] | None = None,
     hosted: bool = False,
     sign_in_url: str | None = None,
+    tasks: Mapping[str, Task] | None = None,
 ) -> APIRouter:
     """The dashboard's routes for ``create_app`` to include: pages at ``/``, ``/dead``,
     ``/dead/actions/{id}`` (a bulk action's progress), ``/jobs``, ``/batches/{id}``,
@@ -88,7 +90,8 @@ def dashboard_router(
     (``groups.task_limits``), for the groups at their limit a queue's page shows;
     ``ordered_tasks`` (``groups.ordered_tasks``), for what holds their groups. ``hosted``: the
     application that mounts it signs browsers in (``pgjobs.web.hosted``), and sends those it
-    did not to ``sign_in_url`` (a 401 page without one).
+    did not to ``sign_in_url`` (a 401 page without one). ``tasks``: the app's, which check a
+    payload edited on a job's page.
 
     Example::
 
@@ -105,5 +108,6 @@ def dashboard_router(
         ordered_tasks=ordered_tasks,
         hosted=hosted,
         sign_in_url=sign_in_url,
+        tasks=tasks,
     )
     return Dashboard(frame).router()

@@ -245,6 +245,23 @@ def test_prune_dry_run_then_prune_drops_whole_old_partitions(capsys, fresh, fres
     assert "dropped 0 partition(s), 0 rows" in out
 
 
+def test_prune_deletes_the_edits_of_the_jobs_it_drops(capsys, fresh, fresh_conn):
+    _history(fresh, fresh_conn)
+    for job_id in (1, 5):  # an old job's record, a kept one's
+        fresh_conn.execute(
+            "INSERT INTO pgjobs_job_edits (job_id, edited_by, changes) "
+            'VALUES (%s, \'ops\', \'{"priority": {"old": 0, "new": 1}}\')',
+            [job_id],
+        )
+    code, _, err = prune(capsys, fresh, "--older-than", "30d", "--dry-run")
+    assert code == 0, err
+    assert fresh_conn.execute("SELECT count(*) FROM pgjobs_job_edits").fetchone() == (2,)
+    code, _, err = prune(capsys, fresh, "--older-than", "30d")
+    assert code == 0, err
+    kept = fresh_conn.execute("SELECT job_id FROM pgjobs_job_edits").fetchall()
+    assert kept == [(5,)]
+
+
 def test_prune_exports_one_csv_file_per_partition(capsys, fresh, fresh_conn, tmp_path):
     by_partition = _history(fresh, fresh_conn)
     code, out, err = prune(capsys, fresh, "--older-than", "30d", "--export", str(tmp_path))

@@ -391,6 +391,21 @@ def test_cancel_and_replay_from_a_job_page(
     assert page.dialogs == []  # type: ignore[attr-defined]
 
 
+def test_a_queued_job_edited_from_its_page(
+    page: Page, conn: psycopg.Connection[Any], make_app: Callable[..., App]
+) -> None:
+    job_id = make_app().enqueue("emails.send", {"to": "ada@example.org"}, queue="emails")
+    sign_in(page, f"/jobs/{job_id}")
+    page.get_by_label("Priority").fill("7")
+    page.get_by_label("Tags").fill("customer:42, urgent")
+    page.get_by_role("button", name="Save changes").click()
+    assert f"Job {job_id} edited: priority, tags changed." in page.locator(".flash").inner_text()
+    assert scalar(conn, "SELECT priority FROM queued_jobs WHERE id = %s", [job_id]) == 7
+    history = page.locator("#edits").inner_text()
+    assert "priority" in history and "customer:42" in history
+    assert page.dialogs == []  # type: ignore[attr-defined]
+
+
 def test_a_payload_holding_script_is_shown_as_text(
     page: Page, conn: psycopg.Connection[Any], make_app: Callable[..., App]
 ) -> None:

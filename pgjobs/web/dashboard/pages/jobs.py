@@ -9,7 +9,7 @@ import psycopg
 from fastapi import Request
 from fastapi.responses import Response
 
-from pgjobs import admin, batches, browse, dependencies
+from pgjobs import admin, batches, browse, dependencies, editing
 from pgjobs.admin import DeadFilter
 from pgjobs.errors import ConfigurationError, JobNotFound
 from pgjobs.maintenance.registry import STALE_AFTER
@@ -158,6 +158,7 @@ class JobPages:
                 workflow=graph.workflow(conn, number),
                 now=data.now(conn),
                 stale_after=STALE_AFTER,
+                edits=editing.edits(conn, number),
             )
 
         return self.frame.page(request, build)
@@ -173,9 +174,35 @@ class JobPages:
         ) -> tuple[str, str]:
             if number is None:
                 raise JobNotFound(f"{job_id!r} is not a job id")
+            if action == "edit":
+                return _edit(conn, number, fields, viewer, self.frame)
             return _job_action(conn, number, action, fields)
 
         return self.frame.act(request, posted, back, act)
+
+
+#: Who an edit on the dashboard is recorded as when the viewer has no name (a token).
+DASHBOARD_EDITOR = "dashboard"
+
+
+def _edit(
+    conn: psycopg.Connection[Any],
+    job_id: int,
+    fields: dict[str, str],
+    viewer: Viewer,
+    frame: Frame,
+) -> tuple[str, str]:
+    """The job page's edit form: the fields changed, recorded as the viewer."""
+    done = editing.edit(
+        conn,
+        job_id,
+        **forms.job_edit(fields),
+        by=viewer.name or DASHBOARD_EDITOR,
+        tasks=frame.tasks,
+    )
+    if done.edit is None:
+        return f"/jobs/{job_id}", f"Job {job_id} unchanged: it has these values already."
+    return f"/jobs/{job_id}", f"Job {job_id} edited: {', '.join(done.edit.changes)} changed."
 
 
 def _job_action(
@@ -202,4 +229,4 @@ def _job_action(
     if action == "redrive":
         moved = admin.redrive(conn, DeadFilter(ids=(job_id,)))
         return f"/jobs/{job_id}", f"Job {job_id} redriven ({moved} moved back to the queue)."
-    raise JobNotFound(f"no action {action!r} on jobs: use cancel, replay or redrive")
+    raise JobNotFound(f"no action {action!r} on jobs: use cancel, edit, replay or redrive")
