@@ -108,7 +108,10 @@ def test_the_checks_see_what_a_page_leaves_out():
     # What the page looked like before Batch, the errors of app.wait and show_bases: false.
     page = "::: pgjobs.App\n    options:\n      inherited_members: true\n\n::: pgjobs.Job\n"
     assert {"Batch", "Snooze", "WaitTimeout"} <= set(_missing_exports(page))
-    assert _internal_bases(page) == ["pgjobs.App: pgjobs.registry.Registry"]
+    assert _internal_bases(page) == [
+        "pgjobs.App: pgjobs.registry.Registry",
+        "pgjobs.App: pgjobs.operator.Operator",
+    ]
     page = page.replace("true\n", "true\n      show_bases: false\n", 1)
     assert _internal_bases(page) == []
     assert "App" not in _missing_exports(page)
