@@ -563,3 +563,30 @@ pgjobs_schedules = Table(
     Column("paused_at", DateTime(timezone=True)),
     Column("paused_by", Text),
 )
+
+# Events sent to workflow jobs (`app.send_event`), kept until the workflow's `ctx.wait_for`
+# takes them (a taken event leaves; the workflow's history keeps its payload). Events of one
+# name are taken oldest first. Mail of a job that has ended is swept by the maintenance round.
+# Migration 0016.
+pgjobs_events = Table(
+    "pgjobs_events",
+    metadata,
+    Column("id", BigInteger, Identity(always=False), primary_key=True),
+    Column("job_id", BigInteger, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("payload", JSONB, nullable=False, server_default=text("'null'::jsonb")),
+    Column("sent_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Index("ix_pgjobs_events_job_id_name_id", "job_id", "name", "id"),
+)
+
+# The events a workflow job waits for (`ctx.wait_for`): while it has a row here, a send of that
+# name makes the job ready at once; the row goes when the wait ends. Migration 0016.
+pgjobs_event_waits = Table(
+    "pgjobs_event_waits",
+    metadata,
+    Column("job_id", BigInteger, primary_key=True),
+    Column("name", Text, primary_key=True),
+    # When the wait times out (the job is suspended until then).
+    Column("deadline", DateTime(timezone=True), nullable=False),
+    Column("since", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+)
