@@ -12,7 +12,7 @@ import psycopg
 
 # admin, batches and schedules are imported where they are used: `pgjobs enqueue` and a worker
 # need none of them (admin brings the completer's reports).
-from pgjobs import coalescing, dependencies, producer, queues, results
+from pgjobs import coalescing, dependencies, events, producer, queues, results
 from pgjobs.db.dsn import APP_SOURCE, Dsn, normalize_dsn, resolve_dsn
 from pgjobs.db.pooler import Pooler, parse_pooler
 from pgjobs.errors import ConfigurationError
@@ -397,6 +397,27 @@ class App(Registry):
         """Insert ``rows`` in one statement on the app's pool (autocommit: one commit)."""
         # Not db.pooled: insert translates errors itself.
         return self._pools.run(lambda conn, dsn: producer.insert(conn, rows, dsn, pooled=True))
+
+    def send_event(
+        self, job: int | str, name: str, payload: Any = None, *, connection: Any = None
+    ) -> events.SentEvent:
+        """Send event ``name`` to workflow job ``job`` (its id or idempotency key), for its
+        ``ctx.wait_for(name)``: kept until taken, and a workflow waiting for it is ready at once.
+        With ``connection`` (psycopg or SQLAlchemy) it is part of the caller's transaction.
+
+        Example: ``app.send_event(order_job, "payment_confirmed", {"amount": 1200})``
+        """
+        if connection is None:
+            return self._on_pool(events.send, job, name, payload)
+        return events.send(events.psycopg_connection(connection), job, name, payload)
+
+    async def send_event_async(
+        self, job: int | str, name: str, payload: Any = None, *, connection: Any = None
+    ) -> events.SentEvent:
+        """``send_event`` for asyncio code (``connection``: a psycopg ``AsyncConnection``)."""
+        if connection is None:
+            return await asyncio.to_thread(self._on_pool, events.send, job, name, payload)
+        return await events.send_async(connection, job, name, payload)
 
     def job(self, job_id: int) -> JobHistory:
         """A job wherever it is (queued, archived or dead), with its whole record.

@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 
 from pgjobs import queries
-from pgjobs.db import Target, target_connection
+from pgjobs.db import Target, target_connection, translate_errors
 from pgjobs.errors import ConfigurationError, InvalidPayload, JobNotFound, JobStateConflict
 from pgjobs.submission import MAX_JOB_ID, check_key, check_name
 
@@ -133,6 +133,22 @@ def check_target(job: object) -> tuple[int | None, str | None]:
     return None, check_key(job, field="job")
 
 
+def psycopg_connection(connection: Any) -> psycopg.Connection[Any]:
+    """The psycopg connection of ``connection`` (itself, or the one under a SQLAlchemy
+    ``Connection`` on the psycopg driver), so that a send joins the caller's transaction."""
+    if isinstance(connection, psycopg.Connection):
+        return connection
+    pooled = getattr(connection, "connection", None)  # SQLAlchemy: the DBAPI connection's proxy
+    driver = getattr(pooled, "driver_connection", None)
+    if isinstance(driver, psycopg.Connection):
+        return driver
+    raise ConfigurationError(
+        "connection must be a psycopg.Connection or a SQLAlchemy Connection on the psycopg "
+        f"driver (use send_event_async for an async one), got {type(connection).__name__}",
+        field="connection",
+    )
+
+
 def send(target: Target, job: int | str, name: str, payload: Any = None) -> SentEvent:
     """Put event ``name`` with ``payload`` in the mailbox of workflow job ``job`` (an id or an
     idempotency key), waking the workflow when it waits for it. On a connection with an open
@@ -166,9 +182,52 @@ def _send(
     return SentEvent(int(event_id), target_id, name, sent_at, woke is not None)
 
 
+async def send_async(
+    conn: psycopg.AsyncConnection[Any], job: int | str, name: str, payload: Any = None
+) -> SentEvent:
+    """``send`` on an async connection (in the caller's transaction unless it is in autocommit
+    mode).
+
+    Example: ``await events.send_async(conn, "order-7", "paid")``
+    """
+    job_id, key = check_target(job)
+    name = check_event_name(name)
+    text = event_json(payload)
+    with translate_errors():
+        if not conn.autocommit:
+            return await _send_async(conn, job_id, key, name, text)
+        async with conn.transaction():
+            return await _send_async(conn, job_id, key, name, text)
+
+
+async def _send_async(
+    conn: psycopg.AsyncConnection[Any], job_id: int | None, key: str | None, name: str, text: str
+) -> SentEvent:
+    cursor = await conn.execute(queries.EVENT_LOCK_TARGET, {"id": job_id, "key": key})
+    found = await cursor.fetchone()
+    if found is None:
+        cursor = await conn.execute(queries.EVENT_TARGET_ENDED, {"id": job_id, "key": key})
+        raise _refusal(job_id, key, await cursor.fetchone())
+    target_id = int(found[0])
+    cursor = await conn.execute(
+        queries.EVENT_INSERT, {"job_id": target_id, "name": name, "payload": text}
+    )
+    event_id, sent_at = await cursor.fetchone() or (None, None)
+    cursor = await conn.execute(queries.EVENT_WAKE, {"job_id": target_id, "name": name})
+    woke = await cursor.fetchone()
+    assert event_id is not None and sent_at is not None
+    return SentEvent(int(event_id), target_id, name, sent_at, woke is not None)
+
+
 def _not_queued(conn: psycopg.Connection[Any], job_id: int | None, key: str | None) -> Exception:
-    named = f"job {job_id}" if job_id is not None else f"the job with idempotency key {key!r}"
     ended = conn.execute(queries.EVENT_TARGET_ENDED, {"id": job_id, "key": key}).fetchone()
+    return _refusal(job_id, key, ended)
+
+
+def _refusal(job_id: int | None, key: str | None, ended: Any) -> Exception:
+    """Why an event cannot go to the job: it is nowhere, or it has ended (``ended``: its home
+    table and status)."""
+    named = f"job {job_id}" if job_id is not None else f"the job with idempotency key {key!r}"
     if ended is None:
         return JobNotFound(f"no {named}: no event was sent")
     home, status = ended
@@ -198,7 +257,8 @@ def wait(
     there is none, the wait is registered and the job suspended until ``deadline`` (its slot
     given back, its attempt refunded), and None is returned: the caller then ends the run
     without an outcome to send. In one transaction on ``conn`` (its own when ``conn`` is in
-    autocommit mode, else the caller's), under the job's row lock. Raises ``JobStateConflict`` when the attempt no longer holds the job.
+    autocommit mode, else the caller's), under the job's row lock. Raises
+    ``JobStateConflict`` when the attempt no longer holds the job.
     """
     params = {"job_id": job_id, "worker": worker, "attempt": attempt, "name": name}
     with contextlib.nullcontext() if not conn.autocommit else conn.transaction():
