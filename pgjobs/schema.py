@@ -528,6 +528,9 @@ pgjobs_batches = Table(
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     # When the last member ended.
     Column("completed_at", DateTime(timezone=True)),
+    # The workflow job that waits for the batch's members (its children: ``ctx.map``), made
+    # ready by the trigger pgjobs_children_ended when the last one ends. Migration 0016.
+    Column("parent_job_id", BigInteger),
     CheckConstraint("pending >= 0", name="pending_not_negative"),
 )
 

@@ -1,4 +1,5 @@
-"""Workflow events: a mailbox per workflow job, and the waits that a send wakes
+"""Workflow events and children: a mailbox per workflow job, the waits a send wakes, and the
+batch of a workflow's children that wakes it when the last one ends
 
 Revision ID: 0016
 Revises: 0015
@@ -8,10 +9,14 @@ Create Date: 2026-12-02
   ``ctx.wait_for`` takes them, oldest first per name (index on ``(job_id, name, id)``).
 * ``pgjobs_event_waits``: the events a suspended workflow waits for, with the wait's deadline;
   a send of that name makes the job ready at once.
+* ``pgjobs_batches.parent_job_id``: the workflow whose children (``ctx.map``) the batch's
+  members are; the row trigger ``pgjobs_children_ended`` makes it ready when the last one ends.
 
-Online safety: two new, empty tables, created in one short transaction; no existing table is
-touched, so workers of the previous release go on working. Downgrade drops them (events not yet
-taken are lost with them).
+Online safety: two new, empty tables; a nullable column without a default on the batches (a
+catalog change, no rewrite); a function and a trigger on that small table; all in one short
+transaction. Workers of the previous release go on working (their batches have no parent, so
+the trigger's condition is false for them). Downgrade drops them (events not yet taken are lost
+with them; a workflow waiting for its children then waits until someone redrives it).
 """
 
 from __future__ import annotations
@@ -26,6 +31,31 @@ revision: str = "0016"
 down_revision: str | None = "0015"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+
+
+# The function as this revision creates it (pgjobs.queries.triggers shows the current text).
+CHILDREN_ENDED_FUNCTION = """
+CREATE OR REPLACE FUNCTION pgjobs_children_ended() RETURNS trigger
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    woken bigint;
+BEGIN
+    WITH released AS (
+        UPDATE queued_jobs q SET run_at = now()
+        WHERE q.id = NEW.parent_job_id AND q.lease_expires_at IS NULL AND q.run_at > now()
+        RETURNING q.queue
+    )
+    SELECT count(pg_notify('pgjobs', queue)) INTO woken FROM released;
+    RETURN NULL;
+END
+$fn$
+"""
+
+CHILDREN_ENDED_TRIGGER = """
+CREATE TRIGGER pgjobs_children_ended AFTER UPDATE OF pending ON pgjobs_batches
+FOR EACH ROW WHEN (NEW.pending = 0 AND OLD.pending > 0 AND NEW.parent_job_id IS NOT NULL)
+EXECUTE FUNCTION pgjobs_children_ended()
+"""
 
 
 def upgrade() -> None:
@@ -51,8 +81,14 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("job_id", "name", name="pk_pgjobs_event_waits"),
     )
+    op.add_column("pgjobs_batches", sa.Column("parent_job_id", sa.BigInteger(), nullable=True))
+    op.execute(CHILDREN_ENDED_FUNCTION)
+    op.execute(CHILDREN_ENDED_TRIGGER)
 
 
 def downgrade() -> None:
+    op.execute("DROP TRIGGER IF EXISTS pgjobs_children_ended ON pgjobs_batches")
+    op.execute("DROP FUNCTION IF EXISTS pgjobs_children_ended()")
+    op.drop_column("pgjobs_batches", "parent_job_id")
     op.drop_table("pgjobs_event_waits")
     op.drop_table("pgjobs_events")
