@@ -529,7 +529,7 @@ pgjobs_batches = Table(
     # When the last member ended.
     Column("completed_at", DateTime(timezone=True)),
     # The workflow job that waits for the batch's members (its children: ``ctx.map``), made
-    # ready by the trigger pgjobs_children_ended when the last one ends. Migration 0016.
+    # ready by the trigger pgjobs_children_ended when the last one ends. Migration 0017.
     Column("parent_job_id", BigInteger),
     CheckConstraint("pending >= 0", name="pending_not_negative"),
 )
@@ -570,7 +570,7 @@ pgjobs_schedules = Table(
 # Events sent to workflow jobs (`app.send_event`), kept until the workflow's `ctx.wait_for`
 # takes them (a taken event leaves; the workflow's history keeps its payload). Events of one
 # name are taken oldest first. Mail of a job that has ended is swept by the maintenance round.
-# Migration 0016.
+# Migration 0017.
 pgjobs_events = Table(
     "pgjobs_events",
     metadata,
@@ -583,7 +583,7 @@ pgjobs_events = Table(
 )
 
 # The events a workflow job waits for (`ctx.wait_for`): while it has a row here, a send of that
-# name makes the job ready at once; the row goes when the wait ends. Migration 0016.
+# name makes the job ready at once; the row goes when the wait ends. Migration 0017.
 pgjobs_event_waits = Table(
     "pgjobs_event_waits",
     metadata,

@@ -1,7 +1,7 @@
 """Logic that lives in the database: the current text of its triggers' functions.
 
 Migrations create them (``pgjobs_job_ended``: 0013; ``pgjobs_group_touched``: 0014;
-``pgjobs_children_ended``: 0016); this is the
+``pgjobs_children_ended``: 0017); this is the
 text a migrated database runs, kept here beside the statements that move rows into
 ``archived_jobs`` and ``dead_letter``, so that one reading shows what such a move sets off. A
 migration that changes a function changes this text in the same commit

@@ -1,8 +1,8 @@
 """Workflow events and children: a mailbox per workflow job, the waits a send wakes, and the
 batch of a workflow's children that wakes it when the last one ends
 
-Revision ID: 0016
-Revises: 0015
+Revision ID: 0017
+Revises: 0016
 Create Date: 2026-12-02
 
 * ``pgjobs_events``: events sent to a workflow job (``app.send_event``), kept until its
@@ -27,8 +27,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
-revision: str = "0016"
-down_revision: str | None = "0015"
+revision: str = "0017"
+down_revision: str | None = "0016"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
