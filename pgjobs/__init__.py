@@ -30,9 +30,12 @@ if TYPE_CHECKING:
         QueryFailed,
         SchemaMissing,
         Snooze,
+        StepFailed,
         UnknownDependency,
         UnknownTask,
         WaitTimeout,
+        WorkflowDiverged,
+        WorkflowError,
     )
     from pgjobs.models import DeadGroup, DeadJob, Job, JobHistory, JobStatus, QueueStats
     from pgjobs.rates import Rate
@@ -40,6 +43,7 @@ if TYPE_CHECKING:
     from pgjobs.submission import JobSpec, Ref
     from pgjobs.tasks import Task
     from pgjobs.worker import Worker, WorkerConfig
+    from pgjobs.workflows import StepPolicy, WorkflowContext, step_policy
 
 #: Where each public name lives.
 _EXPORTS: dict[str, str] = {
@@ -72,13 +76,19 @@ _EXPORTS: dict[str, str] = {
     "RetryPolicy": "pgjobs.retry",
     "SchemaMissing": "pgjobs.errors",
     "Snooze": "pgjobs.errors",
+    "StepFailed": "pgjobs.errors",
+    "StepPolicy": "pgjobs.workflows",
     "Task": "pgjobs.tasks",
     "UnknownDependency": "pgjobs.errors",
     "UnknownTask": "pgjobs.errors",
     "WaitTimeout": "pgjobs.errors",
     "Worker": "pgjobs.worker",
     "WorkerConfig": "pgjobs.worker",
+    "WorkflowContext": "pgjobs.workflows",
+    "WorkflowDiverged": "pgjobs.errors",
+    "WorkflowError": "pgjobs.errors",
     "current_job": "pgjobs.context",
+    "step_policy": "pgjobs.workflows",
 }
 
 __all__ = [
@@ -111,13 +121,19 @@ __all__ = [
     "RetryPolicy",
     "SchemaMissing",
     "Snooze",
+    "StepFailed",
+    "StepPolicy",
     "Task",
     "UnknownDependency",
     "UnknownTask",
     "WaitTimeout",
     "Worker",
     "WorkerConfig",
+    "WorkflowContext",
+    "WorkflowDiverged",
+    "WorkflowError",
     "current_job",
+    "step_policy",
 ]
 
 

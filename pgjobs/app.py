@@ -97,6 +97,9 @@ class App(Registry):
         self._coalescer = coalescing.Coalescer(self._send)
         self._async_coalescer: coalescing.AsyncCoalescer[int] | None = None
 
+    def _workflow_pools(self) -> Pools:
+        return self._pools
+
     @property
     def dsn(self) -> Dsn:
         """The database this app uses, resolved on first use."""

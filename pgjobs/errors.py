@@ -235,3 +235,61 @@ class UnknownDependency(PgjobsError):
 class DependencyFailed(PgjobsError):
     """A job was enqueued ``after`` a job that already ended without succeeding (dead,
     cancelled or expired): it could never run."""
+
+
+class WorkflowError(PgjobsError, NonRetryableError):
+    """A durable workflow used in a way that cannot work: a step's result that is not JSON, a
+    step name used twice in one run, a sleep of a negative, NaN or absurd length, a
+    ``WorkflowContext`` method called outside its running workflow. Nothing is recorded; raised
+    in a workflow's run it sends the job to ``dead_letter`` (``non_retryable``).
+
+    Example: ``except pgjobs.WorkflowError as exc: print(exc)``
+    """
+
+
+class WorkflowDiverged(WorkflowError):
+    """A workflow's code asked for another step (or sleep) than its recorded history holds at
+    that place, or returned before reaching the entries it recorded: the code changed under a
+    running workflow. The job goes to ``dead_letter`` with reason ``workflow_diverged``."""
+
+
+class StepFailed(PgjobsError):
+    """A workflow's step failed for good: its attempts are spent (``exhausted``) or it raised an
+    error its policy does not retry (``non_retryable``). ``step`` names it, ``error_type`` and
+    ``error`` are its last error's (the exception itself is the ``__cause__`` in the run that
+    raised it). Uncaught, it sends the workflow's job to ``dead_letter`` with the step's error;
+    ``pgjobs dead redrive`` runs the workflow again from that step. A workflow may catch it to
+    compensate (the failure stays recorded: a later run raises it again at the same place).
+
+    Example::
+
+        try:
+            ctx.step("charge", charge, order_id)
+        except pgjobs.StepFailed as exc:
+            ctx.step("release", release_stock, order_id)
+            raise
+    """
+
+    def __init__(
+        self, step: str, attempts: int, error_type: str, error: str, *, exhausted: bool
+    ) -> None:
+        tried = f"{attempts} attempt{'' if attempts == 1 else 's'}"
+        super().__init__(f"step {step!r} failed after {tried}: {error}")
+        self.step = step
+        self.attempts = attempts
+        self.error_type = error_type
+        self.error = error
+        #: True: its attempts are spent; False: it raised an error it does not retry.
+        self.exhausted = exhausted
+
+
+class WorkflowSuspended(BaseException):
+    """Raised by a workflow's ``sleep`` (and a step's retry that waits long) to give the worker
+    slot back: the job returns to ``queued_jobs`` for ``seconds`` with its attempt refunded,
+    and does not count as a snooze. A ``BaseException``, so that a workflow's ``except
+    Exception`` does not swallow it."""
+
+    def __init__(self, seconds: float) -> None:
+        value = snooze_seconds(min(max(0.0, seconds), MAX_SNOOZE))
+        super().__init__(f"suspended for {value:g}s")
+        self.seconds = value

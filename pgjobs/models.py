@@ -59,6 +59,29 @@ class DeadReason(enum.StrEnum):
     SNOOZED_OUT = "snoozed_out"
     #: A job it was enqueued ``after`` (or one of theirs) ended without succeeding; it never ran.
     DEPENDENCY_FAILED = "dependency_failed"
+    #: A durable workflow's code asked for another step (or sleep) than its recorded history
+    #: holds at that place: the code changed under a running workflow.
+    WORKFLOW_DIVERGED = "workflow_diverged"
+
+
+class WorkflowEntryKind(enum.StrEnum):
+    """What one entry of a durable workflow's history records (``pgjobs_workflow_history.kind``)."""
+
+    #: ``ctx.step(name, fn)``: its result, or its error.
+    STEP = "step"
+    #: ``ctx.sleep`` / ``ctx.sleep_until``: when it wakes.
+    SLEEP = "sleep"
+
+
+class WorkflowEntryStatus(enum.StrEnum):
+    """Where one entry of a workflow's history stands (``pgjobs_workflow_history.status``)."""
+
+    #: Recorded for good: a step's result, a sleep's wake time. Never run again.
+    DONE = "done"
+    #: A step that failed for good (its attempts spent, or an error it does not retry).
+    FAILED = "failed"
+    #: A step that failed with attempts left, waiting for its next attempt.
+    RETRYING = "retrying"
 
 
 class Unloadable:

@@ -10,9 +10,11 @@ from typing import Any, Unpack, overload
 from pgjobs import producer
 from pgjobs.errors import ConfigurationError
 from pgjobs.periodic import DEFAULT_CATCH_UP, DEFAULT_TIMEZONE, Periodic, ScheduleOptions
+from pgjobs.pools import Pools
 from pgjobs.submission import JobOptions, JobSpec, check_name
 from pgjobs.targets import ExternalTarget, check_headers
 from pgjobs.tasks import HandlerOptions, Task, TaskOptions, make_task, refuse_unknown
+from pgjobs.workflows import workflow_handler
 
 
 class Registry:
@@ -108,6 +110,55 @@ class Registry:
             return self._register(make_task(fn, **options))
 
         return register(fn) if fn is not None else register
+
+    @overload
+    def workflow(self, fn: Callable[..., Any], /) -> Task: ...
+
+    @overload
+    def workflow(
+        self, fn: None = None, /, **options: Unpack[HandlerOptions]
+    ) -> Callable[[Callable[..., Any]], Task]: ...
+
+    def workflow(
+        self, fn: Callable[..., Any] | None = None, /, **options: Unpack[HandlerOptions]
+    ) -> Task | Callable[[Callable[..., Any]], Task]:
+        """Register a durable workflow: a task whose handler takes a ``pgjobs.WorkflowContext``
+        first, then the payload's keys as a task's does, and is made of steps
+        (``ctx.step(name, fn, *args, **kwargs)``) whose results are recorded in PostgreSQL. When
+        the job runs again (a retry, a lease expiry after a crash, ``pgjobs dead redrive``),
+        each recorded step returns its result without running; the first unrecorded one runs.
+        ``ctx.transaction()`` inside a step commits the step's own writes with its record
+        (exactly once); ``ctx.sleep(seconds)`` / ``ctx.sleep_until(when)`` give the slot back
+        until then, spending no attempt. An async function makes an async workflow (its
+        ``ctx`` methods are awaited). The handler's return value is the job's result.
+
+        The options are those of ``task``; ``retry_base``, ``retry_cap``, ``retry_on``,
+        ``never_retry_on`` and ``retry_delays`` also shape the retries of its steps (3
+        attempts each, unless ``pgjobs.step_policy`` says otherwise). See the "Durable
+        workflows" guide.
+
+        Example::
+
+            @app.workflow(name="shop.checkout", queue="orders")
+            def checkout(ctx: pgjobs.WorkflowContext, order_id: int) -> dict[str, Any]:
+                charge = ctx.step("charge", charge_card, order_id)
+                ctx.step("email", send_receipt, order_id)
+                return {"charge": charge}
+        """
+        refuse_unknown(options, HandlerOptions, "App.workflow")
+
+        def register(fn: Callable[..., Any]) -> Task:
+            made: list[Task] = []
+            handler = workflow_handler(fn, self._workflow_pools, lambda: made[0])
+            task = make_task(handler, **options)
+            made.append(task)
+            return self._register(task)
+
+        return register(fn) if fn is not None else register
+
+    def _workflow_pools(self) -> Pools:
+        """The pools a workflow's steps record on: the App's."""
+        raise ConfigurationError("workflows need an App: declare them with App.workflow")
 
     def external_task(
         self,

@@ -420,8 +420,11 @@ def _drop(
                 with conn.transaction():
                     conn.execute(queries.ARCHIVE_DDL_LOCK, {"key": queries.ARCHIVE_DDL_LOCK_KEY})
                     conn.execute(sql.SQL(queries.ARCHIVE_PARTITION_DETACH).format(partition=name))
+                    # A drop fires no trigger: the partition's workflow histories go first.
+                    conn.execute(sql.SQL(queries.WORKFLOW_FORGET_PARTITION).format(partition=name))
                     conn.execute(sql.SQL(queries.ARCHIVE_PARTITION_DROP).format(partition=name))
                 return
+            conn.execute(sql.SQL(queries.WORKFLOW_FORGET_PARTITION).format(partition=name))
             conn.execute(sql.SQL(queries.ARCHIVE_PARTITION_DROP).format(partition=name))
 
     deadline = time.monotonic() + patience

@@ -33,7 +33,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.schema import SchemaItem
 
-from pgjobs.models import ArchivedStatus, DeadReason
+from pgjobs.models import ArchivedStatus, DeadReason, WorkflowEntryKind, WorkflowEntryStatus
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -532,6 +532,39 @@ pgjobs_batches = Table(
     # ready by the trigger pgjobs_children_ended when the last one ends. Migration 0017.
     Column("parent_job_id", BigInteger),
     CheckConstraint("pending >= 0", name="pending_not_negative"),
+)
+
+# The history of durable workflows (``@app.workflow``): one row per step or sleep a run recorded,
+# at its place (seq) in the run. Keyed by the job's id, it stays while the job moves between the
+# three tables, and goes when the job is deleted for good (the triggers pgjobs_workflow_forget,
+# and `pgjobs prune` before it drops an archive partition). The primary key is what makes a
+# step's record happen once: a second run recording the same place waits for the first's
+# transaction and then finds the place taken. Migration 0016.
+pgjobs_workflow_history = Table(
+    "pgjobs_workflow_history",
+    metadata,
+    Column("job_id", BigInteger, primary_key=True, autoincrement=False),
+    Column("seq", Integer, primary_key=True, autoincrement=False),
+    Column("kind", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    # A step's JSON result (NULL for None); a sleep's none.
+    Column("result", JSONB),
+    # A failed step's last error, one line, and its exception's qualified type name.
+    Column("error", Text),
+    Column("error_type", Text),
+    # A step's attempts so far (1 for a sleep).
+    Column("attempts", Integer, nullable=False, server_default=text("1")),
+    # Whether the step's own writes committed with its record (ctx.transaction()).
+    Column("transactional", Boolean, nullable=False, server_default=text("false")),
+    # When its first attempt started, and when it was recorded (the database's clock).
+    Column("started_at", DateTime(timezone=True)),
+    Column("recorded_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    # A sleep's wake time, from the database's clock.
+    Column("wake_at", DateTime(timezone=True)),
+    _status_check("kind", WorkflowEntryKind),
+    _status_check("status", WorkflowEntryStatus),
+    CheckConstraint("seq >= 0", name="seq_not_negative"),
 )
 
 # Periodic schedules (`@app.periodic`), one row per schedule name, written by the scheduler of

@@ -27,6 +27,9 @@ from pgjobs.errors import (
     QueryFailed,
     SchemaMissing,
     Snooze,
+    StepFailed,
+    WorkflowDiverged,
+    WorkflowSuspended,
     snoozed_for,
 )
 from pgjobs.models import DeadReason, Job
@@ -147,6 +150,8 @@ class Completer:
         if exc is None:
             self.outcomes.succeed(job, result_json(result, self._max_result_bytes))
             return _SUCCEEDED
+        if isinstance(exc, WorkflowSuspended | StepFailed | WorkflowDiverged):
+            return self._workflow_ended(job, exc)
         if isinstance(exc, Snooze):
             try:
                 seconds = snoozed_for(exc)
@@ -167,6 +172,28 @@ class Completer:
         self.outcomes.retry(job, delay, error)
         log.warning("%s: %s; retry in %.1fs", where, error, delay)
         return _RETRIED
+
+    def _workflow_ended(
+        self, job: Job, exc: WorkflowSuspended | StepFailed | WorkflowDiverged
+    ) -> Outcome:
+        """A durable workflow's run ended by suspending (a sleep, a step's long retry wait:
+        back to the queue, its attempt refunded, not counted as a snooze), by a step that
+        failed for good (dead_letter with the step's error), or by diverging from its
+        recorded history (``workflow_diverged``)."""
+        if isinstance(exc, WorkflowSuspended):
+            self.outcomes.release(job, refund=True, hold=exc.seconds)
+            log.debug("job %d (%s) suspended for %gs", job.id, job.task, exc.seconds)
+            return _SNOOZED
+        if isinstance(exc, StepFailed):
+            reason = DeadReason.EXHAUSTED if exc.exhausted else DeadReason.NON_RETRYABLE
+            cause = exc.__cause__
+            trace = traceback_text(cause if cause is not None else exc)
+            self.outcomes.bury(job, reason, error_text(exc), exc.error_type, trace)
+        else:
+            reason = DeadReason.WORKFLOW_DIVERGED
+            self.outcomes.bury(job, reason, error_text(exc), error_type(exc), traceback_text(exc))
+        log.warning("job %d (%s): %s; sent to dead_letter (%s)", job.id, job.task, exc, reason)
+        return _DEAD
 
     def _snoozed(self, job: Job, task: Task, seconds: float) -> Outcome:
         """``job``'s handler snoozed it: back to the queue for ``seconds``, its attempt

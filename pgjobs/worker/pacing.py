@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +14,9 @@ from pgjobs.completer import Claimed, ClaimStatus, Completer
 from pgjobs.db.dsn import Dsn
 from pgjobs.errors import QueryFailed
 from pgjobs.worker.config import BATCH_WINDOW, FED_BATCH_WINDOW, READ_AHEAD_WAIT, WorkerConfig
+
+#: The most wake-ups (jobs put back for later) a pacer remembers.
+MAX_DUES = 10_000
 
 
 class Lane:
@@ -57,6 +61,10 @@ class ClaimPacer:
         self.poll_at = 0.0  # while idle, when to claim again without a NOTIFY
         #: The soonest ``Lane.due_in`` of the trips taken since the last ``learn``.
         self._due_in: float | None = None
+        #: When the jobs this worker put back for later fall due (a heap of loop times), so
+        #: that a claim goes out then however many polls come in between (a workflow's sleep
+        #: of a minute resumes on time, not at the poll after it).
+        self._dues: list[float] = []
         #: The database refused the last trip: no trip before then unless woken (a NOTIFY
         #: means it takes writes again). A lost connection ends it (the next may differ), and so
         #: does a trip it accepts again (0.0: no refusal in force).
@@ -181,11 +189,18 @@ class ClaimPacer:
             self.poll_at = now + self.poll_interval
             if claimed.status is not None:
                 self._limits_said(claimed.status, now)
+        dues = self._dues
         if self._due_in is not None:
             # The run_at written is the server's now() in the trip (before it landed) plus
             # the delay: due by now + the delay.
-            self.poll_at = min(self.poll_at, now + self._due_in)
+            heapq.heappush(dues, now + self._due_in)
             self._due_in = None
+            if len(dues) > MAX_DUES:  # a memory of wake-ups, not of jobs: the latest go
+                dues[:] = heapq.nsmallest(MAX_DUES // 2, dues)
+        while dues and dues[0] <= now:
+            heapq.heappop(dues)
+        if dues:
+            self.poll_at = min(self.poll_at, dues[0])
 
     def _limits_said(self, status: ClaimStatus, now: float) -> None:
         """Claim again sooner than the poll when limits held the claim back: at once after it
