@@ -260,19 +260,53 @@ def wait(
     autocommit mode, else the caller's), under the job's row lock. Raises
     ``JobStateConflict`` when the attempt no longer holds the job.
     """
-    params = {"job_id": job_id, "worker": worker, "attempt": attempt, "name": name}
     with contextlib.nullcontext() if not conn.autocommit else conn.transaction():
-        if conn.execute(queries.EVENT_LOCK_OWN, params).fetchone() is None:
+        if not lock_own(conn, job_id=job_id, worker=worker, attempt=attempt):
             raise JobStateConflict(
-                f"job {job_id}'s attempt {attempt} no longer holds its lease: it waits for nothing"
+                f"job {job_id}'s attempt {attempt} no longer holds its lease: it waits for "
+                f"nothing"
             )
-        taken = conn.execute(queries.EVENT_TAKE, params).fetchone()
-        if taken is not None:
-            conn.execute(queries.EVENT_WAIT_END, params)
-            return Taken(taken[0], taken[1])
-        conn.execute(queries.EVENT_WAIT_REGISTER, {**params, "deadline": deadline})
-        conn.execute(queries.EVENT_SUSPEND, {**params, "until": deadline})
-    return None
+        taken = take(conn, job_id=job_id, name=name)
+        if taken is None:
+            suspend(conn, job_id=job_id, worker=worker, attempt=attempt, name=name, until=deadline)
+        return taken
+
+
+def lock_own(conn: psycopg.Connection[Any], *, job_id: int, worker: str, attempt: int) -> bool:
+    """Lock the workflow's own row, fenced by its lease (False: the attempt no longer holds
+    it). Senders lock it too: what follows in the transaction is seen by a send, or sees it."""
+    params = {"job_id": job_id, "worker": worker, "attempt": attempt}
+    return conn.execute(queries.EVENT_LOCK_OWN, params).fetchone() is not None
+
+
+def take(conn: psycopg.Connection[Any], *, job_id: int, name: str) -> Taken | None:
+    """Take the oldest event ``name`` from the job's mailbox (its wait, if any, ends); None
+    when none was sent. Under the job's row lock (``lock_own``)."""
+    params = {"job_id": job_id, "name": name}
+    taken = conn.execute(queries.EVENT_TAKE, params).fetchone()
+    if taken is None:
+        return None
+    conn.execute(queries.EVENT_WAIT_END, params)
+    return Taken(taken[0], taken[1])
+
+
+def suspend(
+    conn: psycopg.Connection[Any],
+    *,
+    job_id: int,
+    worker: str,
+    attempt: int,
+    name: str | None,
+    until: datetime | str,
+) -> None:
+    """Give the job's slot back until ``until`` (a time, or ``"infinity"``: until woken), its
+    attempt refunded; with ``name``, register that it waits for that event (a send wakes it).
+    Under the job's row lock (``lock_own``)."""
+    params = {"job_id": job_id, "worker": worker, "attempt": attempt, "name": name}
+    if name is not None:
+        conn.execute(queries.EVENT_WAIT_REGISTER, {**params, "deadline": until})
+    if conn.execute(queries.EVENT_SUSPEND, {**params, "until": until}).fetchone() is None:
+        raise JobStateConflict(f"job {job_id}'s attempt {attempt} no longer holds its lease")
 
 
 def give_up(conn: psycopg.Connection[Any], *, job_id: int, name: str) -> None:

@@ -71,6 +71,11 @@ class WorkflowEntryKind(enum.StrEnum):
     STEP = "step"
     #: ``ctx.sleep`` / ``ctx.sleep_until``: when it wakes.
     SLEEP = "sleep"
+    #: ``ctx.wait_for(name)``: the event's payload once taken, or its timeout; while it waits,
+    #: its deadline.
+    EVENT = "event"
+    #: ``ctx.map`` / ``ctx.run``: the batch of child jobs and their ids; done once all ended.
+    CHILDREN = "children"
 
 
 class WorkflowEntryStatus(enum.StrEnum):
@@ -82,6 +87,8 @@ class WorkflowEntryStatus(enum.StrEnum):
     FAILED = "failed"
     #: A step that failed with attempts left, waiting for its next attempt.
     RETRYING = "retrying"
+    #: A wait for an event or for children that has not ended: the job is suspended.
+    WAITING = "waiting"
 
 
 class Unloadable:

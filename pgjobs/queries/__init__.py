@@ -57,6 +57,11 @@ from pgjobs.queries.channels import (
     RESULT_LISTEN,
     RESULT_WATCH,
 )
+from pgjobs.queries.children import (
+    CHILDREN_ADOPT,
+    CHILDREN_ENDS,
+    CHILDREN_PENDING,
+)
 from pgjobs.queries.claim import (
     JOB_CLAIM,
     JOB_CLAIM_LIMITED,
@@ -137,6 +142,7 @@ from pgjobs.queries.events import (
     EVENT_WAIT_END,
     EVENT_WAIT_REGISTER,
     EVENT_WAKE,
+    WORKFLOW_WAIT_RECORD,
 )
 from pgjobs.queries.groups import (
     GROUP_STATES_TIDY,
@@ -288,6 +294,9 @@ __all__ = [
     "BROWSE_JOBS_BY_ID",
     "BROWSE_JOB_IS_NEW",
     "CANCEL_NOTICE",
+    "CHILDREN_ADOPT",
+    "CHILDREN_ENDS",
+    "CHILDREN_PENDING",
     "DATABASE_NOW",
     "DEAD_COUNT_CAPPED",
     "DEAD_FIND_IDS",
@@ -445,6 +454,7 @@ __all__ = [
     "WORKFLOW_HISTORY",
     "WORKFLOW_SLEEP_RECORD",
     "WORKFLOW_STEP_RECORD",
+    "WORKFLOW_WAIT_RECORD",
     "_DEAD_WHERE",
     "_MOVED_COLUMNS",
     "_SUCCEED_MANY",

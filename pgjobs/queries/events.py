@@ -109,3 +109,25 @@ WITH gone AS (
 )
 SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM waits)
 """
+
+#: Record a wait (an event's, or children's) at its place of the workflow's history, fenced by
+#: the run's lease (the caller holds the job's row lock): a new place, or the same wait's
+#: place not done yet. ``wake_at``: the event's deadline (NULL for children). Rows: one, (seq),
+#: when recorded; none when another kind or name holds the place or it is done.
+WORKFLOW_WAIT_RECORD = """
+INSERT INTO pgjobs_workflow_history AS h
+    (job_id, seq, kind, name, status, result, error, error_type, attempts, started_at,
+     recorded_at, wake_at)
+VALUES (%(job_id)s, %(seq)s, %(kind)s, %(name)s, %(status)s, %(result)s::jsonb, %(error)s,
+        %(error_type)s, 1, now(), now(),
+        coalesce(%(until)s::timestamptz, now() + %(seconds)s::float8 * interval '1 second'))
+ON CONFLICT (job_id, seq) DO UPDATE
+SET status = excluded.status,
+    result = coalesce(excluded.result, h.result),
+    error = excluded.error,
+    error_type = excluded.error_type,
+    recorded_at = excluded.recorded_at,
+    wake_at = coalesce(h.wake_at, excluded.wake_at)
+WHERE h.status <> 'done' AND h.kind = excluded.kind AND h.name = excluded.name
+RETURNING h.seq, h.wake_at <= now() AS due, h.wake_at
+"""

@@ -9,6 +9,8 @@ Create Date: 2026-12-02
   ``ctx.wait_for`` takes them, oldest first per name (index on ``(job_id, name, id)``).
 * ``pgjobs_event_waits``: the events a suspended workflow waits for, with the wait's deadline;
   a send of that name makes the job ready at once.
+* ``pgjobs_workflow_history``: two more kinds of entry (``event``, ``children``) and a status
+  for a wait not ended yet (``waiting``).
 * ``pgjobs_batches.parent_job_id``: the workflow whose children (``ctx.map``) the batch's
   members are; the row trigger ``pgjobs_children_ended`` makes it ready when the last one ends.
 
@@ -31,6 +33,40 @@ revision: str = "0017"
 down_revision: str | None = "0016"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+
+
+#: The history's checks, before and after this revision: (constraint, column, old, new values).
+CHECKS = (
+    (
+        "ck_pgjobs_workflow_history_kind",
+        "kind",
+        ("step", "sleep"),
+        ("step", "sleep", "event", "children"),
+    ),
+    (
+        "ck_pgjobs_workflow_history_status",
+        "status",
+        ("done", "failed", "retrying"),
+        ("done", "failed", "retrying", "waiting"),
+    ),
+)
+
+
+def _replace_checks(new: bool) -> None:
+    """The history's checks widened (or narrowed back): added NOT VALID under a temporary name,
+    validated outside the transaction's lock, then renamed, as 0012 does for dead_letter."""
+    for name, column, old_values, new_values in CHECKS:
+        values = new_values if new else old_values
+        listed = ", ".join(f"'{value}'" for value in values)
+        incoming = f"{name}_incoming"
+        op.execute(f"ALTER TABLE pgjobs_workflow_history DROP CONSTRAINT IF EXISTS {incoming}")
+        op.execute(
+            f"ALTER TABLE pgjobs_workflow_history ADD CONSTRAINT {incoming} "
+            f"CHECK ({column} IN ({listed})) NOT VALID"
+        )
+        op.execute(f"ALTER TABLE pgjobs_workflow_history VALIDATE CONSTRAINT {incoming}")
+        op.execute(f"ALTER TABLE pgjobs_workflow_history DROP CONSTRAINT {name}")
+        op.execute(f"ALTER TABLE pgjobs_workflow_history RENAME CONSTRAINT {incoming} TO {name}")
 
 
 # The function as this revision creates it (pgjobs.queries.triggers shows the current text).
@@ -84,9 +120,16 @@ def upgrade() -> None:
     op.add_column("pgjobs_batches", sa.Column("parent_job_id", sa.BigInteger(), nullable=True))
     op.execute(CHILDREN_ENDED_FUNCTION)
     op.execute(CHILDREN_ENDED_TRIGGER)
+    _replace_checks(new=True)
 
 
 def downgrade() -> None:
+    # The waits' entries go with the tables they wait on (their workflows then run from there).
+    op.execute(
+        "DELETE FROM pgjobs_workflow_history WHERE kind IN ('event', 'children') "
+        "OR status = 'waiting'"
+    )
+    _replace_checks(new=False)
     op.execute("DROP TRIGGER IF EXISTS pgjobs_children_ended ON pgjobs_batches")
     op.execute("DROP FUNCTION IF EXISTS pgjobs_children_ended()")
     op.drop_column("pgjobs_batches", "parent_job_id")
