@@ -89,7 +89,8 @@ EVENT_MAILBOX = """
 SELECT 'event' AS kind, name, sent_at AS at, payload FROM pgjobs_events
 WHERE job_id = %(job_id)s
 UNION ALL
-SELECT 'wait', name, deadline, NULL FROM pgjobs_event_waits WHERE job_id = %(job_id)s
+SELECT 'wait', name, nullif(deadline, 'infinity'), NULL FROM pgjobs_event_waits
+WHERE job_id = %(job_id)s
 ORDER BY at
 """
 
@@ -112,8 +113,9 @@ SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM waits)
 
 #: Record a wait (an event's, or children's) at its place of the workflow's history, fenced by
 #: the run's lease (the caller holds the job's row lock): a new place, or the same wait's
-#: place not done yet. ``wake_at``: the event's deadline (NULL for children). Rows: one, (seq),
-#: when recorded; none when another kind or name holds the place or it is done.
+#: place not done yet. ``wake_at``: the event's deadline (NULL without one, and for children),
+#: kept from the first record. Rows: one, (seq, whether the deadline passed, the deadline as
+#: text), when recorded; none when another kind or name holds the place or it is done.
 WORKFLOW_WAIT_RECORD = """
 INSERT INTO pgjobs_workflow_history AS h
     (job_id, seq, kind, name, status, result, error, error_type, attempts, started_at,
@@ -129,5 +131,5 @@ SET status = excluded.status,
     recorded_at = excluded.recorded_at,
     wake_at = coalesce(h.wake_at, excluded.wake_at)
 WHERE h.status <> 'done' AND h.kind = excluded.kind AND h.name = excluded.name
-RETURNING h.seq, h.wake_at <= now() AS due, h.wake_at
+RETURNING h.seq, h.wake_at <= now() AS due, h.wake_at::text
 """

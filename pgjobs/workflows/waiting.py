@@ -18,7 +18,6 @@ import json
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -149,15 +148,13 @@ class Waits:
             if taken is not None:
                 self._record(conn, seq, EVENT, name, _DONE, result=taken.payload)
                 return taken.payload
-            due, until = self._record(
-                conn, seq, EVENT, name, _WAITING, seconds=timeout, forever=timeout is None
-            )
+            due, until = self._record(conn, seq, EVENT, name, _WAITING, seconds=timeout)
             if due:
                 timed_out = f"no event {name!r} came within the wait's timeout"
                 self._record(conn, seq, EVENT, name, _FAILED, error=timed_out)
                 events.give_up(conn, job_id=job.id, name=name)
             else:
-                self._suspend(conn, name, until)
+                self._suspend(conn, name, until if until is not None else _FOREVER)
         if timed_out is not None:
             raise EventTimeout(name, f"{self.where}: {timed_out}")
         raise WorkflowSuspended(0, settled=True)
@@ -244,9 +241,9 @@ class Waits:
         result: Any = None,
         error: str | None = None,
         seconds: float | None = None,
-        forever: bool = False,
-    ) -> tuple[bool, datetime | None]:
-        """Record the wait at ``seq``; returns (whether its deadline has passed, the deadline)."""
+    ) -> tuple[bool, str | None]:
+        """Record the wait at ``seq``; returns whether its deadline has passed, and the deadline
+        as PostgreSQL spells it (``infinity`` included, which no datetime holds)."""
         params = {
             "job_id": self.job.id,
             "seq": seq,
@@ -256,7 +253,8 @@ class Waits:
             "result": None if result is None else json.dumps(result),
             "error": error,
             "error_type": "pgjobs.errors.EventTimeout" if error else None,
-            "until": _FOREVER if forever else None,
+            # No deadline: NULL (the history reads wake_at - now(), which infinity would break).
+            "until": None,
             "seconds": seconds,
         }
         row = conn.execute(queries.WORKFLOW_WAIT_RECORD, params).fetchone()
