@@ -162,7 +162,7 @@ def test_map_runs_children_and_returns_their_results_in_order(
         ctx.step("start", lambda: fanned.append(upto))
         squares = ctx.map("math.square", [{"n": n} for n in range(upto)], priority=3)
         one = ctx.run(square, {"n": 12})
-        return sum(squares) + one
+        return int(sum(squares) + one)
 
     job_id = app.enqueue("math.sum_squares", {"upto": 5})
     assert work(app, conn, job_id) == 0
