@@ -22,6 +22,7 @@ from benchmarks import (
     api,
     costs,
     dashboard,
+    durable,
     enqueue,
     groups,
     growth,
@@ -63,6 +64,7 @@ GROUPS: dict[str, tuple[str, Callable[[Context], list[Row]]]] = {
     "workflows": ("o", workflows.run),  # issue 27: a batch with a callback
     "idle": ("p", idle.run),  # issue 28: what 20 idle workers cost the server
     "costs": ("q", costs.run),  # issue 28: what each index and column costs per job
+    "durable": ("w", durable.run),  # issue 39: recorded steps, resume after a sleep
 }
 #: Environment variable naming the server to benchmark on (before pgjobs' own variables).
 ENV_DSN = "PGJOBS_BENCH_DSN"

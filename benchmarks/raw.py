@@ -8,9 +8,11 @@ The consumers run as subprocesses, like pgjobs workers do::
     python -m benchmarks.raw listen --dsn URL --file PATH
     python -m benchmarks.raw sleep --dsn URL [--concurrency 300] [--threads]
     python -m benchmarks.raw narrow --dsn URL [--batch 100]
+    python -m benchmarks.raw grouped --dsn URL [--batch 32]
 
-Two references. The first ones (``process``, ``trip``, ``listen``, ``sleep``, the enqueue
-functions) run on pgjobs' own tables: they measure what pgjobs' code costs on pgjobs' schema.
+Two references. The first ones (``process``, ``trip``, ``listen``, ``sleep``, ``grouped``, the
+enqueue functions) run on pgjobs' own tables (``grouped`` with one table of its own, a row per
+group): they measure what pgjobs' code costs on pgjobs' schema.
 The narrow ones (``NARROW_*``, ``narrow_*``) run on the narrowest tables that still hold a job,
 in the schema ``narrow`` of the benchmark database: the gap to them is the price of pgjobs'
 schema (its indexes, columns and partitions) as well as of its code.
@@ -271,6 +273,132 @@ def narrow(dsn: str, batch: int) -> None:
             params["ids"] = [job_id for job_id, _payload in jobs]
 
 
+# -- grouped claiming at its leanest ------------------------------------------------------------
+
+#: The grouped reference's one table: a row per group, whether one of its jobs runs, when one
+#: was last claimed (its turn), how many of its jobs are still to claim. Its partial index holds
+#: the groups a claim may take, in turn order: one index range gives a batch of groups.
+GROUPED_DDL = """
+CREATE SCHEMA IF NOT EXISTS rawgroups;
+CREATE TABLE IF NOT EXISTS rawgroups.groups (
+    group_key text PRIMARY KEY,
+    ready int NOT NULL,
+    running boolean NOT NULL DEFAULT false,
+    claimed_at timestamptz NOT NULL DEFAULT '-infinity'
+);
+CREATE INDEX IF NOT EXISTS groups_turn ON rawgroups.groups (claimed_at, group_key)
+    WHERE NOT running AND ready > 0
+"""
+
+#: One row per group of the queue's ready grouped jobs (after a fill).
+GROUPED_FILL = """
+INSERT INTO rawgroups.groups (group_key, ready)
+SELECT group_key, count(*) FROM queued_jobs
+WHERE queue = %(queue)s AND group_key IS NOT NULL AND lease_expires_at IS NULL
+GROUP BY group_key
+"""
+
+#: Archive the previous batch (``ids``: one job of each of its groups), free those groups, and
+#: claim the next batch: the ``limit`` groups that run nothing and have jobs left, the one whose
+#: last claim is oldest first, each locked (SKIP LOCKED) and marked running with the job of
+#: its range that comes first; in one statement. At most one job of a group runs: a group is
+#: taken only under its row's lock, while it runs nothing, and freed only by the archive of its
+#: running job. A group freed here is not taken again by the same statement (its snapshot still
+#: sees it running): the next trip may take it. The groups are freed before any is taken, so
+#: that a statement waits for another's locks (taken while rechecking a group that was just
+#: taken) only while it holds none of its own that the other waits for. A job's started_at is
+#: the clock when its group was taken, after the lock: later than the finished_at of the
+#: group's job before it. The job is locked too: a group taken after a recheck (freed since the
+#: statement's snapshot) may have had its first job archived meanwhile, and the lock's recheck
+#: passes over it to the group's next job.
+GROUPED_TRIP = """
+WITH done AS (DELETE FROM queued_jobs WHERE id = ANY(%(ids)s::bigint[]) RETURNING *),
+archived AS (
+    INSERT INTO archived_jobs (id, queue, task, payload, priority, run_at, attempts,
+                               max_attempts, status, worker, created_at, expires_at,
+                               idempotency_key, started_at, group_key)
+    SELECT id, queue, task, payload, priority, run_at, attempts, max_attempts,
+           'succeeded', lease_owner, created_at, expires_at, idempotency_key, started_at,
+           group_key
+    FROM done
+),
+freed AS (
+    UPDATE rawgroups.groups g SET running = false
+    WHERE g.group_key IN (SELECT group_key FROM done)
+    RETURNING g.group_key
+),
+turns AS (
+    SELECT group_key FROM rawgroups.groups
+    WHERE NOT running AND ready > 0 AND (SELECT count(*) FROM freed) >= 0
+    ORDER BY claimed_at, group_key
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+picked AS (
+    SELECT j.id, t.group_key FROM turns t
+    CROSS JOIN LATERAL (
+        SELECT id FROM queued_jobs
+        WHERE queue = %(queue)s AND group_key = t.group_key
+          AND lease_expires_at IS NULL AND run_at <= now()
+        ORDER BY priority DESC, run_at, id
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED
+    ) j
+),
+taken AS (
+    UPDATE rawgroups.groups g SET running = true, claimed_at = now(), ready = g.ready - 1
+    FROM picked p WHERE g.group_key = p.group_key
+),
+claimed AS (
+    UPDATE queued_jobs
+    SET attempts = attempts + 1,
+        lease_owner = %(owner)s,
+        lease_expires_at = now() + interval '5 minutes',
+        started_at = clock_timestamp()
+    WHERE id IN (SELECT id FROM picked)
+    RETURNING id, task, payload
+)
+SELECT id, task, payload FROM claimed
+"""
+
+#: Whether some group still has jobs to claim (a trip that found nothing may have met only
+#: groups running elsewhere).
+GROUPED_LEFT = "SELECT EXISTS (SELECT 1 FROM rawgroups.groups WHERE ready > 0)"
+
+
+def grouped_reset(conn: psycopg.Connection[Any]) -> None:
+    """Create the grouped reference's table if needed and empty it (``conn``: autocommit)."""
+    conn.execute(GROUPED_DDL)
+    conn.execute("TRUNCATE rawgroups.groups")
+
+
+def grouped_fill(conn: psycopg.Connection[Any]) -> None:
+    """Write the groups' rows for the grouped jobs now ready in the queue, and vacuum."""
+    conn.execute(GROUPED_FILL, {"queue": QUEUE})
+    conn.execute("VACUUM ANALYZE rawgroups.groups")
+
+
+def grouped(dsn: str, batch: int, owner: str | None = None) -> None:
+    """Claim up to ``batch`` jobs, one per group, run them (no-ops), and archive them with the
+    next claim (``GROUPED_TRIP``) as ``owner`` (default: raw:<pid>); until no group has a job
+    left to claim."""
+    params: dict[str, Any] = {
+        "owner": owner or f"raw:{os.getpid()}",
+        "queue": QUEUE,
+        "limit": batch,
+        "ids": [],
+    }
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while True:
+            jobs = conn.execute(GROUPED_TRIP, params, prepare=True).fetchall()
+            params["ids"] = [job_id for job_id, _task, _payload in jobs]
+            if not jobs:
+                row = conn.execute(GROUPED_LEFT).fetchone()
+                if not (row and row[0]):
+                    return
+                time.sleep(0.001)  # every group left runs elsewhere: one will be freed soon
+
+
 # -- the other consumers on pgjobs' tables -----------------------------------------------------
 
 
@@ -322,7 +450,7 @@ async def sleep(dsn: str, concurrency: int, threads: bool) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.raw", description=__doc__)
-    parser.add_argument("mode", choices=["process", "trip", "listen", "sleep", "narrow"])
+    parser.add_argument("mode", choices=["process", "trip", "listen", "sleep", "narrow", "grouped"])
     parser.add_argument("--dsn", required=True)
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--file")
@@ -335,6 +463,8 @@ def main() -> None:
         trip(args.dsn, args.batch)
     elif args.mode == "narrow":
         narrow(args.dsn, args.batch)
+    elif args.mode == "grouped":
+        grouped(args.dsn, args.batch)
     elif args.mode == "listen":
         listen(args.dsn, args.file)
     else:

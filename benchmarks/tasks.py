@@ -41,6 +41,19 @@ def sleep_sync(seconds: float = 0.5) -> None:
     time.sleep(seconds)
 
 
+#: The fan-in of a fan-out batch: the callback of ``bench.fan_out``'s batch (a no-op).
+FAN_IN = pgjobs.JobSpec("bench.noop", {"fan_in": 1}, queue=QUEUE)
+
+
+@app.task(name="bench.fan_out", queue=QUEUE)
+async def fan_out(width: int) -> None:
+    """Enqueues ``width`` no-op jobs as a batch whose callback, a no-op job, runs once they have
+    all ended: the batch form of a 1 -> ``width`` -> 1 graph."""
+    async with app.batch(on_complete=FAN_IN) as batch:
+        for _ in range(width):
+            batch.enqueue("bench.noop", {}, queue=QUEUE)
+
+
 _latency_file: TextIO | None = None
 
 

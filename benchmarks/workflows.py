@@ -6,6 +6,11 @@ callback's latency after the last member, its ``started_at`` minus the batch's `
 (both from the database's clock). And a chain of 10 jobs, each enqueued ``after`` the one
 before: the time from the first job's enqueue to the last one's end, beside one job's (what each
 link's release costs: the trigger's release in the archiving transaction, its NOTIFY, the claim).
+And a fan-out/fan-in, 1 -> 100 -> 1, 50 of them at once: as one ``after=`` graph in one
+``enqueue_many`` (each middle job released by its root's end, each join by its 100th
+dependency's), beside the same work as a batch with a callback (each root enqueues its 100 jobs
+as a batch whose callback is the join): jobs/s from the first root's enqueue to the last job's
+end.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import statistics
 
 from benchmarks import QUEUE, harness
 from benchmarks.harness import BenchmarkError, Context, Proc, say
-from benchmarks.report import Figure, Row
+from benchmarks.report import Figure, Row, Target, ratio_target
 from benchmarks.tasks import app
 from pgjobs import JobSpec, Ref
 
@@ -117,6 +122,87 @@ def chain_once(ctx: Context, links: int) -> float:
     return float(elapsed)
 
 
+#: The fan-out/fan-in row: graphs at once, and the jobs between each root and its join.
+FAN_GRAPHS = 50
+FAN_WIDTH = 100
+#: The graph form's share of the batch form's rate, and the widest min-max spread of its runs
+#: (the issue's targets).
+FAN_GOAL = 0.90
+FAN_SPREAD = 0.20
+
+
+def fan_specs(graphs: int, width: int) -> list[JobSpec]:
+    """``graphs`` graphs of 1 -> ``width`` -> 1 no-op jobs for one ``enqueue_many``: a root,
+    ``width`` jobs after it, a join after all of those."""
+    specs: list[JobSpec] = []
+    for _ in range(graphs):
+        root = len(specs)
+        specs.append(JobSpec("bench.noop", {}, queue=QUEUE))
+        specs += [JobSpec("bench.noop", {}, queue=QUEUE, after=[Ref(root)])] * width
+        specs.append(
+            JobSpec("bench.noop", {}, queue=QUEUE, after=[Ref(root + 1 + n) for n in range(width)])
+        )
+    return specs
+
+
+def _fan_rate(ctx: Context, first: int, jobs: int) -> float:
+    """Jobs/s of the ``jobs`` jobs with ids from ``first`` on, from the first one's commit to
+    the last one's end, once they have all ended."""
+    harness.wait_until(
+        lambda: (
+            ctx.db.scalar("SELECT count(*) FROM archived_jobs WHERE id >= %s", (first,)) == jobs
+        ),
+        300,
+        "every graph to end",
+        every=0.02,
+    )
+    seconds = ctx.db.scalar(
+        "SELECT extract(epoch FROM max(finished_at) - min(created_at))::float8 "
+        "FROM archived_jobs WHERE id >= %s",
+        (first,),
+    )
+    return jobs / float(seconds)
+
+
+def fan_graph_once(ctx: Context, graphs: int, width: int) -> float:
+    """Jobs/s of ``graphs`` 1 -> ``width`` -> 1 graphs written as one ``after=`` graph."""
+    ids = app.enqueue_many(fan_specs(graphs, width))
+    return _fan_rate(ctx, min(ids), len(ids))
+
+
+def fan_batch_once(ctx: Context, graphs: int, width: int) -> float:
+    """Jobs/s of the same work as batches: ``graphs`` roots, each enqueueing ``width`` jobs as a
+    batch whose callback is the join (``bench.fan_out``)."""
+    roots = app.enqueue_many(
+        JobSpec("bench.fan_out", {"width": width}, queue=QUEUE) for _ in range(graphs)
+    )
+    return _fan_rate(ctx, min(roots), graphs * (width + 2))
+
+
+def _fan_row(graph: list[float], batch: list[float], details: dict[str, int]) -> Row:
+    figure, reference = Figure("jobs/s", graph), Figure("jobs/s", batch)
+    spread = (figure.high - figure.low) / figure.median
+    return Row(
+        "workflows",
+        f"fan-out/fan-in 1 -> {FAN_WIDTH} -> 1 x {FAN_GRAPHS} as one after= graph: jobs/s; "
+        f"{PROCESSES} processes --concurrency {CONCURRENCY} each",
+        figure,
+        reference,
+        f"the same as batches: each root enqueues its {FAN_WIDTH} jobs as a batch whose "
+        "callback is the join",
+        ratio_target(
+            f"≥ {FAN_GOAL:.0%} of the batch form", figure.median / reference.median, FAN_GOAL
+        ),
+        "from the first root's enqueue to the last job's end; each released job NOTIFYs its "
+        "queue, and a trip locks the joins' rows in one order",
+        details | {"graphs": FAN_GRAPHS, "width": FAN_WIDTH},
+        reference="beside",
+        more_targets=[
+            Target(f"min-max within {FAN_SPREAD:.0%}", f"{spread:.0%}", spread <= FAN_SPREAD)
+        ],
+    )
+
+
 def run(ctx: Context) -> list[Row]:
     members = ctx.size(1_000, 1_000)
     app.bind(ctx.db.dsn)
@@ -127,6 +213,8 @@ def run(ctx: Context) -> list[Row]:
     latencies: list[float] = []
     chains: list[float] = []
     singles: list[float] = []
+    fan_graphs: list[float] = []
+    fan_batches: list[float] = []
     try:
         for _ in range(ctx.runs(5)):
             rate, latency = batch_once(ctx, members)
@@ -141,6 +229,13 @@ def run(ctx: Context) -> list[Row]:
             chains.append(chain_once(ctx, CHAIN))
             singles.append(chain_once(ctx, 1))
             say(f"  chain of {CHAIN}: {chains[-1]:.1f} ms; one job: {singles[-1]:.1f} ms")
+        for _ in range(ctx.runs(5)):
+            fan_graphs.append(fan_graph_once(ctx, FAN_GRAPHS, FAN_WIDTH))
+            fan_batches.append(fan_batch_once(ctx, FAN_GRAPHS, FAN_WIDTH))
+            say(
+                f"  1 -> {FAN_WIDTH} -> 1 x {FAN_GRAPHS}: {fan_graphs[-1]:,.0f} jobs/s as a graph, "
+                f"{fan_batches[-1]:,.0f} jobs/s as batches"
+            )
     finally:
         for worker in workers:
             worker.stop()
@@ -185,4 +280,5 @@ def run(ctx: Context) -> list[Row]:
             details | {"links": CHAIN},
             reference="beside",
         ),
+        _fan_row(fan_graphs, fan_batches, details),
     ]

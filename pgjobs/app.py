@@ -177,6 +177,16 @@ class App(Registry):
 
         return self._on_pool(schedules.resume, name)
 
+    def run_schedule(self, name: str) -> schedules.ScheduleRun:
+        """Enqueue one job of periodic schedule ``name`` now, as its occurrences are, outside
+        its cadence. See ``pgjobs.schedules.run_now``.
+
+        Example: ``app.run_schedule("reports.hourly").job_id``
+        """
+        from pgjobs import schedules
+
+        return self._on_pool(schedules.run_now, name, self.periodics, self.enqueue_many)
+
     def limit_queue(
         self,
         name: str,

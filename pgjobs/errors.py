@@ -230,6 +230,25 @@ class BatchNotFound(PgjobsError):
     """
 
 
+class ScheduleNotFound(ConfigurationError):
+    """No periodic schedule of this name in the database (nor declared by the app, where one
+    is asked): `pgjobs schedule` lists them. The HTTP API answers 404 ``schedule_not_found``.
+
+    Example: ``except pgjobs.errors.ScheduleNotFound: print("no schedule", name)``
+    """
+
+
+class QueueNotFound(ConfigurationError):
+    """No queue of this name is known: none of its jobs is queued, it has no settings, and the
+    app declares no task on it. The HTTP API answers 404 ``queue_not_found``."""
+
+
+class ScheduleNotDeclared(PgjobsError):
+    """A schedule the database knows but the app at hand does not declare, for an action that
+    needs its declaration (its payload, priority, attempts): run now. The HTTP API answers 409
+    ``schedule_not_declared``."""
+
+
 class UnknownDependency(PgjobsError):
     """A job was enqueued ``after`` an id that is in none of the three tables."""
 

@@ -1,6 +1,6 @@
 """Queue settings: pause and resume a queue, limit how many of its jobs run at once and how
-many start per period, and list every known queue with its settings; and forgetting the record
-of a periodic schedule.
+many start per period, and list every known queue with its settings. `pgjobs queue` and
+``/api/v1/queues`` call these.
 
 A paused queue's jobs stay in ``queued_jobs``, ready; no worker claims them. The claim reads the
 setting in the same statement that takes the jobs (no cache), so a pause holds from each
@@ -16,14 +16,14 @@ the caller (used as is, in its transaction if one is open).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
 from pgjobs import db, queries
-from pgjobs.errors import ConfigurationError
+from pgjobs.errors import ConfigurationError, QueueNotFound
 from pgjobs.models import QueueState
 from pgjobs.rates import Rate
 from pgjobs.submission import check_limit, check_name, check_note
@@ -133,6 +133,27 @@ def queue(target: Target, name: str) -> QueueState:
         return _get(conn, name)
 
 
+def known_queue(target: Target, name: str, *, declared: Iterable[str] = ()) -> QueueState:
+    """Queue ``name`` and its settings when it is known: it holds a job, has settings (or had:
+    paused once), or is among ``declared`` (the queues of the app's tasks); else
+    ``QueueNotFound``. What the HTTP API's ``GET /queues/{name}`` answers.
+
+    Example: ``known_queue(dsn, "emails", declared={t.queue for t in app.tasks.values()})``
+    """
+    name = check_name("queue", name)
+    with db.target_connection(target) as conn:
+        state = _get(conn, name)
+        if state.has_jobs or state.paused or state.limited or name in set(declared):
+            return state
+        if any(known.name == name for known in list_queues(conn)):
+            return state
+    raise QueueNotFound(
+        f"no queue named {name!r}: none of its jobs is queued, it has no settings and no task "
+        "declares it (`pgjobs queue list` lists the known queues)",
+        field="name",
+    )
+
+
 def list_queues(target: Target) -> list[QueueState]:
     """Every known queue by name: those that hold a job (ready, scheduled or running) and those
     with settings (paused or once paused).
@@ -154,17 +175,3 @@ def _transaction(conn: psycopg.Connection[Any]) -> Iterator[None]:
     caller's)."""
     with conn.transaction():
         yield
-
-
-# -- periodic schedules ---------------------------------------------------------------------------
-
-
-def forget_schedule(target: Target, name: str) -> None:
-    """Delete schedule ``name``'s row (its last run is forgotten). A worker that still declares
-    it records it again, from its next occurrence. ``ConfigurationError`` when there is none.
-
-    Example: ``forget_schedule(dsn, "reports.hourly")``
-    """
-    with db.target_connection(target) as conn:
-        if not db.fetch_all(conn, queries.SCHEDULE_DELETE, {"name": name}):
-            raise ConfigurationError(f"no schedule named {name!r} in the database", field="name")

@@ -27,6 +27,7 @@ from pgjobs.models import (
     TableHealth,
     WorkerInfo,
 )
+from pgjobs.schedules import list_schedules
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,9 +119,7 @@ def schedules(conn: psycopg.Connection[Any]) -> list[ScheduleInfo]:
 
     Example: ``[s.name for s in schedules(conn) if not s.declared]``
     """
-    with db.translate_errors():
-        rows = db.fetch_all(conn, queries.SCHEDULE_LIST, {"stale_after": STALE_AFTER})
-    return [db.schedule_info_from_row(row) for row in rows]
+    return list_schedules(conn)
 
 
 # -- JSON ----------------------------------------------------------------------------------------

@@ -99,7 +99,7 @@ COMMANDS: dict[str, Entry] = {
         "schedule_cli",
         "Periodic schedules (@app.periodic). Without a command: list them (expression, "
         "timezone, next and last run in UTC, whether a running worker declares them, paused or "
-        "not). Pause or resume one with its command.",
+        "not). Pause, resume or run one now with its command.",
     ),
 }
 

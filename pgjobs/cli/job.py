@@ -13,9 +13,16 @@ from pgjobs import admin, dependencies
 from pgjobs.cli import parse, render
 from pgjobs.cli.options import DsnOption, JobIdArgument, JsonFlag, database
 from pgjobs.errors import ConfigurationError
-from pgjobs.models import JobHistory, JobStatus
+from pgjobs.models import (
+    JobHistory,
+    JobStatus,
+    WorkflowEntry,
+    WorkflowEntryKind,
+    WorkflowEntryStatus,
+)
 from pgjobs.submission import check_seconds
-from pgjobs.text import progress_text
+from pgjobs.text import clipped, printable, progress_text
+from pgjobs.workflows import history as workflow_history
 
 job_cli = typer.Typer(help="Look up one job wherever it is.", no_args_is_help=True)
 
@@ -28,8 +35,15 @@ def job_show_command(
     target = database(dsn)
     job = admin.job(target, job_id)
     graph = dependencies.of(target, job_id)
+    steps = workflow_history.of(target, job_id)
     if as_json:
-        render.print_json({**dataclasses.asdict(job), **dataclasses.asdict(graph)})
+        render.print_json(
+            {
+                **dataclasses.asdict(job),
+                **dataclasses.asdict(graph),
+                "workflow": [_entry_json(entry) for entry in steps],
+            }
+        )
         return
     detail = job.reason if job.reason else job.table
     typer.echo(f"job {job.id}: {job.status} ({detail})")
@@ -68,8 +82,40 @@ def job_show_command(
             ("dependents", _edges(graph.dependents)),
         ]
     )
+    _print_workflow(steps)
     render.print_block("last error", job.last_error)
     render.print_block("traceback", job.traceback)
+
+
+def _entry_json(entry: WorkflowEntry) -> dict[str, object]:
+    return {**dataclasses.asdict(entry), "seconds": entry.seconds}
+
+
+def _print_workflow(entries: list[WorkflowEntry]) -> None:
+    """A workflow's history, one line per entry: its place, kind, name, status, attempts,
+    duration, and its result, error or wake time."""
+    if not entries:
+        return
+    typer.echo("workflow:")
+    for entry in entries:
+        if entry.kind is WorkflowEntryKind.SLEEP:
+            detail = f"wakes {render.when(entry.wake_at)}"
+            line = f"{entry.seq:>4}  sleep   {'':<20} {detail}"
+        else:
+            seconds = entry.seconds
+            took = "" if seconds is None else f"{seconds * 1000:.0f}ms"
+            tries = f"{entry.attempts} attempt{'' if entry.attempts == 1 else 's'}"
+            said = (
+                json.dumps(entry.result)
+                if entry.status is WorkflowEntryStatus.DONE
+                else str(entry.error)
+            )
+            tx = " tx" if entry.transactional else ""
+            line = (
+                f"{entry.seq:>4}  step    {entry.name:<20} {entry.status:<8} {tries}, {took}{tx}  "
+                f"{said}"
+            )
+        typer.echo(f"  {printable(clipped(line))}")
 
 
 #: Jobs of a dependency list `job show` names; the rest are counted.

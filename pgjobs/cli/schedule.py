@@ -1,5 +1,6 @@
 """`pgjobs schedule`: every periodic schedule in the database, with its next and last run;
-`pgjobs schedule pause NAME` and `pgjobs schedule resume NAME`."""
+`pgjobs schedule pause NAME`, `resume NAME` and `run NAME` (one job now). The work is
+``pgjobs.schedules``', which ``/api/v1/schedules`` calls too."""
 
 from __future__ import annotations
 
@@ -7,17 +8,26 @@ from typing import Annotated
 
 import typer
 
-from pgjobs import db, queues, schedules
+from pgjobs import schedules
 from pgjobs import stats as read_model
 from pgjobs.cli import render
-from pgjobs.cli.options import DsnOption, JsonFlag, database
+from pgjobs.cli.options import (
+    NAME_THE_APP,
+    DsnOption,
+    JsonFlag,
+    app_option,
+    database,
+    find_app,
+    use_database,
+)
 from pgjobs.cli.queue import _who
+from pgjobs.errors import ConfigurationError
 from pgjobs.text import printable
 
 schedule_cli = typer.Typer(
     help="Periodic schedules (@app.periodic). Without a command: list them (expression, "
     "timezone, next and last run in UTC, whether a running worker declares them, paused or "
-    "not). Pause or resume one with its command.",
+    "not). Pause, resume or run one now with its command.",
     invoke_without_command=True,
 )
 
@@ -47,11 +57,10 @@ def schedule_command(
         return
     resolved = database(dsn)
     if forget is not None:
-        queues.forget_schedule(resolved, forget)
+        schedules.forget(resolved, forget)
         typer.echo(f"schedule {printable(forget)} forgotten")
         return
-    with db.connect(resolved) as conn:
-        found = read_model.schedules(conn)
+    found = schedules.list_schedules(resolved)
     if as_json:
         render.print_json([read_model.schedule_json(s) for s in found])
     else:
@@ -81,6 +90,32 @@ def resume_command(
     catch_up rule says (last: the latest one; skip: none; N: the latest N)."""
     change = schedules.resume(database(dsn), name)
     _report(change, as_json, "resumed" if change.changed else "was not paused")
+
+
+@schedule_cli.command("run")
+def run_command(
+    name: ScheduleArgument,
+    app_ref: Annotated[
+        str | None, app_option("declaring the schedule (its task, payload and options)")
+    ] = None,
+    as_json: JsonFlag = False,
+    dsn: DsnOption = None,
+) -> None:
+    """Enqueue one job of the schedule now, as its occurrences are (task, payload, queue,
+    priority, attempts), outside its cadence: its next occurrence stays, a paused schedule
+    stays paused."""
+    app = find_app(app_ref)
+    if app is None:
+        raise ConfigurationError(
+            f"running a schedule needs the app that declares it: {NAME_THE_APP}", field="app"
+        )
+    use_database(app, dsn)
+    run = schedules.run_now(app.dsn, name, app.periodics, app.enqueue_many)
+    if as_json:
+        schedule = None if run.schedule is None else read_model.schedule_json(run.schedule)
+        render.print_json({"name": run.name, "job_id": run.job_id, "schedule": schedule})
+        return
+    typer.echo(f"schedule {printable(run.name)} run now: job {run.job_id} enqueued")
 
 
 def _report(change: schedules.ScheduleChange, as_json: bool, done: str) -> None:

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from pgjobs.models import ArchivedStatus, DeadReason
 from pgjobs.queries.columns import _INTO_DEAD, _MOVED_COLUMNS
+from pgjobs.queries.outcomes import _ends_locked
 
 #: Rescue up to ``limit`` jobs whose lease expired: back to ready, or to dead_letter when that
-#: was their last attempt or their task is at-most-once. Returns (requeued, dead).
+#: was their last attempt or their task is at-most-once. Returns (requeued, dead). The rows the
+#: ends change are locked first, in the settles' order (``_ends_locked``).
 JOB_RESCUE_EXPIRED_LEASES = f"""
 WITH lost AS (
     SELECT id FROM queued_jobs
@@ -22,6 +24,7 @@ exhausted AS (
     WHERE q.id = lost.id AND (q.attempts >= q.max_attempts OR q.at_most_once)
     RETURNING q.*
 ),
+{_ends_locked("SELECT id, watched, batch_id, redrive_count FROM exhausted")},
 buried AS (
     INSERT INTO dead_letter ({_MOVED_COLUMNS}, reason, last_error, worker)
     SELECT {_INTO_DEAD}, '{DeadReason.LEASE_EXPIRED}',
@@ -30,6 +33,7 @@ buried AS (
                   CASE WHEN at_most_once THEN ' (at-most-once task: not run again)' ELSE '' END),
            lease_owner
     FROM exhausted
+    WHERE (SELECT n FROM ends_locked) >= 0
     RETURNING id
 ),
 requeued AS (
@@ -61,7 +65,8 @@ WHERE id = ANY(ARRAY(
 RETURNING id
 """
 
-#: Archive up to ``limit`` unleased jobs whose expires_at has passed, as expired, unrun.
+#: Archive up to ``limit`` unleased jobs whose expires_at has passed, as expired, unrun; the rows
+#: the ends change locked first, in the settles' order (``_ends_locked``).
 JOB_EXPIRE_MANY = f"""
 WITH gone AS (
     DELETE FROM queued_jobs
@@ -73,9 +78,11 @@ WITH gone AS (
     ))
     RETURNING *
 ),
+{_ends_locked("SELECT id, watched, batch_id, redrive_count FROM gone")},
 archived AS (
     INSERT INTO archived_jobs ({_MOVED_COLUMNS}, status, last_error)
     SELECT {_MOVED_COLUMNS}, '{ArchivedStatus.EXPIRED}', last_error FROM gone
+    WHERE (SELECT n FROM ends_locked) >= 0
     RETURNING id
 )
 SELECT count(*) FROM archived

@@ -1,10 +1,10 @@
 """Durable workflows' history (``pgjobs_workflow_history``): read a run's entries, record a step
 or a sleep at its place, fenced by the run's lease; forget the history of jobs deleted for good.
 
-A record is an ``INSERT`` at (job_id, seq), the table's primary key: a second run recording the
-same place while the first's transaction is open waits for it, then finds the place taken and
-records nothing (its statement returns no row). That, in the transaction of a step's own writes,
-is what makes them happen once.
+A record is an ``INSERT`` at (job_id, seq), the table's primary key (an upsert over an entry that
+has not succeeded): a second run recording the same place while the first's transaction is open
+waits for it, then finds the place taken and records nothing (its statement returns no row).
+That, in the transaction of a step's own writes, is what makes them happen once.
 """
 
 from __future__ import annotations
@@ -32,6 +32,16 @@ SELECT seq, kind, name, status, result, error, error_type, attempts,
        extract(epoch FROM wake_at - now())::float8
 FROM pgjobs_workflow_history
 WHERE job_id = %(job_id)s AND seq = %(seq)s
+"""
+
+#: A job's history as `pgjobs job show` shows it. Rows: (seq, kind, name, status, attempts,
+#: result, error, error_type, transactional, started_at, recorded_at, wake_at), in order.
+WORKFLOW_HISTORY_SHOW = """
+SELECT seq, kind, name, status, attempts, result, error, error_type, transactional, started_at,
+       recorded_at, wake_at
+FROM pgjobs_workflow_history
+WHERE job_id = %(job_id)s
+ORDER BY seq
 """
 
 #: Record a step's outcome at its place, fenced by the run's lease: a new place, or one whose

@@ -29,7 +29,7 @@ from pgjobs import db, groups
 from pgjobs.app import App
 from pgjobs.db.dsn import Dsn
 from pgjobs.models import ReplicaStatus
-from pgjobs.web.auth import Access, Tokens
+from pgjobs.web.auth import READ_METHODS, Access, Tokens
 from pgjobs.web.enqueuing import Enqueuer
 from pgjobs.web.errors import ApiError
 from pgjobs.web.principal import principal_of
@@ -262,11 +262,23 @@ def check_token(
         )
 
 
+async def authorize(request: Request, credentials: Credentials) -> None:
+    """The dependency of every /api/v1 router: a token, and a full one unless the method only
+    reads (``READ_METHODS``)."""
+    check_token(request, credentials, write=request.method not in READ_METHODS)
+
+
 def actor(request: Request) -> str | None:
     """Who the request acts as, to record (``paused_by``): the host's principal's name under
     ``create_app(auth=...)``, else None (pgjobs' tokens name nobody)."""
     found = principal_of(request.scope)
     return found.name if found is not None else None
+
+
+def recorded_actor(request: Request) -> str:
+    """Who an action of the API is recorded as (``paused_by``), as the dashboard does: the host's
+    principal (``actor``), else ``api (client address)``."""
+    return actor(request) or f"api ({client_address(request.scope.get('client'))})"
 
 
 def metrics_public_from_env() -> bool:

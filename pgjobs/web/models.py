@@ -218,6 +218,8 @@ class JobBatchCreate(_Request):
 
 
 class CancelRequest(_Request):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"force": True}]})
+
     force: Flag = Field(
         False,
         description=(

@@ -16,7 +16,7 @@ import psycopg
 from pgjobs import db, queries
 from pgjobs.db.dsn import Dsn
 from pgjobs.errors import PgjobsError
-from pgjobs.models import Job, WorkflowEntryKind, WorkflowEntryStatus
+from pgjobs.models import Job, WorkflowEntry, WorkflowEntryKind, WorkflowEntryStatus
 from pgjobs.pools import Pools
 
 
@@ -209,3 +209,33 @@ def _rows_async(
             return await cursor.fetchall()
 
     return work
+
+
+def of(target: db.Target, job_id: int) -> list[WorkflowEntry]:
+    """Job ``job_id``'s workflow history in order (empty for a job that is no workflow, or has
+    recorded nothing yet), wherever the job is.
+
+    Example: ``[e.name for e in history.of(dsn, 42)] == ["charge", "reserve", "sleep"]``
+    """
+    with db.target_connection(target) as conn:
+        rows = conn.execute(queries.WORKFLOW_HISTORY_SHOW, {"job_id": job_id}).fetchall()
+    return [
+        WorkflowEntry(
+            seq,
+            WorkflowEntryKind(kind),
+            name,
+            WorkflowEntryStatus(status),
+            attempts,
+            result,
+            error,
+            error_type,
+            transactional,
+            started_at,
+            recorded_at,
+            wake_at,
+        )
+        for (
+            seq, kind, name, status, attempts, result, error, error_type, transactional,
+            started_at, recorded_at, wake_at,
+        ) in rows
+    ]  # fmt: skip

@@ -16,6 +16,7 @@ from pgjobs import dependencies
 from pgjobs import models as domain
 from pgjobs.batches import BatchStatus
 from pgjobs.web import models as api
+from pgjobs.web import queue_models
 
 #: (response model, domain row, fields only the response has, fields only the row has).
 PAIRS: list[tuple[type[BaseModel], type[Any], set[str], set[str]]] = [
@@ -34,6 +35,9 @@ PAIRS: list[tuple[type[BaseModel], type[Any], set[str], set[str]]] = [
     (api.Batch, BatchStatus, set(), set()),
     # The row's two properties, written out by `pgjobs stats --json`.
     (api.QueueStats, domain.QueueStats, {"throughput_per_second", "retry_rate"}, set()),
+    # The row's property and its rate as written, as `pgjobs queue list --json` prints them.
+    (queue_models.Queue, domain.QueueState, {"paused", "rate"}, set()),
+    (queue_models.Schedule, domain.ScheduleInfo, set(), set()),
 ]
 
 

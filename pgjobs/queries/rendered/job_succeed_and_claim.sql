@@ -5,9 +5,32 @@ WITH succeeded AS (
     WHERE q.id = o.id AND q.attempts = o.attempts AND q.lease_owner = %(owner)s
     RETURNING q.*, o.result
 ),
+ended AS (SELECT id, watched, batch_id, redrive_count FROM succeeded),
+ends_locked AS (
+    SELECT count(*) AS n FROM (
+        SELECT 1 FROM (
+            SELECT w.job_id FROM pgjobs_waiting w
+            WHERE w.job_id = ANY(ARRAY(
+                SELECT d.job_id FROM pgjobs_dependencies d
+                WHERE d.depends_on = ANY(ARRAY(SELECT id FROM ended WHERE watched))))
+            ORDER BY w.job_id
+            FOR UPDATE
+        ) dependents
+        UNION ALL
+        SELECT 1 FROM (
+            SELECT b.id FROM pgjobs_batches b
+            WHERE b.id = ANY(ARRAY(
+                SELECT batch_id FROM ended
+                WHERE batch_id IS NOT NULL AND redrive_count = 0))
+            ORDER BY b.id
+            FOR UPDATE
+        ) batches
+    ) locked
+),
 archived AS (
     INSERT INTO archived_jobs (id, queue, task, payload, priority, run_at, attempts, max_attempts, created_at, expires_at, idempotency_key, redrive_count, redriven_at, replay_of, started_at, payload_version, trace_context, group_key, unique_key, snoozes, tags, progress, batch_id, watched, status, result, last_error, worker)
     SELECT id, queue, task, payload, priority, run_at, attempts, max_attempts, created_at, expires_at, idempotency_key, redrive_count, redriven_at, replay_of, started_at, payload_version, trace_context, group_key, unique_key, snoozes, tags, progress, batch_id, watched, 'succeeded', result, last_error, lease_owner FROM succeeded
+    WHERE (SELECT n FROM ends_locked) >= 0
     RETURNING id
 ),
 claimed AS (

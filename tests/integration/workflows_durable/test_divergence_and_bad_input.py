@@ -7,13 +7,14 @@ import math
 from datetime import datetime
 from typing import Any
 
+import psycopg
 import pytest
 
 from pgjobs import App, ConfigurationError, WorkflowContext, WorkflowDiverged, WorkflowError
 from tests.support.factories import row, work
 
 
-def entries(conn: Any, job_id: int) -> list[tuple[Any, ...]]:
+def entries(conn: psycopg.Connection[Any], job_id: int) -> list[tuple[Any, ...]]:
     return conn.execute(
         "SELECT seq, name, status FROM pgjobs_workflow_history WHERE job_id = %s ORDER BY seq",
         [job_id],

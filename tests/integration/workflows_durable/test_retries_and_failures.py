@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
 import pytest
 
 import pgjobs
@@ -17,7 +18,7 @@ from tests.support.helpers import assert_one_home
 QUICK = RetryPolicy(base=0.01, cap=0.02)
 
 
-def history(conn: Any, job_id: int) -> list[tuple[Any, ...]]:
+def history(conn: psycopg.Connection[Any], job_id: int) -> list[tuple[Any, ...]]:
     return conn.execute(
         "SELECT seq, name, status, attempts, error_type FROM pgjobs_workflow_history "
         "WHERE job_id = %s ORDER BY seq",
