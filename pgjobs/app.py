@@ -92,6 +92,9 @@ class App(Registry, Operator):
     def _workflow_pools(self) -> Pools:
         return self._pools
 
+    def _workflow_app(self) -> App:
+        return self
+
     @property
     def dsn(self) -> Dsn:
         """The database this app uses, resolved on first use."""

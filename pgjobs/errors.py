@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class PgjobsError(Exception):
     """Base class of every error pgjobs raises on purpose.
@@ -308,7 +310,45 @@ class WorkflowSuspended(BaseException):
     and does not count as a snooze. A ``BaseException``, so that a workflow's ``except
     Exception`` does not swallow it."""
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, *, settled: bool = False) -> None:
         value = snooze_seconds(min(max(0.0, seconds), MAX_SNOOZE))
         super().__init__(f"suspended for {value:g}s")
         self.seconds = value
+        #: The run already gave the job back in its own transaction (a wait for an event or for
+        #: children, registered under the job's row lock): the worker has nothing to send.
+        self.settled = settled
+
+
+class EventTimeout(PgjobsError, NonRetryableError):
+    """A workflow's ``ctx.wait_for(name, timeout=...)`` gave up: no event ``name`` came within
+    ``timeout`` seconds. Recorded in the history (a later run raises it again at the same place);
+    uncaught, it sends the workflow to ``dead_letter`` (``non_retryable``).
+
+    Example: ``except pgjobs.EventTimeout as exc: print(exc.name, "never came")``
+    """
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
+class ChildFailed(PgjobsError, NonRetryableError):
+    """Children a workflow ran (``ctx.run``, ``ctx.map``) did not all succeed: ``failures``
+    lists (position, job id, status, error) of each that died, was cancelled or expired, and
+    ``results`` every child's result in order (None for those). The first failure's words are
+    the message. Catchable; uncaught, it sends the workflow to ``dead_letter``.
+
+    Example::
+
+        try:
+            totals = ctx.map("reports.render", pages)
+        except pgjobs.ChildFailed as exc:
+            totals = [r for r in exc.results if r is not None]
+    """
+
+    def __init__(
+        self, message: str, failures: list[tuple[int, int, str, str | None]], results: list[Any]
+    ) -> None:
+        super().__init__(message)
+        self.failures = failures
+        self.results = results

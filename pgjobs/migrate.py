@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 VERSION_TABLE = "pgjobs_alembic_version"
 #: The newest revision in pgjobs' migrations (migrations/versions), the one a worker needs.
 #: tests/integration/schema/test_migrations.py checks it against what Alembic reads from the folder.
-HEAD = "0019"
+HEAD = "0020"
 # A lock_timeout as PostgreSQL reads it: 5s, 500ms, 1min, 0 (no limit); the same rule as env.py.
 _DURATION = re.compile(r"\d+(\.\d+)?\s*(us|ms|s|min|h|d)?")
 

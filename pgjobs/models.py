@@ -64,53 +64,6 @@ class DeadReason(enum.StrEnum):
     WORKFLOW_DIVERGED = "workflow_diverged"
 
 
-class WorkflowEntryKind(enum.StrEnum):
-    """What one entry of a durable workflow's history records (``pgjobs_workflow_history.kind``)."""
-
-    #: ``ctx.step(name, fn)``: its result, or its error.
-    STEP = "step"
-    #: ``ctx.sleep`` / ``ctx.sleep_until``: when it wakes.
-    SLEEP = "sleep"
-
-
-class WorkflowEntryStatus(enum.StrEnum):
-    """Where one entry of a workflow's history stands (``pgjobs_workflow_history.status``)."""
-
-    #: Recorded for good: a step's result, a sleep's wake time. Never run again.
-    DONE = "done"
-    #: A step that failed for good (its attempts spent, or an error it does not retry).
-    FAILED = "failed"
-    #: A step that failed with attempts left, waiting for its next attempt.
-    RETRYING = "retrying"
-
-
-@dataclass(frozen=True, slots=True)
-class WorkflowEntry:
-    """One entry of a durable workflow's history, as `pgjobs job show` shows it: a step (its
-    status, attempts, result or error, how long it took from its first attempt's start to its
-    record) or a sleep (when it wakes)."""
-
-    seq: int
-    kind: WorkflowEntryKind
-    name: str
-    status: WorkflowEntryStatus
-    attempts: int
-    result: Any
-    error: str | None
-    error_type: str | None
-    transactional: bool
-    started_at: datetime | None
-    recorded_at: datetime
-    wake_at: datetime | None
-
-    @property
-    def seconds(self) -> float | None:
-        """A step's duration, from its first attempt's start to its record."""
-        if self.kind is not WorkflowEntryKind.STEP or self.started_at is None:
-            return None
-        return max(0.0, (self.recorded_at - self.started_at).total_seconds())
-
-
 class Unloadable:
     """A value of a row that Python cannot hold (a time of year 10000 or ``infinity``, written by
     SQL, a dump or another program), in place of that value in a row read from the database. It

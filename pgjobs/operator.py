@@ -6,13 +6,14 @@ batches and their results. Each call runs one operation of ``admin``, ``queues``
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import psycopg
 
-from pgjobs import flow, queues
+from pgjobs import events, flow, queues
 from pgjobs.errors import ConfigurationError
 from pgjobs.models import JobHistory
 from pgjobs.pools import Pools
@@ -127,6 +128,27 @@ class Operator:
         Example: ``page = app.batch_results_page(7, after=page.next_after)``
         """
         return self._on_pool(flow.batch_page, batch_id, after, limit)
+
+    def send_event(
+        self, job: int | str, name: str, payload: Any = None, *, connection: Any = None
+    ) -> events.SentEvent:
+        """Send event ``name`` to workflow job ``job`` (its id or idempotency key), for its
+        ``ctx.wait_for(name)``: kept until taken, and a workflow waiting for it is ready at once.
+        With ``connection`` (psycopg or SQLAlchemy) it is part of the caller's transaction.
+
+        Example: ``app.send_event(order_job, "payment_confirmed", {"amount": 1200})``
+        """
+        if connection is None:
+            return self._on_pool(events.send, job, name, payload)
+        return events.send(events.psycopg_connection(connection), job, name, payload)
+
+    async def send_event_async(
+        self, job: int | str, name: str, payload: Any = None, *, connection: Any = None
+    ) -> events.SentEvent:
+        """``send_event`` for asyncio code (``connection``: a psycopg ``AsyncConnection``)."""
+        if connection is None:
+            return await asyncio.to_thread(self._on_pool, events.send, job, name, payload)
+        return await events.send_async(connection, job, name, payload)
 
     def job(self, job_id: int) -> JobHistory:
         """A job wherever it is (queued, archived or dead), with its whole record.

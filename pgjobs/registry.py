@@ -151,7 +151,9 @@ class Registry:
 
         def register(fn: Callable[..., Any]) -> Task:
             made: list[Task] = []
-            handler = workflow_handler(fn, self._workflow_pools, lambda: made[0])
+            handler = workflow_handler(
+                fn, self._workflow_pools, lambda: made[0], self._workflow_app
+            )
             task = make_task(handler, **options)
             made.append(task)
             return self._register(task)
@@ -160,6 +162,10 @@ class Registry:
 
     def _workflow_pools(self) -> Pools:
         """The pools a workflow's steps record on: the App's."""
+        raise ConfigurationError("workflows need an App: declare them with App.workflow")
+
+    def _workflow_app(self) -> Any:
+        """The App a workflow enqueues its children through."""
         raise ConfigurationError("workflows need an App: declare them with App.workflow")
 
     def external_task(

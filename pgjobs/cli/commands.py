@@ -88,6 +88,7 @@ COMMANDS: dict[str, Entry] = {
     ),
     "job": Entry("job", "job_cli", "Look up one job wherever it is."),
     "batch": Entry("batch", "batch_cli", "Look at batches (app.batch)."),
+    "event": Entry("event", "event_cli", "Send events to durable workflows."),
     "queue": Entry(
         "queue",
         "queue_cli",

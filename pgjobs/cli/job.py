@@ -33,15 +33,10 @@ from pgjobs.errors import (
     JobStateConflict,
     UnknownTask,
 )
-from pgjobs.models import (
-    JobHistory,
-    JobStatus,
-    WorkflowEntry,
-    WorkflowEntryKind,
-    WorkflowEntryStatus,
-)
+from pgjobs.models import JobHistory, JobStatus
 from pgjobs.submission import check_seconds
 from pgjobs.text import clipped, printable, progress_text
+from pgjobs.workflow_entries import WorkflowEntry, WorkflowEntryKind, WorkflowEntryStatus
 from pgjobs.workflows import history as workflow_history
 
 job_cli = typer.Typer(help="Look up one job wherever it is.", no_args_is_help=True)

@@ -181,6 +181,9 @@ class Completer:
         failed for good (dead_letter with the step's error), or by diverging from its
         recorded history (``workflow_diverged``)."""
         if isinstance(exc, WorkflowSuspended):
+            if exc.settled:  # given back by the run itself, under the job's row lock
+                log.debug("job %d (%s) waits (suspended by its run)", job.id, job.task)
+                return _SNOOZED
             self.outcomes.release(job, refund=True, hold=exc.seconds)
             log.debug("job %d (%s) suspended for %gs", job.id, job.task, exc.seconds)
             return _SNOOZED

@@ -59,6 +59,11 @@ from pgjobs.queries.channels import (
     RESULT_LISTEN,
     RESULT_WATCH,
 )
+from pgjobs.queries.children import (
+    CHILDREN_ADOPT,
+    CHILDREN_ENDS,
+    CHILDREN_PENDING,
+)
 from pgjobs.queries.claim import (
     JOB_CLAIM,
     JOB_CLAIM_LIMITED,
@@ -134,6 +139,20 @@ from pgjobs.queries.enqueue import (
     JOB_INSERT_SHOWN_VERSIONED,
     JOB_INSERT_VERSIONED,
     JOB_RESERVE_IDS,
+)
+from pgjobs.queries.events import (
+    EVENT_INSERT,
+    EVENT_LOCK_OWN,
+    EVENT_LOCK_TARGET,
+    EVENT_MAILBOX,
+    EVENT_SUSPEND,
+    EVENT_SWEEP,
+    EVENT_TAKE,
+    EVENT_TARGET_ENDED,
+    EVENT_WAIT_END,
+    EVENT_WAIT_REGISTER,
+    EVENT_WAKE,
+    WORKFLOW_WAIT_RECORD,
 )
 from pgjobs.queries.groups import (
     GROUP_STATES_TIDY,
@@ -288,6 +307,9 @@ __all__ = [
     "BROWSE_JOBS_BY_ID",
     "BROWSE_JOB_IS_NEW",
     "CANCEL_NOTICE",
+    "CHILDREN_ADOPT",
+    "CHILDREN_ENDS",
+    "CHILDREN_PENDING",
     "DATABASE_NOW",
     "DEAD_COUNT_CAPPED",
     "DEAD_FIND_IDS",
@@ -319,6 +341,17 @@ __all__ = [
     "DOCTOR_SERVER",
     "DOCTOR_STALE_WORKERS",
     "ENDED_CHANNEL",
+    "EVENT_INSERT",
+    "EVENT_LOCK_OWN",
+    "EVENT_LOCK_TARGET",
+    "EVENT_MAILBOX",
+    "EVENT_SUSPEND",
+    "EVENT_SWEEP",
+    "EVENT_TAKE",
+    "EVENT_TARGET_ENDED",
+    "EVENT_WAIT_END",
+    "EVENT_WAIT_REGISTER",
+    "EVENT_WAKE",
     "GROUPS_LOAD",
     "GROUP_STATES_TIDY",
     "JOBS_FINISHED_PER_MINUTE",
@@ -441,6 +474,7 @@ __all__ = [
     "WORKFLOW_HISTORY_SHOW",
     "WORKFLOW_SLEEP_RECORD",
     "WORKFLOW_STEP_RECORD",
+    "WORKFLOW_WAIT_RECORD",
     "_DEAD_WHERE",
     "_MOVED_COLUMNS",
     "_SUCCEED_MANY",

@@ -1,6 +1,7 @@
 """Logic that lives in the database: the current text of its triggers' functions.
 
-Migrations create them (``pgjobs_job_ended``: 0013; ``pgjobs_group_touched``: 0014); this is the
+Migrations create them (``pgjobs_job_ended``: 0013; ``pgjobs_group_touched``: 0014;
+``pgjobs_children_ended``: 0020); this is the
 text a migrated database runs, kept here beside the statements that move rows into
 ``archived_jobs`` and ``dead_letter``, so that one reading shows what such a move sets off. A
 migration that changes a function changes this text in the same commit
@@ -17,6 +18,7 @@ end members at the same instant.
 
 from __future__ import annotations
 
+from pgjobs.queries.channels import NOTIFY_CHANNEL
 from pgjobs.queries.columns import _MOVED_COLUMNS
 
 #: Create (or replace) the function the trigger runs; its argument is the table's kind
@@ -140,3 +142,29 @@ $fn$
 #: (trigger, event) of the statement triggers on pgjobs_group_states that run it: a trigger with
 #: a transition table takes one event, so one trigger for each.
 GROUP_TOUCHED_TRIGGERS = (("pgjobs_group_inserted", "INSERT"), ("pgjobs_group_updated", "UPDATE"))
+
+
+#: Create (or replace) the function that makes a workflow ready when the last of its children
+#: (the members of a batch whose ``parent_job_id`` it is) has ended: run by the row trigger on
+#: ``pgjobs_batches`` when a member's end brings ``pending`` to 0, under that row's lock, so that
+#: a workflow checking its children's batch (``FOR UPDATE``) before it suspends sees the end or
+#: is woken by it. A parent that a lease holds is not touched (it reads the count itself).
+CHILDREN_ENDED_FUNCTION = f"""
+CREATE OR REPLACE FUNCTION pgjobs_children_ended() RETURNS trigger
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    woken bigint;
+BEGIN
+    WITH released AS (
+        UPDATE queued_jobs q SET run_at = now()
+        WHERE q.id = NEW.parent_job_id AND q.lease_expires_at IS NULL AND q.run_at > now()
+        RETURNING q.queue
+    )
+    SELECT count(pg_notify('{NOTIFY_CHANNEL}', queue)) INTO woken FROM released;
+    RETURN NULL;
+END
+$fn$
+"""
+
+#: When the trigger on ``pgjobs_batches`` runs it: the last member of a workflow's children ended.
+CHILDREN_ENDED_WHEN = "NEW.pending = 0 AND OLD.pending > 0 AND NEW.parent_job_id IS NOT NULL"

@@ -13,6 +13,8 @@ from pgjobs.schema.fleet import pgjobs_limit_states, pgjobs_queues, pgjobs_sched
 from pgjobs.schema.flows import (
     pgjobs_batches,
     pgjobs_dependencies,
+    pgjobs_event_waits,
+    pgjobs_events,
     pgjobs_waiting,
     pgjobs_workflow_history,
 )
@@ -32,6 +34,8 @@ __all__ = [
     "metadata",
     "pgjobs_batches",
     "pgjobs_dependencies",
+    "pgjobs_event_waits",
+    "pgjobs_events",
     "pgjobs_group_holds",
     "pgjobs_group_starts",
     "pgjobs_group_states",

@@ -19,8 +19,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
-from pgjobs.models import WorkflowEntryKind, WorkflowEntryStatus
 from pgjobs.schema.base import _status_check, metadata
+from pgjobs.workflow_entries import WorkflowEntryKind, WorkflowEntryStatus
 
 # The dependencies of jobs enqueued with ``after=[...]``: one row per (job, job it depends on),
 # kept after both have ended, for a job's page. Migration 0013.
@@ -77,6 +77,9 @@ pgjobs_batches = Table(
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
     # When the last member ended.
     Column("completed_at", DateTime(timezone=True)),
+    # The workflow job that waits for the batch's members (its children: ``ctx.map``), made
+    # ready by the trigger pgjobs_children_ended when the last one ends. Migration 0020.
+    Column("parent_job_id", BigInteger),
     CheckConstraint("pending >= 0", name="pending_not_negative"),
 )
 
@@ -112,4 +115,32 @@ pgjobs_workflow_history = Table(
     _status_check("kind", WorkflowEntryKind),
     _status_check("status", WorkflowEntryStatus),
     CheckConstraint("seq >= 0", name="seq_not_negative"),
+)
+
+
+# Events sent to workflow jobs (`app.send_event`), kept until the workflow's `ctx.wait_for`
+# takes them (a taken event leaves; the workflow's history keeps its payload). Events of one
+# name are taken oldest first. Mail of a job that has ended is swept by the maintenance round.
+# Migration 0020.
+pgjobs_events = Table(
+    "pgjobs_events",
+    metadata,
+    Column("id", BigInteger, Identity(always=False), primary_key=True),
+    Column("job_id", BigInteger, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("payload", JSONB, nullable=False, server_default=text("'null'::jsonb")),
+    Column("sent_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    Index("ix_pgjobs_events_job_id_name_id", "job_id", "name", "id"),
+)
+
+# The events a workflow job waits for (`ctx.wait_for`): while it has a row here, a send of that
+# name makes the job ready at once; the row goes when the wait ends. Migration 0020.
+pgjobs_event_waits = Table(
+    "pgjobs_event_waits",
+    metadata,
+    Column("job_id", BigInteger, primary_key=True),
+    Column("name", Text, primary_key=True),
+    # When the wait times out (the job is suspended until then).
+    Column("deadline", DateTime(timezone=True), nullable=False),
+    Column("since", DateTime(timezone=True), nullable=False, server_default=text("now()")),
 )

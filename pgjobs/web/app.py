@@ -15,7 +15,7 @@ from pgjobs import instruments
 from pgjobs.app import App
 from pgjobs.db.dsn import Dsn, normalize_dsn, resolve_dsn
 from pgjobs.errors import ConfigurationError
-from pgjobs.web import api, docs, errors, results, routes_queues, routes_schedules
+from pgjobs.web import api, docs, errors, events_api, results, routes_queues, routes_schedules
 from pgjobs.web.auth import Tokens, load_tokens
 from pgjobs.web.backend import Backend, metrics_public_from_env
 from pgjobs.web.dashboard import dashboard_router
@@ -165,6 +165,7 @@ def create_app(
     web.include_router(health_router)
     web.include_router(api.router)
     web.include_router(results.router)
+    web.include_router(events_api.router)
     web.include_router(routes_queues.router)
     web.include_router(routes_schedules.router)
     web.include_router(edits_router)

@@ -14,6 +14,7 @@ from pgjobs.maintenance.expirer import Expirer
 from pgjobs.maintenance.groups import GroupRows
 from pgjobs.maintenance.leases import LeaseRescuer
 from pgjobs.maintenance.limits import LapsedLimits
+from pgjobs.maintenance.mailboxes import Mailboxes
 from pgjobs.maintenance.partitions import ArchivePartitions
 from pgjobs.maintenance.registry import Heartbeat, WorkerIdentity, WorkerRegistry
 from pgjobs.maintenance.retainer import Retainer
@@ -71,6 +72,7 @@ def maintenance(
         Expirer(config.expirer_config()),
         ArchivePartitions(),
         GroupRows(queues),
+        Mailboxes(),
     ]
     tasks = list(tasks)
     throttled = [t for t in tasks if t.throttle is not None]

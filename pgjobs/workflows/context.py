@@ -30,8 +30,8 @@ from pgjobs.errors import (
     WorkflowError,
     WorkflowSuspended,
 )
-from pgjobs.models import WorkflowEntryKind, WorkflowEntryStatus
 from pgjobs.text import MAX_RESULT_BYTES, error_line, error_text, error_type
+from pgjobs.workflow_entries import WorkflowEntryKind, WorkflowEntryStatus
 from pgjobs.workflows.history import (
     AsyncStore,
     Entry,
@@ -41,6 +41,7 @@ from pgjobs.workflows.history import (
     result_text,
 )
 from pgjobs.workflows.policy import StepPolicy, policy_of
+from pgjobs.workflows.waiting import WaitingMethods
 
 #: The longest sleep a workflow may take (ten years, in seconds): longer is taken for a mistake.
 MAX_SLEEP = 10 * 366 * 86_400.0
@@ -74,6 +75,8 @@ class Run:
         #: The connection and transaction of the running step, once it asked for one.
         self.conn: Any = None
         self.tx: Any = None
+        #: The App that declared the workflow: its children are enqueued through it.
+        self.app: Any = None
 
     def where(self) -> str:
         return f"workflow {self.task!r} (job {self.job.job.id})"
@@ -234,7 +237,7 @@ def _wake_time(when: object) -> datetime:
     return when
 
 
-class WorkflowContext:
+class WorkflowContext(WaitingMethods):
     """What a durable workflow's handler receives first (``@app.workflow``): its steps, sleeps
     and the transaction of a step's own writes.
 
@@ -260,6 +263,7 @@ class WorkflowContext:
     """
 
     __slots__ = ("_async", "_run", "_store")
+    _run: Run
 
     def __init__(self, run: Run, store: Store | AsyncStore) -> None:
         self._run = run

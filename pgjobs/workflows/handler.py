@@ -26,7 +26,10 @@ _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_O
 
 
 def workflow_handler(
-    fn: Callable[..., Any], pools: Callable[[], Pools], task: Callable[[], Task]
+    fn: Callable[..., Any],
+    pools: Callable[[], Pools],
+    task: Callable[[], Task],
+    app: Callable[[], Any] | None = None,
 ) -> Callable[..., Any]:
     """The task handler of workflow function ``fn``: called with the payload, it runs ``fn``
     with a ``WorkflowContext`` first. ``pools`` gives the app's pools, ``task`` the task made
@@ -52,6 +55,7 @@ def workflow_handler(
         declared = task()
         job = _running_job(declared.name)
         run = Run(job, declared.name, StepPolicy(retry=declared.retry), declared.lease)
+        run.app = app() if app is not None else None
         store = AsyncStore(pools(), job.job) if is_async else Store(pools(), job.job)
         return run, WorkflowContext(run, store)
 

@@ -16,8 +16,9 @@ import psycopg
 from pgjobs import db, queries
 from pgjobs.db.dsn import Dsn
 from pgjobs.errors import PgjobsError
-from pgjobs.models import Job, WorkflowEntry, WorkflowEntryKind, WorkflowEntryStatus
+from pgjobs.models import Job
 from pgjobs.pools import Pools
+from pgjobs.workflow_entries import WorkflowEntry, WorkflowEntryKind, WorkflowEntryStatus
 
 
 class WorkflowLeaseLost(PgjobsError):

@@ -42,3 +42,18 @@ def test_the_migrated_triggers_fire_when_queries_says(conn: psycopg.Connection[A
         when = definition.split(" WHEN ", 1)[1].split(" EXECUTE ", 1)[0]
         assert _words(when) == _words(triggers.JOB_ENDED_WHEN)
         assert definition.endswith(f"EXECUTE FUNCTION pgjobs_job_ended('{kinds[table]}')")
+
+
+def test_the_children_trigger_is_the_one_queries_shows(conn: psycopg.Connection[Any]) -> None:
+    row = conn.execute(
+        "SELECT prosrc FROM pg_proc WHERE proname = 'pgjobs_children_ended'"
+    ).fetchone()
+    assert row is not None, "the migrated database has no pgjobs_children_ended()"
+    assert row[0] == _body(triggers.CHILDREN_ENDED_FUNCTION)
+    definition = conn.execute(
+        "SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgname = 'pgjobs_children_ended'"
+    ).fetchone()
+    assert definition is not None
+    when = definition[0].split(" WHEN ", 1)[1].split(" EXECUTE ", 1)[0]
+    assert _words(when) == _words(triggers.CHILDREN_ENDED_WHEN)
+    assert "AFTER UPDATE OF pending ON public.pgjobs_batches FOR EACH ROW" in definition[0]
