@@ -22,7 +22,8 @@ from benchmarks import raw
 from benchmarks.harness import Context, say
 from benchmarks.report import Figure, Row, ratio_target
 from benchmarks.tasks import app
-from pgjobs import JobSpec, producer
+from pgjobs import JobSpec
+from pgjobs.enqueue import statements
 
 BATCH = 1_000
 #: Single jobs per chunk of a run (each way enqueues this many before the next way's turn).
@@ -59,12 +60,12 @@ def run(ctx: Context) -> list[Row]:
         app.enqueue_many(JobSpec("bench.noop", {"n": n}) for n in range(BATCH))
 
     def pgjobs_bulk_unnest() -> None:
-        copy_min_rows = producer.COPY_MIN_ROWS
-        producer.COPY_MIN_ROWS = BATCH + 1
+        copy_min_rows = statements.COPY_MIN_ROWS
+        statements.COPY_MIN_ROWS = BATCH + 1
         try:
             pgjobs_bulk()
         finally:
-            producer.COPY_MIN_ROWS = copy_min_rows
+            statements.COPY_MIN_ROWS = copy_min_rows
 
     def raw_bulk() -> None:
         raw.enqueue_copy(conn, "bench.noop", ({"n": n} for n in range(BATCH)))
