@@ -63,11 +63,13 @@ def plan(
     found: dict[int, int] = {}
     created: set[int] = set()
     if keyed:
-        # The first statement opens the caller's transaction (the others run in a savepoint).
-        ((level,),) = yield statements.isolation()
         keyed_rows = [rows[position] for position in keyed]
-        if in_callers_transaction and any(r.idempotency_key or r.unique_key for r in keyed_rows):
-            uniqueness.check_isolation(level, keyed_rows)
+        if in_callers_transaction:
+            # The first statement opens the caller's transaction (the others run in a savepoint);
+            # on pgjobs' own connection the whole plan is one transaction, and nothing to read.
+            ((level,),) = yield statements.isolation()
+            if statements.needs_isolation(keyed_rows):
+                uniqueness.check_isolation(level, keyed_rows)
         free = [position for position in keyed if not rows[position].after]
         if free:
             got = yield from statements.keyed([rows[position] for position in free], batch_id)
