@@ -171,7 +171,10 @@ def batch_plan(
 ) -> Plan[tuple[int, list[int]]]:
     """A batch's row (with ``callback``, ``BATCH_INSERT``'s parameters), its members by the
     plan their shapes need, each with the batch's id, and its seal; returns the batch's id and
-    its members' ids in order."""
+    its members' ids in order. In the caller's transaction a first read opens it, so that the
+    batch's row and members are all in the savepoint after it: a refused member leaves none."""
+    if in_callers_transaction:
+        yield statements.isolation()
     ((batch_id,),) = yield Statement(queries.BATCH_INSERT, callback)
     ids: list[int] = []
     if rows:

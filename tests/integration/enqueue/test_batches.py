@@ -435,6 +435,19 @@ def test_the_callers_psycopg_transaction_commits_or_rolls_back_the_batch(app, ds
     assert batch_ids_of(conn, ids) == {batch.id}
 
 
+def test_a_refused_batch_leaves_the_callers_transaction_as_it_was(app, dsn, conn):
+    with psycopg.connect(dsn.url) as tx:
+        tx.execute("CREATE TEMP TABLE mine (n int)")
+        batch = app.batch(on_complete=("reports.summarise", {"report": 7}))
+        specs = [JobSpec("reports.render", {"page": 1}), JobSpec("reports.render", after=[10**12])]
+        with pytest.raises(UnknownDependency):
+            app.enqueue_many(specs, batch=batch, connection=tx)
+        tx.execute("INSERT INTO mine VALUES (1)")  # the caller's transaction goes on
+        tx.commit()
+    assert scalar(conn, "SELECT count(*) FROM pgjobs_batches") == 0
+    assert counts(conn)["queued_jobs"] == 0
+
+
 def test_a_sqlalchemy_connection_writes_the_batch_in_its_transaction(app, dsn, conn):
     engine = sqlalchemy.create_engine(dsn.sqlalchemy_url, poolclass=sqlalchemy.NullPool)
     try:
