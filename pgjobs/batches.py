@@ -184,7 +184,8 @@ class Batch:
         self, task: str | Task, payload: dict[str, Any] | None = None, **options: Any
     ) -> None:
         """Add a member: the arguments and options of ``App.enqueue`` (a ``PgjobsError`` at
-        once for a bad one). It is written when the batch is.
+        once for a bad one). It is written when the batch is. ``after`` may name the batch's
+        member n, listed before it, as ``Ref(n)``.
 
         Example: ``batch.enqueue("reports.render", {"page": 3}, priority=5)``
         """
