@@ -86,8 +86,19 @@ def arrays(rows: Sequence[PreparedJob], batch_id: int | None = None) -> dict[str
 
 
 def many(rows: Sequence[PreparedJob], batch_id: int | None = None) -> InsertPlan:
-    """Jobs of ``Shape.READY`` or ``PLAIN`` in one ``JOB_INSERT_MANY``."""
-    found = yield Statement(queries.JOB_INSERT_MANY, arrays(rows, batch_id))
+    """Jobs of ``Shape.READY`` or ``PLAIN`` in one ``JOB_INSERT_MANY`` (``JOB_INSERT_MANY_READY``
+    when every one is ``READY``, outside a batch: it names only their task's columns)."""
+    if batch_id is None and all(row.shape is Shape.READY for row in rows):
+        params = {
+            "queues": [row.queue for row in rows],
+            "tasks": [row.task for row in rows],
+            "payloads": [row.payload for row in rows],
+            "priorities": [row.priority for row in rows],
+            "max_attempts": [row.max_attempts for row in rows],
+        }
+        found = yield Statement(queries.JOB_INSERT_MANY_READY, params)
+    else:
+        found = yield Statement(queries.JOB_INSERT_MANY, arrays(rows, batch_id))
     return [int(job_id) for _, job_id in found]
 
 

@@ -313,6 +313,30 @@ WITH {_MANY_STEPS.format(returning="queue")}
 SELECT i.position, i.id FROM input i CROSS JOIN notified ORDER BY i.position
 """
 
+#: JOB_INSERT_MANY for jobs that are all Shape.READY, outside a batch (the usual bulk enqueue):
+#: only their task's columns travel, run_at takes its default, now(). Rows: (position, id).
+JOB_INSERT_MANY_READY = f"""
+WITH input AS (
+    SELECT nextval({_NEXT_JOB_ID_SEQ}) AS id, r.*
+    FROM unnest(
+        %(queues)s::text[], %(tasks)s::text[], %(payloads)s::text[]::jsonb[],
+        %(priorities)s::smallint[], %(max_attempts)s::int[]
+    ) WITH ORDINALITY AS r(queue, task, payload, priority, max_attempts, position)
+),
+inserted AS (
+    INSERT INTO queued_jobs (id, queue, task, payload, priority, max_attempts)
+    SELECT i.id, i.queue, i.task, i.payload, i.priority, i.max_attempts
+    FROM input i
+    ORDER BY i.position
+    RETURNING queue
+),
+notified AS (
+    SELECT count(pg_notify('{NOTIFY_CHANNEL}', queue)) AS n
+    FROM (SELECT DISTINCT queue FROM inserted) q
+)
+SELECT i.position, i.id FROM input i CROSS JOIN notified ORDER BY i.position
+"""
+
 #: JOB_INSERT_MANY answering each new job as JOB_LOOKUP finds it, in the order given (the HTTP
 #: API's one-job enqueues, coalesced: each answer is built from the inserted row, not read again).
 JOB_INSERT_SHOWN = f"""

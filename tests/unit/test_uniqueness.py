@@ -93,6 +93,7 @@ def test_each_shape_takes_its_statement_and_keyed_jobs_the_keyed_insert():
         queries.JOB_INSERT,
         queries.JOB_INSERT_READY,
         queries.JOB_INSERT_MANY,
+        queries.JOB_INSERT_MANY_READY,
         queries.JOB_COPY_MANY,
     ):
         assert "group_key" not in sql and "unique_key" not in sql

@@ -129,7 +129,7 @@ def test_tagged_jobs_take_the_statements_of_their_shape():
 
     plain = enqueue.prepare(JobSpec("t.send"), None)
     assert statements([plain]) == [queries.JOB_INSERT_READY]
-    assert statements([plain, plain]) == [queries.JOB_INSERT_MANY]
+    assert statements([plain, plain]) == [queries.JOB_INSERT_MANY_READY]
     idempotent = enqueue.prepare(JobSpec("t.send", idempotency_key="i"), None)
     assert statements([plain, idempotent]) == [queries.JOB_INSERT_KEYED]
     keyed = enqueue.prepare(JobSpec("t.send", unique_key="k"), None)
