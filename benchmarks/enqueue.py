@@ -11,6 +11,7 @@ and a run of one way then a run of the other would measure the drift as much as 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -22,8 +23,14 @@ from benchmarks import raw
 from benchmarks.harness import Context, say
 from benchmarks.report import Figure, Row, ratio_target
 from benchmarks.tasks import app
-from pgjobs import JobSpec, producer
+from pgjobs import JobSpec
+from pgjobs.enqueue import statements
 
+#: What each round empties: the jobs, and what the every-option jobs wrote beside them.
+_TRUNCATE = (
+    "TRUNCATE queued_jobs, narrow.queued_jobs, pgjobs_waiting, pgjobs_dependencies, "
+    "pgjobs_group_states"
+)
 BATCH = 1_000
 #: Single jobs per chunk of a run (each way enqueues this many before the next way's turn).
 CHUNK = 200
@@ -35,6 +42,33 @@ PRODUCERS = 32
 PER_PRODUCER = 20
 #: Many producers against one connection (performance round 3's target).
 PRODUCERS_GOAL = 3.0
+
+
+#: Keys of the every-option jobs, fresh for each (none is held by an earlier one).
+_KEYS = itertools.count()
+
+
+def _every_option() -> None:
+    """``CHUNK`` one-job enqueues with every option at once: a queue, a priority, a delay, an
+    expiry, attempts, an idempotency key, a group, a unique key, tags, and a dependency (which
+    stays queued: each job waits)."""
+    dependency = app.enqueue("bench.noop", {})
+    for n in range(CHUNK):
+        k = next(_KEYS)
+        app.enqueue(
+            "bench.noop",
+            {"n": n},
+            queue="bench.every",
+            priority=3,
+            run_in=3600,
+            expires_in=86_400,
+            max_attempts=7,
+            idempotency_key=f"every-i{k}",
+            group=f"g{n % 8}",
+            unique_key=f"every-u{k}",
+            tags=["bench", "every"],
+            after=[dependency],
+        )
 
 
 def run(ctx: Context) -> list[Row]:
@@ -59,12 +93,12 @@ def run(ctx: Context) -> list[Row]:
         app.enqueue_many(JobSpec("bench.noop", {"n": n}) for n in range(BATCH))
 
     def pgjobs_bulk_unnest() -> None:
-        copy_min_rows = producer.COPY_MIN_ROWS
-        producer.COPY_MIN_ROWS = BATCH + 1
+        copy_min_rows = statements.COPY_MIN_ROWS
+        statements.COPY_MIN_ROWS = BATCH + 1
         try:
             pgjobs_bulk()
         finally:
-            producer.COPY_MIN_ROWS = copy_min_rows
+            statements.COPY_MIN_ROWS = copy_min_rows
 
     def raw_bulk() -> None:
         raw.enqueue_copy(conn, "bench.noop", ({"n": n} for n in range(BATCH)))
@@ -83,6 +117,7 @@ def run(ctx: Context) -> list[Row]:
         (
             {
                 "pgjobs_single": pgjobs_single,
+                "pgjobs_every": _every_option,
                 "raw_single": raw_single,
                 "narrow_single": narrow_single,
             },
@@ -119,14 +154,14 @@ def run(ctx: Context) -> list[Row]:
         producers.open()
         for _ in range(ctx.repeats):
             for ways, jobs, chunks in groups:
-                db.conn.execute("TRUNCATE queued_jobs, narrow.queued_jobs")
+                db.conn.execute(_TRUNCATE)
                 for name, rate in _interleaved(ways, jobs, chunks).items():
                     measured[name].append(rate)
                     say(f"  enqueue {name}: {rate:,.0f} jobs/s")
     finally:
         producers.close()
         conn.close()
-        db.conn.execute("TRUNCATE queued_jobs")
+        db.conn.execute(_TRUNCATE)
         raw.narrow_reset(db.conn)
 
     def figure(name: str) -> Figure:
@@ -147,6 +182,16 @@ def run(ctx: Context) -> list[Row]:
             {"jobs": single},
             narrow=figure("narrow_single"),
             narrow_name="one autocommit INSERT per job",
+        ),
+        Row(
+            "enqueue",
+            "app.enqueue, one job with every option at once",
+            figure("pgjobs_every"),
+            figure("pgjobs_single"),
+            "app.enqueue of a plain job",
+            ratio_target("≥ 50% of a plain job", ratio("pgjobs_every", "pgjobs_single"), 0.50),
+            "a key, a unique key, a group, tags, a delay, an expiry and after= in one job",
+            {"jobs": single},
         ),
         Row(
             "enqueue",

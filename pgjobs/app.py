@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 # admin, batches and schedules are imported where they are used: `pgjobs enqueue` and a worker
 # need none of them (admin brings the completer's reports).
-from pgjobs import coalescing, dependencies, producer, results
+from pgjobs import enqueue, results
 from pgjobs.db.dsn import APP_SOURCE, Dsn, normalize_dsn, resolve_dsn
 from pgjobs.db.pooler import Pooler, parse_pooler
 from pgjobs.errors import ConfigurationError
@@ -86,8 +86,7 @@ class App(Registry, Operator):
         self._waiters = results.Waiters(self._pools)
         # One-job enqueues on the app's pool that arrive together go in as one statement and
         # one commit (pgjobs.coalescing); the async one belongs to the loop that made it.
-        self._coalescer = coalescing.Coalescer(self._send)
-        self._async_coalescer: coalescing.AsyncCoalescer[int] | None = None
+        self._sender = enqueue.Sender(self._pools)
 
     def _workflow_pools(self) -> Pools:
         return self._pools
@@ -159,14 +158,15 @@ class App(Registry, Operator):
         ``idempotency_key``, ``group``, ``unique_key``, ``on_conflict``, ``debounce``,
         ``after``) are those of ``JobSpec``. With ``after=[id, ...]`` the job waits until every
         one of those jobs has succeeded, and goes to ``dead_letter`` unrun (reason
-        ``dependency_failed``) when one does not (see ``pgjobs.dependencies``).
+        ``dependency_failed``) when one does not (see ``pgjobs.enqueue.waiting``).
 
         With ``connection`` (a psycopg ``Connection`` or a SQLAlchemy ``Connection``) the job is
         written in the caller's transaction and commits or rolls back with it.
 
         Example: ``app.enqueue("send_welcome", {"user_id": 42}, connection=conn)``
         """
-        return self._insert([self._prepare_one(task, payload, options, "enqueue")], connection)[0]
+        row = self._prepare_one(task, payload, options, "enqueue")
+        return self._sender.insert([row], connection)[0]
 
     async def enqueue_async(
         self,
@@ -187,7 +187,7 @@ class App(Registry, Operator):
         Example: ``job_id = await app.enqueue_async("send_welcome", {"user_id": 42})``
         """
         row = self._prepare_one(task, payload, options, "enqueue_async")
-        return (await self._insert_async([row], connection))[0]
+        return (await self._sender.insert_async([row], connection))[0]
 
     def enqueue_many(
         self, jobs: Iterable[JobSpec], *, connection: Any = None, batch: batches.Batch | None = None
@@ -205,8 +205,8 @@ class App(Registry, Operator):
             batch.add(jobs)
             self._write_batch(batch, connection or batch.connection)
             return batch.ids
-        rows = producer.prepare_many(jobs, self._known_tasks)
-        return self._insert(rows, connection, many=True)
+        rows = enqueue.prepare_many(jobs, self._known_tasks)
+        return self._sender.insert(rows, connection, many=True)
 
     def batch(
         self, on_complete: batches.OnComplete = None, *, connection: Any = None
@@ -235,18 +235,15 @@ class App(Registry, Operator):
     def _write_batch(self, batch: batches.Batch, connection: Any) -> None:
         from pgjobs import batches
 
-        if connection is not None:
-            batches.write(connection, batch)
-        else:
-            self._pools.run(lambda conn, dsn: batches.write(conn, batch, dsn))
+        batch.written(*self._sender.write_batch(batches.params(batch), batch.rows, connection))
 
     async def _write_batch_async(self, batch: batches.Batch, connection: Any) -> None:
         from pgjobs import batches
 
-        if connection is not None:
-            await batches.write_async(connection, batch)
-        else:
-            await self._pools.run_async(lambda conn, dsn: batches.write_async(conn, batch, dsn))
+        written = await self._sender.write_batch_async(
+            batches.params(batch), batch.rows, connection
+        )
+        batch.written(*written)
 
     async def enqueue_many_async(
         self, jobs: Iterable[JobSpec], *, connection: Any = None, batch: batches.Batch | None = None
@@ -259,30 +256,8 @@ class App(Registry, Operator):
             batch.add(jobs)
             await self._write_batch_async(batch, connection or batch.connection)
             return batch.ids
-        rows = producer.prepare_many(jobs, self._known_tasks)
-        return await self._insert_async(rows, connection, many=True)
-
-    async def _insert_async(
-        self, rows: list[producer.PreparedJob], connection: Any, *, many: bool = False
-    ) -> list[int]:
-        if dependencies.wanted(rows):
-            if connection is not None:
-                return await dependencies.insert_async(connection, rows, many=many)
-            return await self._pools.run_async(
-                lambda conn, dsn: dependencies.insert_async(conn, rows, dsn, many=many)
-            )
-        if connection is not None:
-            return await producer.insert_async(connection, rows)
-        if not many and coalescing.fits(rows[0]):
-            coalescer = self._async_coalescer
-            if coalescer is None or coalescer.loop is not asyncio.get_running_loop():
-                coalescer = self._async_coalescer = coalescing.AsyncCoalescer(self._send_async)
-            return [await coalescer.insert(rows[0])]
-        return await self._send_async(rows)
-
-    async def _send_async(self, rows: list[producer.PreparedJob]) -> list[int]:
-        """Insert ``rows`` on the running loop's pool (``_send``)."""
-        return await self._pools.run_async(lambda conn, dsn: producer.insert_async(conn, rows, dsn))
+        rows = enqueue.prepare_many(jobs, self._known_tasks)
+        return await self._sender.insert_async(rows, connection, many=True)
 
     def wait(self, job_id: int, *, timeout: float = 30) -> Any:
         """Wait for job ``job_id`` to end and return its result (None when its handler
@@ -318,26 +293,6 @@ class App(Registry, Operator):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-    def _insert(
-        self, rows: list[producer.PreparedJob], connection: Any, *, many: bool = False
-    ) -> list[int]:
-        if dependencies.wanted(rows):
-            if connection is not None:
-                return dependencies.insert(connection, rows, many=many)
-            return self._pools.run(
-                lambda conn, dsn: dependencies.insert(conn, rows, dsn, many=many)
-            )
-        if connection is not None:
-            return producer.insert(connection, rows)
-        if not many and coalescing.fits(rows[0]):
-            return [self._coalescer.insert(rows[0])]
-        return self._send(rows)
-
-    def _send(self, rows: list[producer.PreparedJob]) -> list[int]:
-        """Insert ``rows`` in one statement on the app's pool (autocommit: one commit)."""
-        # Not db.pooled: insert translates errors itself.
-        return self._pools.run(lambda conn, dsn: producer.insert(conn, rows, dsn, pooled=True))
 
     def open(self) -> App:
         """Open the connection pool now rather than at the first enqueue, so that a database

@@ -1,11 +1,13 @@
 """Batches: many jobs, and one callback job enqueued once when every one of them has ended.
 
-A batch is written in one transaction: its row in ``pgjobs_batches``, its members (through the
-producer's insert paths: the many-row insert, COPY for many, the keyed insert for keys, each row
-with the batch's id), and its seal, which counts the members it wrote. From then on the trigger
-``pgjobs_job_ended`` (migration 0013) counts each member's first end (succeeded, dead, cancelled
-or expired; a redriven member's second end is not counted again) under the batch row's lock, so
-that the member that ends last, whichever worker ends it, enqueues the callback, and only it.
+A batch is written in one transaction (``pgjobs.enqueue.door.batch_plan``): its row in
+``pgjobs_batches``, its members (by the statements their shapes need, as any enqueue: the many-row
+insert, COPY for many, the keyed insert for keys, the dependencies' insert for members ``after``
+others, each row with the batch's id), and its seal, which counts the members it wrote. From then
+on the trigger ``pgjobs_job_ended`` (migration 0013) counts each member's first end (succeeded,
+dead, cancelled or expired; a redriven member's second end is not counted again) under the batch
+row's lock, so that the member that ends last, whichever worker ends it, enqueues the callback,
+and only it.
 
 The callback's payload is the one given with a ``"batch"`` key added:
 ``{"id": ..., "total": ..., "succeeded": ..., "dead": ..., "cancelled": ...}`` (cancelled counts
@@ -15,20 +17,16 @@ existing job) is complete at once: its callback is enqueued with counts of 0.
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
-import psycopg
-
-from pgjobs import db, producer, queries
-from pgjobs.db import translate_errors
-from pgjobs.db.dsn import Dsn
+from pgjobs import db, enqueue, queries
+from pgjobs.enqueue import PreparedJob
 from pgjobs.errors import BatchNotFound, ConfigurationError, InvalidPayload, PgjobsError
-from pgjobs.submission import MAX_JOB_ID, JobSpec
+from pgjobs.submission import MAX_JOB_ID, JobSpec, Ref
 from pgjobs.tasks import Task
 
 #: The key of the callback's payload that holds the batch's id and counts.
@@ -82,7 +80,7 @@ _NO_CALLBACK = {
 
 
 def callback(on_complete: OnComplete, tasks: Mapping[str, Task] | None) -> Callback | None:
-    """``on_complete`` checked as ``producer.prepare`` checks a job (its queue, priority and
+    """``on_complete`` checked as ``enqueue.prepare`` checks a job (its queue, priority and
     max_attempts default to its task's), and, when its task is registered, its handler checked
     to take the payload with the ``"batch"`` key the trigger adds (declare a ``batch``
     parameter, or a field of the handler's model). Raises a ``PgjobsError`` naming
@@ -115,10 +113,10 @@ def callback(on_complete: OnComplete, tasks: Mapping[str, Task] | None) -> Callb
         )
     try:
         # Checked with the key the trigger adds, as the worker will see it; stored without.
-        row = producer.prepare(spec._replace(payload=payload | {BATCH_KEY: _SAMPLE}), tasks)
+        row = enqueue.prepare(spec._replace(payload=payload | {BATCH_KEY: _SAMPLE}), tasks)
         task = tasks.get(row.task) if tasks else None
         if task is not None:
-            producer.handler_arguments(task, json.loads(row.payload))
+            enqueue.handler_arguments(task, json.loads(row.payload))
     except PgjobsError as exc:
         field = "on_complete" + (f".{exc.field}" if exc.field else "")
         raise type(exc)(f"on_complete: {exc}", field=field) from None
@@ -178,7 +176,7 @@ class Batch:
         self._tasks = tasks
         self._write = write
         self._write_async = write_async
-        self._rows: list[producer.PreparedJob] = []
+        self._rows: list[PreparedJob] = []
         self._id: int | None = None
         self._ids: list[int] = []
 
@@ -186,7 +184,8 @@ class Batch:
         self, task: str | Task, payload: dict[str, Any] | None = None, **options: Any
     ) -> None:
         """Add a member: the arguments and options of ``App.enqueue`` (a ``PgjobsError`` at
-        once for a bad one). It is written when the batch is.
+        once for a bad one). It is written when the batch is. ``after`` may name the batch's
+        member n, listed before it, as ``Ref(n)``.
 
         Example: ``batch.enqueue("reports.render", {"page": 3}, priority=5)``
         """
@@ -197,15 +196,15 @@ class Batch:
             raise ConfigurationError(
                 f"Batch.enqueue takes the options of App.enqueue, got {', '.join(options)}"
             ) from None
-        self._rows.append(_member(producer.prepare(spec, self._tasks), len(self._rows)))
+        self._rows.append(enqueue.prepare(spec, self._tasks))
 
     def add(self, specs: Iterable[JobSpec]) -> None:
         """Add members as ``JobSpec`` (``App.enqueue_many(specs, batch=...)``)."""
         self._check_open()
-        rows = producer.prepare_many(specs, self._tasks)
+        rows = enqueue.prepare_many(specs, self._tasks)
         # Every row checked before any is added: a refused call adds none.
         first = len(self._rows)
-        self._rows.extend([_member(row, first + n) for n, row in enumerate(rows)])
+        self._rows.extend([_member(row, first) for row in rows])
 
     @property
     def id(self) -> int:
@@ -220,7 +219,7 @@ class Batch:
         return [] if self.id is None else list(self._ids)
 
     @property
-    def rows(self) -> list[producer.PreparedJob]:
+    def rows(self) -> list[PreparedJob]:
         """The members collected so far, checked."""
         return self._rows
 
@@ -253,85 +252,9 @@ class Batch:
             await self._write_async(self, self.connection)
 
 
-def write(conn: Any, batch: Batch, dsn: Dsn | None = None) -> None:
-    """Write ``batch`` (its row, its members, its seal) on ``conn``: in one transaction on
-    pgjobs' own autocommit connection, in the caller's on theirs (psycopg or SQLAlchemy)."""
-    with translate_errors(dsn), _transaction(conn):
-        ((batch_id,),) = producer._execute(conn, (queries.BATCH_INSERT, _params(batch)))
-        ids = _insert_members(conn, batch.rows, batch_id)
-        producer._execute(conn, (queries.BATCH_SEAL, {"id": batch_id}))
-    batch.written(batch_id, ids)
-
-
-async def write_async(conn: Any, batch: Batch, dsn: Dsn | None = None) -> None:
-    """``write`` on an async connection (psycopg's or SQLAlchemy's)."""
-    with translate_errors(dsn):
-        async with _transaction_async(conn):
-            params = _params(batch)
-            ((batch_id,),) = await producer._execute_async(conn, (queries.BATCH_INSERT, params))
-            ids = await _insert_members_async(conn, batch.rows, batch_id)
-            await producer._execute_async(conn, (queries.BATCH_SEAL, {"id": batch_id}))
-    batch.written(batch_id, ids)
-
-
-def _params(batch: Batch) -> dict[str, Any]:
+def params(batch: Batch) -> dict[str, Any]:
+    """``BATCH_INSERT``'s parameters for ``batch``: its callback's, or NULLs."""
     return _NO_CALLBACK if batch.callback is None else batch.callback._asdict()
-
-
-@contextlib.contextmanager
-def _transaction(conn: Any) -> Iterator[None]:
-    if isinstance(conn, psycopg.Connection) and conn.autocommit:
-        with conn.transaction():
-            yield
-    else:
-        yield
-
-
-def _insert_members(conn: Any, rows: list[producer.PreparedJob], batch_id: int) -> list[int]:
-    """``producer.insert``'s paths for the members of ``batch_id``."""
-    if not rows:
-        return []
-    if isinstance(conn, psycopg.Connection) and producer._by_copy(rows):
-        return producer._copy_many(conn, rows, batch_id)
-    plan = producer._plan(
-        rows, in_callers_transaction=producer._in_callers_transaction(conn), batch_id=batch_id
-    )
-    try:
-        statement = next(plan)
-        while True:
-            statement = plan.send(producer._execute(conn, statement))
-    except StopIteration as done:
-        ids: list[int] = done.value
-        return ids
-
-
-@contextlib.asynccontextmanager
-async def _transaction_async(conn: Any) -> AsyncIterator[None]:
-    if isinstance(conn, psycopg.AsyncConnection) and conn.autocommit:
-        async with conn.transaction():
-            yield
-    else:
-        yield
-
-
-async def _insert_members_async(
-    conn: Any, rows: list[producer.PreparedJob], batch_id: int
-) -> list[int]:
-    """``_insert_members`` on an async connection."""
-    if not rows:
-        return []
-    if isinstance(conn, psycopg.AsyncConnection) and producer._by_copy(rows):
-        return await producer._copy_many_async(conn, rows, batch_id)
-    plan = producer._plan(
-        rows, in_callers_transaction=producer._in_callers_transaction(conn), batch_id=batch_id
-    )
-    try:
-        statement = next(plan)
-        while True:
-            statement = plan.send(await producer._execute_async(conn, statement))
-    except StopIteration as done:
-        ids: list[int] = done.value
-        return ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -419,13 +342,11 @@ def batch_of(target: db.Target, job_id: int) -> int | None:
     return None if row is None else int(row[0])
 
 
-def _member(row: producer.PreparedJob, position: int) -> producer.PreparedJob:
-    """``row`` as a batch member: one with ``after`` is refused (a batch's members are written by
-    the insert paths, which know no dependencies; a chain inside a fan-out is one job per link
-    enqueued by its predecessor, or a batch of chains' heads)."""
-    if row.after:
-        raise ConfigurationError(
-            f"batch member #{position}: a member cannot have after (not supported yet)",
-            field=f"jobs[{position}].after",
-        )
-    return row
+def _member(row: PreparedJob, first: int = 0) -> PreparedJob:
+    """``row`` as a batch member; ``first``: the position in the batch of the call's first job,
+    so that a ``Ref(n)`` of an ``enqueue_many(..., batch=)`` names that call's job n (a
+    ``batch.enqueue``'s names the batch's member n)."""
+    if not first or not row.after:
+        return row
+    moved = tuple(Ref(d.position + first) if isinstance(d, Ref) else d for d in row.after)
+    return row._replace(after=moved)

@@ -1,5 +1,5 @@
 """The COPY path of ``enqueue_many``: the statement and the lines that COPY writes for a list
-of prepared jobs whose ids were reserved first (``producer._copy_many``)."""
+of prepared jobs whose ids were reserved first (``enqueue.statements.copy``)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from pgjobs import queries, tags
+from pgjobs import queries
 from pgjobs.tags import Tags
 
 
 class CopyRow(Protocol):
-    """What COPY reads of a prepared job (``producer.PreparedJob``)."""
+    """What COPY reads of a prepared job (``enqueue.PreparedJob``)."""
 
     @property
     def queue(self) -> str: ...
@@ -47,21 +47,13 @@ def copy_rows(
     batch_id: int | None = None,
     *,
     ready: bool,
-    versioned: bool,
 ) -> tuple[str, Iterator[tuple[Any, ...]]]:
     """The COPY statement for ``rows`` and the rows it writes, with the reserved ``ids`` (and
     ``batch_id`` on each, for a batch's members). ``ready``: every row runs at once and carries
-    nothing but the usual columns; ``versioned``: some row has a payload version or a trace
-    context.
+    nothing but the usual columns, outside a batch.
 
-    Example: ``sql, lines = copy_rows(rows, now, ids, ready=True, versioned=False)``
+    Example: ``sql, lines = copy_rows(rows, now, ids, ready=True)``
     """
-    if batch_id is not None:
-        timed = _timed(rows, now, ids, versioned=True)
-        members = ((*line, batch_id) for line in timed)
-        if tags.tagged(rows):
-            return queries.BATCH_COPY_MEMBERS_TAGGED, tags.copy_lines(members, rows)
-        return queries.BATCH_COPY_MEMBERS, members
     if ready:
         # The usual batch: neither timestamp travels (run_at defaults to the transaction's
         # now(), as JOB_INSERT_MANY would set it).
@@ -69,16 +61,11 @@ def copy_rows(
             (job_id, row.queue, row.task, row.payload, row.priority, row.max_attempts)
             for job_id, row in zip(ids, rows, strict=True)
         )
-    if tags.tagged(rows):
-        lines = _timed(rows, now, ids, versioned=True)
-        return queries.JOB_COPY_MANY_TAGGED, tags.copy_lines(lines, rows)
-    if versioned:
-        return queries.JOB_COPY_MANY_VERSIONED, _timed(rows, now, ids, versioned=True)
-    return queries.JOB_COPY_MANY, _timed(rows, now, ids, versioned=False)
+    return queries.JOB_COPY_MANY, _timed(rows, now, ids, batch_id)
 
 
 def _timed(
-    rows: Sequence[CopyRow], now: datetime, ids: list[int], *, versioned: bool
+    rows: Sequence[CopyRow], now: datetime, ids: list[int], batch_id: int | None
 ) -> Iterator[tuple[Any, ...]]:
     # Timestamps go in as ISO text: dumping a datetime costs more than the rest of a row, and
     # most jobs share one run_at, the transaction's now() (which is also their created_at). COPY
@@ -91,7 +78,7 @@ def _timed(
             run_at = (now + timedelta(seconds=row.run_in)).isoformat()
         else:
             run_at = ready
-        line = (
+        yield (
             job_id,
             row.queue,
             row.task,
@@ -100,8 +87,11 @@ def _timed(
             run_at,
             row.max_attempts,
             _expires_at(row, now),
+            row.payload_version,
+            row.trace_context,
+            None if row.tags is None else list(row.tags),
+            batch_id,
         )
-        yield (*line, row.payload_version, row.trace_context) if versioned else line
 
 
 def _expires_at(row: CopyRow, now: datetime) -> datetime | None:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from pgjobs import admin, db, producer, queries
+from pgjobs import admin, db, enqueue, queries
 from pgjobs import tags as tag_checks
 from pgjobs.errors import ConfigurationError, JobStateConflict, LockTimeout
 from pgjobs.models import JobHistory
@@ -231,13 +231,13 @@ def _checked_payload(
     """``payload`` checked for the job's task as enqueue checks it (and, with the task known, as
     the CLI's enqueue does: its handler could be called with it), as stored; and the payload
     version to store with it."""
-    prepared = producer.prepare(JobSpec(locked.task, payload), tasks)
+    prepared = enqueue.prepare(JobSpec(locked.task, payload), tasks)
     stored = json.loads(prepared.payload)
     task = tasks.get(locked.task) if tasks else None
     if task is None:
         # Without the app its version is unknown here: the payload keeps the job's.
         return stored, _KEEP_VERSION
-    producer.handler_arguments(task, stored)
+    enqueue.handler_arguments(task, stored)
     return stored, prepared.payload_version
 
 

@@ -111,7 +111,7 @@ class Pools:
         others were likely ended too). ``work`` must be one autocommit statement, or
         statements that may run again (reads, inserts by idempotency key).
 
-        Example: ``pools.run(lambda conn, dsn: producer.insert(conn, rows, dsn, pooled=True))``
+        Example: ``pools.run(lambda conn, dsn: enqueue.insert(conn, rows, dsn, pooled=True))``
         """
         pool, dsn = self.pool, self.known_dsn  # read without the lock once the pool is open
         if pool is None or dsn is None:

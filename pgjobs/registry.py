@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Unpack, overload
 
-from pgjobs import producer
+from pgjobs import enqueue
 from pgjobs.errors import ConfigurationError
 from pgjobs.periodic import DEFAULT_CATCH_UP, DEFAULT_TIMEZONE, Periodic, ScheduleOptions
 from pgjobs.pools import Pools
@@ -314,27 +314,30 @@ class Registry:
         self._tasks[task.name] = task
         return task
 
-    def prepare(self, spec: JobSpec) -> producer.PreparedJob:
+    def prepare(self, spec: JobSpec, *, complete: bool = False) -> enqueue.PreparedJob:
         """``spec`` checked as ``enqueue`` checks a job against this app's tasks (their names,
         payloads and defaults), ready to insert; a ``PgjobsError`` naming the problem when it is
-        not valid (``UnknownTask``, ``InvalidPayload``, ``ConfigurationError``). The HTTP API
-        enqueues what it returns.
+        not valid (``UnknownTask``, ``InvalidPayload``, ``ConfigurationError``). ``complete``:
+        the payload is also checked to call its registered handler, as the CLI and ``eager()``
+        check it (``enqueue.handler_arguments``). The HTTP API enqueues what it returns.
 
         Example: ``app.prepare(JobSpec("send_welcome", {"user_id": 42})).queue``
         """
-        return producer.prepare(spec, self._known_tasks)
+        return enqueue.prepare(spec, self._known_tasks, complete=complete)
 
-    def prepare_many(self, specs: Iterable[JobSpec]) -> list[producer.PreparedJob]:
+    def prepare_many(
+        self, specs: Iterable[JobSpec], *, complete: bool = False
+    ) -> list[enqueue.PreparedJob]:
         """``prepare`` every spec as ``enqueue_many`` does: the first invalid one raises, named
         by its position (``jobs[3].priority``).
 
         Example: ``app.prepare_many(JobSpec("resize", {"image": n}) for n in range(3))``
         """
-        return producer.prepare_many(specs, self._known_tasks)
+        return enqueue.prepare_many(specs, self._known_tasks, complete=complete)
 
     def _prepare_one(
         self, task: str | Task, payload: dict[str, Any] | None, options: JobOptions, caller: str
-    ) -> producer.PreparedJob:
+    ) -> enqueue.PreparedJob:
         """The job ``enqueue`` and ``enqueue_async`` (the ``caller``) write: their arguments as
         a ``JobSpec``, prepared."""
         try:
@@ -342,4 +345,4 @@ class Registry:
         except TypeError:  # an unknown option: named as Python names an unknown argument
             refuse_unknown(options, JobOptions, f"App.{caller}")
             raise
-        return producer.prepare(spec, self._known_tasks)
+        return enqueue.prepare(spec, self._known_tasks)

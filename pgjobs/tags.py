@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import unicodedata
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from pgjobs.errors import ConfigurationError
 from pgjobs.submission import check_visible
@@ -30,7 +30,7 @@ Tags = tuple[str, ...]
 
 
 class Tagged(Protocol):
-    """What the tagged statements read of a job (``producer.PreparedJob``)."""
+    """What the tagged statements read of a job (``enqueue.PreparedJob``)."""
 
     @property
     def tags(self) -> Tags | None: ...
@@ -122,10 +122,3 @@ def column(rows: Sequence[Tagged]) -> list[str | None]:
     """The ``tags`` parameter of the tagged unnest inserts: each row's tags as a JSON array (an
     array of arrays cannot be unnested row by row), None for a row without."""
     return [None if row.tags is None else json.dumps(row.tags) for row in rows]
-
-
-def copy_lines(lines: Any, rows: Sequence[Tagged]) -> Any:
-    """The lines of the versioned COPY with each row's tags (a list, or None) appended, for
-    ``queries.JOB_COPY_MANY_TAGGED``."""
-    for line, row in zip(lines, rows, strict=True):
-        yield (*line, None if row.tags is None else list(row.tags))

@@ -9,7 +9,7 @@ the new payload, priority and run time (``"replace"``), or does so and moves its
 most one job per unique key per window: a new job of the key runs no earlier than the start of
 the previous one plus the throttle (``pgjobs_throttles`` names that previous job).
 
-Plain jobs never come here: their statements stay those of ``pgjobs.producer``.
+Plain jobs never come here: their statements are those of ``pgjobs.enqueue.statements``.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def check(spec: JobSpec, task: Task | None) -> Keys:
 
 
 class KeyedRow(Protocol):
-    """What the keyed insert reads of a job (``producer.PreparedJob``): a tuple whose fields
+    """What the keyed insert reads of a job (``enqueue.PreparedJob``): a tuple whose fields
     are in the order of ``KEYED_PARAMS``."""
 
     @property
@@ -107,8 +107,8 @@ class KeyedRow(Protocol):
     def __getitem__(self, index: int, /) -> Any: ...
 
 
-#: Parameter names of JOB_INSERT_MANY, in the order of ``producer.PreparedJob``'s fields.
-MANY_PARAMS = (
+#: Parameter names of JOB_INSERT_KEYED, in the order of ``enqueue.PreparedJob``'s fields.
+KEYED_PARAMS = (
     "queues",
     "tasks",
     "payloads",
@@ -121,11 +121,12 @@ MANY_PARAMS = (
     "keys",
     "payload_versions",
     "trace_contexts",
+    "groups",
+    "unique_keys",
+    "modes",
+    "debounces",
+    "throttles",
 )
-
-#: Parameter names of JOB_INSERT_KEYED, in the order of ``producer.PreparedJob``'s fields: those
-#: of JOB_INSERT_MANY, then the group and the unique key's.
-KEYED_PARAMS = (*MANY_PARAMS, "groups", "unique_keys", "modes", "debounces", "throttles")
 
 
 def resolved(
@@ -234,12 +235,6 @@ def insert_plan(
     in the order of ``rows`` (for a key held, the holder's id). The rows it inserts are members
     of batch ``batch_id`` when one is given; ``fresh`` collects the ids of the jobs it created
     (not a key's holder)."""
-    plain, tagged = (
-        (queries.JOB_INSERT_KEYED, queries.JOB_INSERT_KEYED_TAGGED)
-        if batch_id is None
-        else (queries.BATCH_INSERT_MEMBERS_KEYED, queries.BATCH_INSERT_MEMBERS_KEYED_TAGGED)
-    )
-    member = {} if batch_id is None else {"batch_id": batch_id}
     sent, stands_for = merged(rows)
     results: list[int | None] = [None] * len(sent)
     # In (task, unique key) order: concurrent batches that replace the same keys lock their
@@ -252,11 +247,12 @@ def insert_plan(
             # The keys' throttle rows exist before the insert locks them (JOB_THROTTLE_ENSURE).
             keys = {"tasks": [t for t, _ in throttled], "unique_keys": [k for _, k in throttled]}
             yield queries.JOB_THROTTLE_ENSURE, keys
-        params = {name: [row[n] for row in batch] for n, name in enumerate(KEYED_PARAMS)} | member
-        statement = plain
-        if tags.tagged(batch):
-            statement, params["tags"] = tagged, tags.column(batch)
-        still = resolved(pending, (yield statement, params), results, fresh)
+        params: dict[str, Any] = {
+            name: [row[n] for row in batch] for n, name in enumerate(KEYED_PARAMS)
+        }
+        params["tags"] = tags.column(batch) if tags.tagged(batch) else None
+        params["batch_id"] = batch_id
+        still = resolved(pending, (yield queries.JOB_INSERT_KEYED, params), results, fresh)
         if not still:
             return [job_id for i in stands_for if (job_id := results[i]) is not None]
         pending = still

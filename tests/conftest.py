@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 import pgjobs.testing
-from pgjobs import App, JobSpec, producer
+from pgjobs import App, JobSpec, enqueue
 from pgjobs.db.dsn import Dsn
 from pgjobs.testing import throwaway_database
 from tests.support.helpers import pgjobs_env
@@ -129,11 +129,11 @@ def specs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[JobSpec]]:
     """The JobSpecs a surface (the CLI, the HTTP API) hands to the producer, which then
     enqueues them as usual."""
     seen: list[JobSpec] = []
-    prepare = producer.prepare
+    prepare = enqueue.prepare
 
-    def spy(spec: JobSpec, tasks: Any) -> producer.PreparedJob:
+    def spy(spec: JobSpec, tasks: Any, **options: Any) -> enqueue.PreparedJob:
         seen.append(spec)
-        return prepare(spec, tasks)
+        return prepare(spec, tasks, **options)
 
-    monkeypatch.setattr(producer, "prepare", spy)
+    monkeypatch.setattr(enqueue, "prepare", spy)
     yield seen

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from pgjobs import db, producer
+from pgjobs import db, enqueue
 from pgjobs.app import App
 from pgjobs.cli import parse
 from pgjobs.cli.messages import warning
@@ -23,6 +23,7 @@ from pgjobs.cli.options import (
     find_app,
     use_database,
 )
+from pgjobs.enqueue import MAX_PAYLOAD_DEPTH
 from pgjobs.errors import (
     ConfigurationError,
     DependencyFailed,
@@ -31,7 +32,6 @@ from pgjobs.errors import (
     UnknownDependency,
     UnknownTask,
 )
-from pgjobs.producer import MAX_PAYLOAD_DEPTH
 from pgjobs.submission import DEFAULT_QUEUE, check_key, check_seconds, check_unique_options
 from pgjobs.tags import check as check_tags
 from pgjobs.text import printable
@@ -171,7 +171,7 @@ def check_job(app: App, task: str, payload: dict[str, Any]) -> None:
     ``eager`` refuses it). A task the app does not register is refused by the enqueue itself."""
     declared = app.tasks.get(task)
     if declared is not None:
-        producer.handler_arguments(declared, payload)
+        enqueue.handler_arguments(declared, payload)
 
 
 def _task_queue(app: App, task: str) -> str:

@@ -4,13 +4,6 @@ from __future__ import annotations
 
 from pgjobs.models import JobStatus
 from pgjobs.queries.channels import NOTIFY_CHANNEL
-from pgjobs.queries.enqueue import (
-    _job_insert_keyed,
-    _job_insert_many,
-    _tagged_copy,
-    _tagged_keyed,
-    _tagged_many,
-)
 
 #: One page of batches, newest first, before batch ``before`` (NULL: from the newest): a keyset
 #: on the primary key (Index Scan Backward of pgjobs_batches_pkey, stopped at the LIMIT). Rows:
@@ -24,8 +17,8 @@ ORDER BY id DESC
 LIMIT %(limit)s
 """
 
-# A batch is written in one transaction: its row (BATCH_INSERT), its members (the insert paths
-# above with the batch's id, BATCH_INSERT_MEMBERS*), then BATCH_SEAL. The trigger
+# A batch is written in one transaction: its row (BATCH_INSERT), its members (the statements of
+# queries/enqueue.py and DEPENDENCY_INSERT, with the batch's id), then BATCH_SEAL. The trigger
 # pgjobs_job_ended counts each member's first end and enqueues the callback once (migration 0013).
 #: The batch's counts and its callback as a JSON object: the "batch" key of the callback's payload.
 _BATCH_COUNTS = """jsonb_build_object(
@@ -40,19 +33,6 @@ INSERT INTO pgjobs_batches (total, pending, callback_task, callback_queue, callb
 VALUES (0, 0, %(task)s, %(queue)s, %(payload)s::jsonb, %(priority)s, %(max_attempts)s,
         %(payload_version)s)
 RETURNING id
-"""
-
-#: JOB_INSERT_MANY_VERSIONED for the members of batch ``batch_id``.
-BATCH_INSERT_MEMBERS = _job_insert_many(versioned=True, batch=True)
-
-#: JOB_INSERT_KEYED for the members of batch ``batch_id``: a member whose key is held is the
-#: holder, which stays out of the batch.
-BATCH_INSERT_MEMBERS_KEYED = _job_insert_keyed(batch=True)
-
-#: JOB_COPY_MANY_VERSIONED for the members of a batch (its id on every row).
-BATCH_COPY_MEMBERS = """
-COPY queued_jobs (id, queue, task, payload, priority, run_at, max_attempts, expires_at,
-                  payload_version, trace_context, batch_id) FROM STDIN
 """
 
 #: Count batch ``id``'s members (the jobs its inserts wrote, not the holders of keys they met) as
@@ -138,14 +118,6 @@ UNION ALL
 SELECT batch_id FROM dead_letter WHERE id = %(id)s AND batch_id IS NOT NULL
 LIMIT 1
 """
-
-#: The same three for the members of a batch.
-BATCH_INSERT_MEMBERS_TAGGED = _tagged_many(BATCH_INSERT_MEMBERS, batch=True)
-
-BATCH_INSERT_MEMBERS_KEYED_TAGGED = _tagged_keyed(BATCH_INSERT_MEMBERS_KEYED)
-
-BATCH_COPY_MEMBERS_TAGGED = _tagged_copy(BATCH_COPY_MEMBERS)
-
 
 #: One page of batch ``id``'s members in id order after member ``after`` (0: from the first): at
 #: most ``limit`` of them, and fewer when their results add up to more than ``bytes`` bytes of

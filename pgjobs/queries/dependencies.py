@@ -84,7 +84,8 @@ SELECT id, '{JobStatus.DEAD}' FROM dead_letter WHERE id = ANY(%(ids)s::bigint[])
 #: as usual, waking idle workers of their queues. ``watched``: the job waits, or a later job of
 #: the call waits for it. Every edge (``edge_jobs``, ``edge_targets``) goes into
 #: pgjobs_dependencies, met ones too (the job's page lists them), with the name the job gave it
-#: (``edge_names``, NULL: by id only). Rows: one, (jobs inserted).
+#: (``edge_names``, NULL: by id only). The jobs are members of batch ``batch_id`` (NULL: none).
+#: Rows: one, (jobs inserted).
 DEPENDENCY_INSERT = f"""
 WITH input AS (
     SELECT r.*, coalesce(r.run_at, now() + r.run_in * interval '1 second') AS due
@@ -99,11 +100,13 @@ WITH input AS (
 ),
 inserted AS (
     INSERT INTO queued_jobs (id, queue, task, payload, priority, run_at, max_attempts,
-                             expires_at, payload_version, trace_context, watched, tags)
+                             expires_at, payload_version, trace_context, watched, tags,
+                             batch_id)
     SELECT id, queue, task, payload, priority,
            CASE WHEN waiting_on > 0 THEN 'infinity' ELSE due END,
            max_attempts, coalesce(expires_at, now() + expires_in * interval '1 second'),
-           payload_version, trace_context, watched, {_TAG_ARRAY.format(row="input")}
+           payload_version, trace_context, watched, {_TAG_ARRAY.format(row="input")},
+           %(batch_id)s::bigint
     FROM input
     ORDER BY id
     RETURNING id

@@ -1,42 +1,45 @@
-"""Jobs entering queued_jobs: one job, many through unnest, COPY, with idempotency or unique keys,
-with tags.
+"""Jobs entering queued_jobs, in the few shapes a job needs (``pgjobs.enqueue.Shape``): one job
+(ready now, or with any plain option), many through unnest (nullable arrays for what few jobs
+carry), COPY, and the keyed insert (an idempotency key, a group or a unique key). Every column
+these write exists at the schema's head; the forms kept for older schemas are gone.
 """
 
 from __future__ import annotations
 
 from pgjobs.queries.channels import NOTIFY_CHANNEL
-from pgjobs.queries.columns import _NEXT_JOB_ID_SEQ, _VERSIONED_COLUMNS
+from pgjobs.queries.columns import _NEXT_JOB_ID_SEQ
 from pgjobs.queries.jobs import _QUEUED_AS_FOUND
 
+# A row's tags as text[] from ``{row}.tags`` (jsonb, a JSON array): NULL stays NULL, never an
+# empty array. Tags travel as one JSON array per row (``%(tags)s``, NULL for a row without, or
+# NULL for the whole array when no row has any), an array of arrays being no unnest input.
+_TAG_ARRAY = (
+    "CASE WHEN {row}.tags IS NOT NULL THEN ARRAY(SELECT t FROM jsonb_array_elements_text({row}.tags)"
+    " WITH ORDINALITY AS e(t, n) ORDER BY n) END"
+)
 
-def _job_insert(versioned: bool) -> str:
-    extra = _VERSIONED_COLUMNS if versioned else ""
-    values = ", %(payload_version)s::int, %(trace_context)s::jsonb" if versioned else ""
-    return f"""
+#: Insert one job (Shape.ONE: no key, group or unique key) with its run time, expiry, payload
+#: version, trace context and tags (each NULL when not given), and wake idle workers of its
+#: queue. Rows: (id,); pg_notify sits in FROM so that its void result is not a column to send and
+#: decode.
+JOB_INSERT = f"""
 WITH inserted AS (
     INSERT INTO queued_jobs (queue, task, payload, priority, run_at, max_attempts,
-                             expires_at{extra})
+                             expires_at, payload_version, trace_context, tags)
     VALUES (
         %(queue)s, %(task)s, %(payload)s::jsonb, %(priority)s,
         coalesce(%(run_at)s::timestamptz, now() + %(run_in)s * interval '1 second'),
         %(max_attempts)s,
-        coalesce(%(expires_at)s::timestamptz, now() + %(expires_in)s::float8 * interval '1 second')
-        {values}
+        coalesce(%(expires_at)s::timestamptz, now() + %(expires_in)s::float8 * interval '1 second'),
+        %(payload_version)s::int, %(trace_context)s::jsonb, %(tags)s::text[]
     )
     RETURNING id, queue
 )
 SELECT id FROM inserted, pg_notify('{NOTIFY_CHANNEL}', queue)
 """
 
-
-#: Insert one job without an idempotency key and wake idle workers of its queue. Rows: (id,);
-#: pg_notify sits in FROM so that its void result is not a column to send and decode.
-JOB_INSERT = _job_insert(versioned=False)
-
-#: JOB_INSERT with the job's payload version and trace context.
-JOB_INSERT_VERSIONED = _job_insert(versioned=True)
-
-#: JOB_INSERT for a job that is ready now and never expires: run_at takes its default, now().
+#: JOB_INSERT for the usual job (Shape.READY): ready now, never expiring, nothing but its task's
+#: columns; run_at takes its default, now(). The hottest statement (also sent by db/libpq.py).
 JOB_INSERT_READY = f"""
 WITH inserted AS (
     INSERT INTO queued_jobs (queue, task, payload, priority, max_attempts)
@@ -60,74 +63,19 @@ _EXISTING_KEYS = """existing AS (
     WHERE i.idempotency_key IS NOT NULL
 )"""
 
-
-def _job_insert_many(versioned: bool, batch: bool = False) -> str:
-    extra = _VERSIONED_COLUMNS if versioned else ""
-    # A batch's members carry its id (BATCH_INSERT_MEMBERS).
-    member, member_id = (", batch_id", ", %(batch_id)s::bigint") if batch else ("", "")
-    arrays = (
-        ", %(payload_versions)s::int[], %(trace_contexts)s::text[]::jsonb[]" if versioned else ""
-    )
-    return f"""
-WITH input AS (
-    SELECT nextval({_NEXT_JOB_ID_SEQ}) AS id, r.*
-    FROM unnest(
-        %(queues)s::text[], %(tasks)s::text[], %(payloads)s::text[]::jsonb[],
-        %(priorities)s::smallint[], %(run_ats)s::timestamptz[], %(run_ins)s::float8[],
-        %(max_attempts)s::int[], %(expires_ats)s::timestamptz[], %(expires_ins)s::float8[],
-        %(keys)s::text[]{arrays}
-    ) WITH ORDINALITY AS r(queue, task, payload, priority, run_at, run_in, max_attempts,
-                           expires_at, expires_in, idempotency_key{extra}, position)
-),
-{_EXISTING_KEYS},
-inserted AS (
-    INSERT INTO queued_jobs (id, queue, task, payload, priority, run_at, max_attempts,
-                             expires_at, idempotency_key{extra}{member})
-    SELECT i.id, i.queue, i.task, i.payload, i.priority,
-           coalesce(i.run_at, now() + i.run_in * interval '1 second'),
-           i.max_attempts,
-           coalesce(i.expires_at, now() + i.expires_in * interval '1 second'),
-           i.idempotency_key{extra.replace(", ", ", i.")}{member_id}
-    FROM input i
-    LEFT JOIN existing e ON e.position = i.position
-    WHERE e.id IS NULL
-    ORDER BY i.position
-    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING id, queue, idempotency_key
-),
-notified AS (
-    SELECT count(pg_notify('{NOTIFY_CHANNEL}', queue)) AS n
-    FROM (SELECT DISTINCT queue FROM inserted) q
-)
-SELECT i.position, coalesce(e.id, ins.id, holder.id)
-FROM input i
-LEFT JOIN existing e ON e.position = i.position
-LEFT JOIN inserted ins ON ins.id = i.id
-LEFT JOIN inserted holder ON holder.idempotency_key = i.idempotency_key
-CROSS JOIN notified
-ORDER BY i.position
-"""
-
-
-#: Insert many jobs from parallel arrays; a job whose idempotency key is already taken (in any of
-#: the three tables, or earlier in the same batch) is not inserted and the holder's id returned.
-#: Rows: (position, id). A NULL id means a concurrent enqueue holds the key but has not committed
-#: yet; the caller retries those rows.
-JOB_INSERT_MANY = _job_insert_many(versioned=False)
-
-#: JOB_INSERT_MANY with each job's payload version and trace context.
-JOB_INSERT_MANY_VERSIONED = _job_insert_many(versioned=True)
-
 # The columns a keyed insert writes (JOB_INSERT_KEYED), from its ``fresh`` rows.
 _KEYED_COLUMNS = (
     "id, queue, task, payload, priority, run_at, max_attempts, expires_at, idempotency_key, "
-    "payload_version, trace_context, group_key, unique_key"
+    "payload_version, trace_context, group_key, unique_key, tags, batch_id"
 )
 
 
-#: Insert many jobs of which some have a group or a unique key (pgjobs.uniqueness), from parallel
-#: arrays as JOB_INSERT_MANY (idempotency keys keep their meaning there), plus each job's group,
-#: unique key, on_conflict mode, debounce and its task's throttle (seconds). In one statement:
+#: Insert jobs of which some have an idempotency key, a group or a unique key (Shape.KEYED,
+#: pgjobs.uniqueness), from parallel arrays as JOB_INSERT_MANY plus each job's idempotency key,
+#: group, unique key, on_conflict mode, debounce, its task's throttle (seconds), and the batch
+#: ``batch_id`` they join (NULL: none). In one statement:
+#: - a job whose idempotency key is already taken (in any of the three tables, or earlier in
+#:   the same call) is not inserted and the holder's id returned;
 #: - every (queue, group) of the batch upserts its pgjobs_group_states row, in (queue, group)
 #:   order (concurrent batches lock them in one order), writing touched_at: a claim that counted
 #:   the group's running jobs in an older snapshot sees the row changed;
@@ -136,7 +84,7 @@ _KEYED_COLUMNS = (
 #: - "keep" rows insert ON CONFLICT DO NOTHING (any unique index) and return the holder;
 #:   "replace" and "debounce" rows update the holder (a not-started job of the task with the key)
 #:   with the new payload, priority, run time, payload version, max_attempts, and trace context
-#:   and expiry when given; the first insert of a debounced job waits too;
+#:   expiry and tags when given; the first insert of a debounced job waits too;
 #: - a throttled key's new job becomes the key's previous job.
 #: A holder waiting for its dependencies (run_at 'infinity') that is replaced keeps waiting, its
 #: new run time kept for its release (pgjobs_waiting).
@@ -144,11 +92,7 @@ _KEYED_COLUMNS = (
 #: created), where id is the holder's for a key held; NULL when a concurrent enqueue holds a key
 #: but has not committed yet (the caller sends those rows again: the next statement sees the
 #: commit); created: this statement inserted the job (a dependent's edges go on it).
-def _job_insert_keyed(batch: bool) -> str:
-    # A batch's members carry its id (BATCH_INSERT_MEMBERS_KEYED).
-    columns = _KEYED_COLUMNS + (", batch_id" if batch else "")
-    values = _KEYED_COLUMNS + (", %(batch_id)s::bigint" if batch else "")
-    return f"""
+JOB_INSERT_KEYED = f"""
 WITH input AS (
     SELECT nextval({_NEXT_JOB_ID_SEQ}) AS id, r.*
     FROM unnest(
@@ -157,11 +101,11 @@ WITH input AS (
         %(max_attempts)s::int[], %(expires_ats)s::timestamptz[], %(expires_ins)s::float8[],
         %(keys)s::text[], %(payload_versions)s::int[], %(trace_contexts)s::text[]::jsonb[],
         %(groups)s::text[], %(unique_keys)s::text[], %(modes)s::text[], %(debounces)s::float8[],
-        %(throttles)s::float8[]
+        %(throttles)s::float8[], %(tags)s::text[]::jsonb[]
     ) WITH ORDINALITY AS r(queue, task, payload, priority, run_at, run_in, max_attempts,
                            expires_at, expires_in, idempotency_key, payload_version,
                            trace_context, group_key, unique_key, mode, debounce, throttle,
-                           position)
+                           tags, position)
 ),
 {_EXISTING_KEYS},
 groups AS (
@@ -234,23 +178,25 @@ fresh AS (
            i.max_attempts,
            coalesce(i.expires_at, now() + i.expires_in * interval '1 second') AS expires_at,
            i.idempotency_key, i.payload_version, i.trace_context, i.group_key, i.unique_key,
-           i.mode, i.throttle, i.position, w.floor
+           i.mode, i.throttle, i.position, w.floor,
+           {_TAG_ARRAY.format(row="i")} AS tags,
+           %(batch_id)s::bigint AS batch_id
     FROM input i
     LEFT JOIN existing e ON e.position = i.position
     LEFT JOIN windows w ON w.position = i.position
     WHERE e.id IS NULL AND i.position NOT IN (SELECT position FROM stale)
 ),
 kept AS (
-    INSERT INTO queued_jobs ({columns})
-    SELECT {values} FROM fresh
+    INSERT INTO queued_jobs ({_KEYED_COLUMNS})
+    SELECT {_KEYED_COLUMNS} FROM fresh
     WHERE mode IS NULL OR mode = 'keep'
     ORDER BY position
     ON CONFLICT DO NOTHING
     RETURNING id, queue, task, unique_key, idempotency_key, true AS inserted
 ),
 replaced AS (
-    INSERT INTO queued_jobs AS q ({columns})
-    SELECT {values} FROM fresh
+    INSERT INTO queued_jobs AS q ({_KEYED_COLUMNS})
+    SELECT {_KEYED_COLUMNS} FROM fresh
     WHERE mode IN ('replace', 'debounce')
     ORDER BY position
     ON CONFLICT (task, unique_key) WHERE unique_key IS NOT NULL AND started_at IS NULL
@@ -261,7 +207,8 @@ replaced AS (
                   max_attempts = excluded.max_attempts,
                   payload_version = excluded.payload_version,
                   trace_context = coalesce(excluded.trace_context, q.trace_context),
-                  expires_at = coalesce(excluded.expires_at, q.expires_at)
+                  expires_at = coalesce(excluded.expires_at, q.expires_at),
+                  tags = coalesce(excluded.tags, q.tags)
     RETURNING id, queue, task, unique_key, idempotency_key, xmax = 0 AS inserted
 ),
 -- A holder waiting for its dependencies (run_at 'infinity') keeps waiting: the new run time is
@@ -304,9 +251,6 @@ ORDER BY i.position
 """
 
 
-#: The keyed insert described above ``_job_insert_keyed``.
-JOB_INSERT_KEYED = _job_insert_keyed(batch=False)
-
 #: The isolation level of the caller's transaction that a keyed insert would join (JOB_INSERT_MANY
 #: can keep its promise only where each statement sees every commit: READ COMMITTED).
 #: Rows: ('read committed' | 'repeatable read' | 'serializable' | 'read uncommitted').
@@ -326,173 +270,92 @@ SELECT now(),
        (SELECT count(pg_notify('{NOTIFY_CHANNEL}', queue)) FROM unnest(%(queues)s::text[]) AS queue)
 """
 
-#: Bulk-insert jobs without idempotency keys, with ids from JOB_RESERVE_IDS (COPY text format).
-JOB_COPY_MANY = """
-COPY queued_jobs (id, queue, task, payload, priority, run_at, max_attempts, expires_at) FROM STDIN
-"""
 
-#: JOB_COPY_MANY with each job's payload version and trace context.
-JOB_COPY_MANY_VERSIONED = """
-COPY queued_jobs (id, queue, task, payload, priority, run_at, max_attempts, expires_at,
-                  payload_version, trace_context) FROM STDIN
-"""
-
-#: JOB_COPY_MANY for jobs that are ready now and never expire: run_at takes its default, now().
-JOB_COPY_MANY_READY = """
-COPY queued_jobs (id, queue, task, payload, priority, max_attempts) FROM STDIN
-"""
-
-
-# The two steps of an insert of jobs without idempotency keys (JOB_INSERT_PLAIN,
-# JOB_INSERT_SHOWN): ``input``, each job's row from the parallel arrays with its new id and
-# position, and ``inserted``, those rows written (RETURNING ``returning``), their queues woken.
-def _plain_steps(versioned: bool, returning: str) -> str:
-    extra = _VERSIONED_COLUMNS if versioned else ""
-    arrays = (
-        ", %(payload_versions)s::int[], %(trace_contexts)s::text[]::jsonb[]" if versioned else ""
-    )
-    return f"""
+# The steps of JOB_INSERT_MANY and JOB_INSERT_SHOWN: ``input``, each job's row from the parallel
+# arrays with its new id and position, and ``inserted``, those rows written (RETURNING
+# ``{returning}``), their queues woken.
+_MANY_STEPS = f"""
 input AS (
     SELECT nextval({_NEXT_JOB_ID_SEQ}) AS id, r.*
     FROM unnest(
         %(queues)s::text[], %(tasks)s::text[], %(payloads)s::text[]::jsonb[],
         %(priorities)s::smallint[], %(run_ats)s::timestamptz[], %(run_ins)s::float8[],
-        %(max_attempts)s::int[], %(expires_ats)s::timestamptz[], %(expires_ins)s::float8[]{arrays}
+        %(max_attempts)s::int[], %(expires_ats)s::timestamptz[], %(expires_ins)s::float8[],
+        %(payload_versions)s::int[], %(trace_contexts)s::text[]::jsonb[], %(tags)s::text[]::jsonb[]
     ) WITH ORDINALITY AS r(queue, task, payload, priority, run_at, run_in, max_attempts,
-                           expires_at, expires_in{extra}, position)
+                           expires_at, expires_in, payload_version, trace_context, tags, position)
 ),
 inserted AS (
     INSERT INTO queued_jobs (id, queue, task, payload, priority, run_at, max_attempts,
-                             expires_at{extra})
+                             expires_at, payload_version, trace_context, tags, batch_id)
     SELECT i.id, i.queue, i.task, i.payload, i.priority,
            coalesce(i.run_at, now() + i.run_in * interval '1 second'),
            i.max_attempts,
-           coalesce(i.expires_at, now() + i.expires_in * interval '1 second')
-           {extra.replace(", ", ", i.")}
+           coalesce(i.expires_at, now() + i.expires_in * interval '1 second'),
+           i.payload_version, i.trace_context, {_TAG_ARRAY.format(row="i")},
+           %(batch_id)s::bigint
     FROM input i
     ORDER BY i.position
-    RETURNING {returning}
+    RETURNING {{returning}}
 ),
 notified AS (
     SELECT count(pg_notify('{NOTIFY_CHANNEL}', queue)) AS n
     FROM (SELECT DISTINCT queue FROM inserted) q
 )"""
 
-
-#: Insert jobs none of which has an idempotency key, from the parallel arrays of JOB_INSERT_MANY
-#: but ``keys``, and wake their queues' idle workers. Rows: (position, id). What JOB_INSERT_MANY
-#: does for such jobs without its steps for keys: no lookup of existing keys, no join on them,
-#: and no ON CONFLICT, whose speculative insertion costs every row a lock taken and released.
-JOB_INSERT_PLAIN = f"""
-WITH {_plain_steps(versioned=False, returning="queue")}
+#: Insert many jobs without a key, group or unique key (Shape.ONE or READY), from parallel arrays
+#: (``payload_versions``, ``trace_contexts`` and ``tags`` may be NULL as a whole when no job has
+#: one: unnest pads a NULL array with NULLs), as members of batch ``batch_id`` (NULL: none), and
+#: wake their queues' idle workers. Rows: (position, id). No lookup of keys, no join on them, and
+#: no ON CONFLICT, whose speculative insertion costs every row a lock taken and released.
+JOB_INSERT_MANY = f"""
+WITH {_MANY_STEPS.format(returning="queue")}
 SELECT i.position, i.id FROM input i CROSS JOIN notified ORDER BY i.position
 """
 
-#: JOB_INSERT_PLAIN with each job's payload version and trace context.
-JOB_INSERT_PLAIN_VERSIONED = f"""
-WITH {_plain_steps(versioned=True, returning="queue")}
+#: JOB_INSERT_MANY for jobs that are all Shape.READY, outside a batch (the usual bulk enqueue):
+#: only their task's columns travel, run_at takes its default, now(). Rows: (position, id).
+JOB_INSERT_MANY_READY = f"""
+WITH input AS (
+    SELECT nextval({_NEXT_JOB_ID_SEQ}) AS id, r.*
+    FROM unnest(
+        %(queues)s::text[], %(tasks)s::text[], %(payloads)s::text[]::jsonb[],
+        %(priorities)s::smallint[], %(max_attempts)s::int[]
+    ) WITH ORDINALITY AS r(queue, task, payload, priority, max_attempts, position)
+),
+inserted AS (
+    INSERT INTO queued_jobs (id, queue, task, payload, priority, max_attempts)
+    SELECT i.id, i.queue, i.task, i.payload, i.priority, i.max_attempts
+    FROM input i
+    ORDER BY i.position
+    RETURNING queue
+),
+notified AS (
+    SELECT count(pg_notify('{NOTIFY_CHANNEL}', queue)) AS n
+    FROM (SELECT DISTINCT queue FROM inserted) q
+)
 SELECT i.position, i.id FROM input i CROSS JOIN notified ORDER BY i.position
 """
 
-
-def _job_insert_shown(versioned: bool) -> str:
-    return f"""
-WITH {_plain_steps(versioned, returning="*")}
+#: JOB_INSERT_MANY answering each new job as JOB_LOOKUP finds it, in the order given (the HTTP
+#: API's one-job enqueues, coalesced: each answer is built from the inserted row, not read again).
+JOB_INSERT_SHOWN = f"""
+WITH {_MANY_STEPS.format(returning="*")}
 SELECT {_QUEUED_AS_FOUND}, '{{}}'::bigint[] AS replays
 FROM (SELECT ins.*, i.position FROM inserted ins JOIN input i ON i.id = ins.id) AS queued_jobs
 CROSS JOIN notified
 ORDER BY position
 """
 
+#: Bulk-insert jobs without a key, group or unique key, with ids from JOB_RESERVE_IDS (COPY text
+#: format), every column a job may carry (NULL where it has none), the batch's id on members.
+JOB_COPY_MANY = """
+COPY queued_jobs (id, queue, task, payload, priority, run_at, max_attempts, expires_at,
+                  payload_version, trace_context, tags, batch_id) FROM STDIN
+"""
 
-#: Insert jobs without an idempotency key, group, unique key, tags or dependencies (the HTTP
-#: API's one-job enqueues, coalescing.fits) from parallel arrays, and wake their queues' idle
-#: workers. Rows: each new job as JOB_LOOKUP finds it, in the order given, so that the answer is
-#: built from the inserted row without reading it again.
-JOB_INSERT_SHOWN = _job_insert_shown(versioned=False)
-
-#: JOB_INSERT_SHOWN with each job's payload version and trace context.
-JOB_INSERT_SHOWN_VERSIONED = _job_insert_shown(versioned=True)
-
-# Jobs without tags keep the statements above; a call in which some job has tags takes these,
-# derived from them (``_edited`` refuses an edit that no longer finds its text, so a change to a
-# base statement cannot leave its tagged twin silently stale). Tags travel as one JSON array per
-# row (``%(tags)s``, NULL for a row without), an array of arrays being no unnest input.
-# A row's tags as text[] from ``{row}.tags`` (jsonb): NULL stays NULL, never an empty array.
-_TAG_ARRAY = (
-    "CASE WHEN {row}.tags IS NOT NULL THEN ARRAY(SELECT t FROM jsonb_array_elements_text({row}.tags)"
-    " WITH ORDINALITY AS e(t, n) ORDER BY n) END"
-)
-
-
-def _edited(sql: str, *edits: tuple[str, str, int]) -> str:
-    """``sql`` with each (old, new, count) edit made; ``old`` must occur exactly ``count`` times."""
-    for old, new, count in edits:
-        if sql.count(old) != count:
-            raise AssertionError(f"a tagged statement's base changed: {old!r} is not found")
-        sql = sql.replace(old, new)
-    return sql
-
-
-def _tagged_many(sql: str, *, batch: bool = False) -> str:
-    """JOB_INSERT_MANY_VERSIONED (or, ``batch``, BATCH_INSERT_MEMBERS) with each job's tags
-    (``tags``: JSON arrays or NULLs)."""
-    member = ", batch_id" if batch else ""
-    value = ", %(batch_id)s::bigint" if batch else ""
-    return _edited(
-        sql,
-        (
-            "%(trace_contexts)s::text[]::jsonb[]\n",
-            "%(trace_contexts)s::text[]::jsonb[], %(tags)s::text[]::jsonb[]\n",
-            1,
-        ),
-        (", trace_context, position)", ", trace_context, tags, position)", 1),
-        (
-            f"idempotency_key, payload_version, trace_context{member})",
-            f"idempotency_key, payload_version, trace_context{member}, tags)",
-            1,
-        ),
-        (
-            f"i.trace_context{value}\n    FROM input i",
-            f"i.trace_context{value}, {_TAG_ARRAY.format(row='i')}\n    FROM input i",
-            1,
-        ),
-    )
-
-
-def _tagged_keyed(sql: str) -> str:
-    """JOB_INSERT_KEYED (or BATCH_INSERT_MEMBERS_KEYED) with each job's tags. A replace or
-    debounce gives the holder the new job's tags when it has some (a new job without tags leaves
-    the holder's, as its trace context)."""
-    return _edited(
-        sql,
-        ("%(throttles)s::float8[]\n", "%(throttles)s::float8[], %(tags)s::text[]::jsonb[]\n", 1),
-        ("throttle,\n                           position)", "throttle, tags, position)", 1),
-        (
-            "i.mode, i.throttle, i.position, w.floor\n",
-            f"i.mode, i.throttle, i.position, w.floor, {_TAG_ARRAY.format(row='i')} AS tags\n",
-            1,
-        ),
-        (_KEYED_COLUMNS, _KEYED_COLUMNS + ", tags", 4),
-        (
-            "expires_at = coalesce(excluded.expires_at, q.expires_at)\n",
-            "expires_at = coalesce(excluded.expires_at, q.expires_at),\n"
-            "                  tags = coalesce(excluded.tags, q.tags)\n",
-            1,
-        ),
-    )
-
-
-def _tagged_copy(sql: str) -> str:
-    """A COPY of jobs with each job's tags as its last column."""
-    return _edited(sql, (") FROM STDIN", ", tags) FROM STDIN", 1))
-
-
-#: JOB_INSERT_MANY_VERSIONED with each job's tags.
-JOB_INSERT_MANY_TAGGED = _tagged_many(JOB_INSERT_MANY_VERSIONED)
-
-#: JOB_INSERT_KEYED with each job's tags.
-JOB_INSERT_KEYED_TAGGED = _tagged_keyed(JOB_INSERT_KEYED)
-
-#: JOB_COPY_MANY_VERSIONED with each job's tags.
-JOB_COPY_MANY_TAGGED = _tagged_copy(JOB_COPY_MANY_VERSIONED)
+#: JOB_COPY_MANY for jobs that are all Shape.READY, outside a batch: run_at takes its default,
+#: now(), and no column but their task's travels.
+JOB_COPY_MANY_READY = """
+COPY queued_jobs (id, queue, task, payload, priority, max_attempts) FROM STDIN
+"""

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pgjobs import producer
+from pgjobs import enqueue
 from pgjobs.app import App
 from pgjobs.context import JobContext, call_async, call_sync
 from pgjobs.errors import ConfigurationError
@@ -64,7 +64,7 @@ class _Eager:
     def prepare(self, spec: JobSpec) -> tuple[JobContext, Task, dict[str, Any]]:
         """Validate ``spec`` as enqueue does, and build the job its handler would see and the
         handler's keyword arguments (a model's instance for a handler that takes one)."""
-        prepared = producer.prepare(spec, self.tasks)
+        prepared = enqueue.prepare(spec, self.tasks)
         task = self.tasks.get(prepared.task)
         if task is None:
             raise ConfigurationError(
@@ -72,7 +72,7 @@ class _Eager:
                 field="task",
             )
         payload = json.loads(prepared.payload)  # what a worker reads back from jsonb
-        arguments = producer.handler_arguments(task, payload)
+        arguments = enqueue.handler_arguments(task, payload)
         with _fake_ids_lock:
             job_id = -next(_fake_ids)
         now = datetime.now(UTC)
@@ -130,7 +130,7 @@ class _Eager:
 
     def specs(self, jobs: Iterable[JobSpec]) -> list[JobSpec]:
         specs = [_run_now(spec) for spec in jobs]
-        producer.prepare_many(specs, self.tasks)  # all valid before any handler runs
+        enqueue.prepare_many(specs, self.tasks)  # all valid before any handler runs
         return specs
 
     def methods(self) -> dict[str, Callable[..., Any]]:

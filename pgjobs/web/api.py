@@ -19,12 +19,12 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from pgjobs import admin, batches, browse, coalescing, db, dependencies, editing, flow, producer
+from pgjobs import admin, batches, browse, db, dependencies, editing, enqueue, flow
 from pgjobs import stats as read_model
+from pgjobs.enqueue import PreparedJob
 from pgjobs.errors import ConfigurationError, JobCancelled, JobFailed, WaitTimeout
 from pgjobs.maintenance.registry import STALE_AFTER
 from pgjobs.models import JobHistory, JobStatus
-from pgjobs.producer import PreparedJob
 from pgjobs.submission import MAX_JOB_ID, MAX_KEY_BYTES
 from pgjobs.tags import check as check_tags
 from pgjobs.web import enqueuing, models, paths, stats_models
@@ -111,9 +111,7 @@ def _enqueue(server: Backend, row: PreparedJob, response: Response) -> models.Jo
 
 def _insert(conn: Any, row: PreparedJob) -> int:
     """``row`` inserted as ``app.enqueue`` inserts it on a connection of the caller's."""
-    if dependencies.wanted([row]):
-        return dependencies.insert(conn, [row])[0]
-    return producer.insert(conn, [row])[0]
+    return enqueue.insert(conn, [row])[0]
 
 
 @router.post(
@@ -129,8 +127,8 @@ async def enqueue_job(body: models.JobCreate, request: Request, response: Respon
     # The Backend read here rather than as a dependency: FastAPI's bookkeeping of each one costs
     # a tenth of this route's CPU, which serves the most requests.
     server = backend(request)
-    row = server.app.prepare(body.spec(body.idempotency_key))
-    if coalescing.fits(row):
+    row = server.app.prepare(body.spec(body.idempotency_key), complete=True)
+    if enqueue.fits(row):
         # With the other requests' plain jobs (pgjobs.web.enqueuing), answered from its inserted
         # row: a job just enqueued has no dependencies nor dependents, and no edits.
         inserted = await server.enqueuer.insert(row)
@@ -148,16 +146,14 @@ async def enqueue_job(body: models.JobCreate, request: Request, response: Respon
 def enqueue_jobs(body: models.JobBatchCreate, server: Server) -> models.JobList:
     """Enqueue every job in one transaction, or none when one is invalid (the error names it:
     ``jobs[3].priority``). Answers the jobs in the order given."""
-    rows = server.app.prepare_many(job.spec(job.idempotency_key) for job in body.jobs)
+    specs = (job.spec(job.idempotency_key) for job in body.jobs)
+    rows = server.app.prepare_many(specs, complete=True)
     with server.connection() as conn:
-        if all(map(coalescing.fits, rows)):
+        if all(map(enqueue.fits, rows)):
             # Plain jobs: answered from their inserted rows, as one job is.
             found = enqueuing.insert(conn, rows)
         else:
-            if dependencies.wanted(rows):
-                ids = dependencies.insert(conn, rows, many=True)
-            else:
-                ids = producer.insert(conn, rows)
+            ids = enqueue.insert(conn, rows, many=True)
             # Keys already taken answer the jobs that hold them, wherever they are now.
             found = browse.jobs_by_id(conn, ids)
     return models.JobList(jobs=[_job(job) for job in found])
@@ -184,7 +180,7 @@ def put_job(
     """Enqueue the job under idempotency key ``key``: 201 the first time, then 200 with the same
     job on every retry of the request, wherever the job is by then (the body of a retry is not
     compared with the first one)."""
-    return _enqueue(server, server.app.prepare(body.spec(key)), response)
+    return _enqueue(server, server.app.prepare(body.spec(key), complete=True), response)
 
 
 @router.get(

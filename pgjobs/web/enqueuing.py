@@ -1,15 +1,15 @@
 """The one-job enqueue of ``POST /api/v1/jobs`` as fast as ``app.enqueue``: plain jobs that
 requests send at the same moment go in as one statement and one commit (the group commit of
-``pgjobs.coalescing``), and each request is answered from the row its job was inserted as, not
-read again.
+``pgjobs.enqueue.coalescing``), and each request is answered from the row its job was inserted
+as, not read again.
 
 Why: every enqueue NOTIFYs its queue's workers, and commits that NOTIFY take turns on one lock
-until each is flushed to disk (see ``pgjobs.coalescing``); requests that each committed their
-own job, then read it back in two more statements, served 500 requests a second whatever the
+until each is flushed to disk (see ``pgjobs.enqueue.coalescing``); requests that each committed
+their own job, then read it back in two more statements, served 500 requests a second whatever the
 number of clients. Here a flight of jobs is one ``JOB_INSERT_SHOWN``, run on the server's pool in
 one thread of the pool FastAPI runs plain routes in, whatever the number of requests it serves.
 
-A job with an idempotency key, a group, a unique key, tags or dependencies (``coalescing.fits``)
+A job with an idempotency key, a group, a unique key or dependencies (``enqueue.fits``)
 takes the route's usual path: whether its answer is 201 or 200 is read in its own transaction.
 """
 
@@ -23,16 +23,16 @@ from typing import Any
 import psycopg
 from starlette.concurrency import run_in_threadpool
 
-from pgjobs import coalescing, db, producer, queries
+from pgjobs import db, enqueue
+from pgjobs.enqueue import PreparedJob
 from pgjobs.models import JobHistory
-from pgjobs.producer import PreparedJob
 
 #: A pooled autocommit connection whose errors become ``pgjobs.errors`` (``Backend.connection``).
 Connect = Callable[[], contextlib.AbstractContextManager[psycopg.Connection[Any]]]
 
 
 class Enqueuer:
-    """Inserts jobs (``coalescing.fits``) for the requests of one server, several at once.
+    """Inserts jobs (``enqueue.fits``) for the requests of one server, several at once.
 
     Example: ``history = await Enqueuer(backend.connection).insert(app.prepare(spec))``
     """
@@ -40,14 +40,14 @@ class Enqueuer:
     def __init__(self, connect: Connect) -> None:
         self._connect = connect
         # It belongs to the event loop that made it: a new one for a new loop (tests run several).
-        self._coalescer: coalescing.AsyncCoalescer[JobHistory] | None = None
+        self._coalescer: enqueue.AsyncCoalescer[JobHistory] | None = None
 
     async def insert(self, row: PreparedJob) -> JobHistory:
         """Insert ``row`` with the other requests' jobs arriving meanwhile; the job as inserted.
         A failing job fails its own request only (the others are sent again alone)."""
         coalescer = self._coalescer
         if coalescer is None or coalescer.loop is not asyncio.get_running_loop():
-            coalescer = self._coalescer = coalescing.AsyncCoalescer(self._send)
+            coalescer = self._coalescer = enqueue.AsyncCoalescer(self._send)
         return await coalescer.insert(row)
 
     async def _send(self, rows: list[PreparedJob]) -> list[JobHistory]:
@@ -59,16 +59,8 @@ class Enqueuer:
 
 
 def insert(conn: psycopg.Connection[Any], rows: list[PreparedJob]) -> list[JobHistory]:
-    """Insert ``rows`` (each ``coalescing.fits``) in one statement, on an autocommit ``conn``
+    """Insert ``rows`` (each ``enqueue.fits``) in one statement, on an autocommit ``conn``
     one commit; the jobs as inserted, in order."""
-    sql, params = statement(rows)
+    sql, params = enqueue.shown(rows)
     found = conn.execute(sql, params, prepare=True).fetchall()
     return [db.job_history_from_row(row) for row in found]
-
-
-def statement(rows: list[PreparedJob]) -> tuple[str, dict[str, Any]]:
-    """``JOB_INSERT_SHOWN`` for ``rows``, with the versioned columns when one of them has a
-    payload version or a trace context (the plain statement works on a schema before 0007)."""
-    versioned = producer.carries_versions(rows)
-    params = producer.many_arrays(rows, versioned, keys=False)
-    return (queries.JOB_INSERT_SHOWN_VERSIONED if versioned else queries.JOB_INSERT_SHOWN), params

@@ -1,12 +1,13 @@
-"""The express lane of ``POST /api/v1/jobs``: a plain job (``coalescing.fits``) sent with a full
+"""The express lane of ``POST /api/v1/jobs``: a plain job (``enqueue.fits``) sent with a full
 token is enqueued and answered here, before FastAPI routes the request; anything else goes on to
 the route, which answers it as it always did (errors included).
 
 Why: a one-job POST is the request a producer sends most, and FastAPI's routing, dependencies,
 body handling and response checks took about 60% of the server's CPU for it, more than the
 enqueue itself. Here the body is validated by the route's own model (``models.JobCreate``),
-checked by ``App.prepare``, inserted with the other requests' jobs (``Enqueuer``), and answered
-with the bytes the route would send: the same model, dumped as FastAPI dumps a response.
+checked by ``App.prepare`` (its handler's signature too, as the route checks it), inserted with
+the other requests' jobs (``Enqueuer``), and answered with the bytes the route would send: the
+same model, dumped as FastAPI dumps a response.
 
 It sits behind ``Guards``, which has checked the token, the body's size and type, and read it.
 """
@@ -19,7 +20,7 @@ from typing import Any
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from pgjobs import coalescing
+from pgjobs import enqueue
 from pgjobs.errors import PgjobsError
 from pgjobs.web import models
 from pgjobs.web.auth import Access
@@ -63,10 +64,10 @@ class ExpressEnqueue:
             body = models.JobCreate.model_validate(json.loads(message.get("body", b"")))
             if not _plain(body):
                 return None
-            row = self.backend.app.prepare(body.spec(body.idempotency_key))
+            row = self.backend.app.prepare(body.spec(body.idempotency_key), complete=True)
         except Exception:  # the route finds the same fault and says it in its own words
             return None
-        if not coalescing.fits(row):  # made so by its task's declaration
+        if not enqueue.fits(row):  # made so by its task's declaration
             return None
         try:
             inserted = await self.backend.enqueuer.insert(row)
@@ -81,13 +82,12 @@ class ExpressEnqueue:
 
 def _plain(body: models.JobCreate) -> bool:
     """Whether the request asks for nothing that keeps its job from sharing a statement with
-    others (``coalescing.fits``): checked before the job is, so that the route checks such a
+    others (``enqueue.fits``): checked before the job is, so that the route checks such a
     job once."""
     return (
         body.idempotency_key is None
         and body.group is None
         and body.unique_key is None
-        and body.tags is None
         and body.after is None
     )
 

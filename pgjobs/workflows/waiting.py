@@ -55,6 +55,7 @@ class _Run(Protocol):
 
     def where(self) -> str: ...
 
+
 #: The longest a wait for an event may last (ten years, in seconds), as a sleep.
 MAX_WAIT = 10 * 366 * 86_400.0
 #: The most children one ``ctx.map`` enqueues: their ids are kept in its history entry.

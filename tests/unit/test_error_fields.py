@@ -7,8 +7,8 @@ from datetime import datetime
 
 import pytest
 
+from pgjobs.enqueue import prepare, prepare_many
 from pgjobs.errors import PgjobsError
-from pgjobs.producer import prepare, prepare_many
 from pgjobs.submission import JobSpec
 
 CASES = [

@@ -1,4 +1,4 @@
-"""producer.prepare: validation and defaults of a job submission, no database."""
+"""enqueue.prepare: validation and defaults of a job submission, no database."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from pgjobs import App, ConfigurationError, InvalidPayload, JobSpec, UnknownTask, producer
+from pgjobs import App, ConfigurationError, InvalidPayload, JobSpec, UnknownTask, enqueue
+from pgjobs.enqueue import checks
 
 
 @pytest.fixture
@@ -25,33 +26,33 @@ def tasks():
 
 
 def test_defaults_without_a_registry():
-    job = producer.prepare(JobSpec("t"), None)
-    assert job == producer.PreparedJob("default", "t", "{}", 0, None, 0.0, 5, None, None, None)
+    job = enqueue.prepare(JobSpec("t"), None)
+    assert job == enqueue.PreparedJob("default", "t", "{}", 0, None, 0.0, 5, None, None, None)
 
 
 def test_task_defaults_then_spec_overrides(tasks):
-    job = producer.prepare(JobSpec("mail.send", {"to": "a"}), tasks)
+    job = enqueue.prepare(JobSpec("mail.send", {"to": "a"}), tasks)
     assert (job.queue, job.max_attempts) == ("mail", 7)
     assert json.loads(job.payload) == {"to": "a"}
-    job = producer.prepare(JobSpec("mail.send", queue="urgent", max_attempts=1), tasks)
+    job = enqueue.prepare(JobSpec("mail.send", queue="urgent", max_attempts=1), tasks)
     assert (job.queue, job.max_attempts) == ("urgent", 1)
 
 
 def test_times_are_normalised():
     at = datetime(2030, 1, 1, tzinfo=UTC)
-    assert producer.prepare(JobSpec("t", run_at=at), None).run_at == at
-    assert producer.prepare(JobSpec("t", run_in=timedelta(minutes=2)), None).run_in == 120.0
-    assert producer.prepare(JobSpec("t", run_in=3), None).run_in == 3.0
+    assert enqueue.prepare(JobSpec("t", run_at=at), None).run_at == at
+    assert enqueue.prepare(JobSpec("t", run_in=timedelta(minutes=2)), None).run_in == 120.0
+    assert enqueue.prepare(JobSpec("t", run_in=3), None).run_in == 3.0
     # A delay stays a delay: the database adds it to its own now() (never the producer's clock).
-    expiring = producer.prepare(JobSpec("t", expires_in=timedelta(minutes=1)), None)
+    expiring = enqueue.prepare(JobSpec("t", expires_in=timedelta(minutes=1)), None)
     assert (expiring.expires_in, expiring.expires_at) == (60.0, None)
 
 
 def test_unknown_task_only_when_a_registry_is_given(tasks):
     with pytest.raises(UnknownTask, match=r"mail\.send, plain"):
-        producer.prepare(JobSpec("mail.sned"), tasks)
-    assert producer.prepare(JobSpec("mail.sned"), None).task == "mail.sned"
-    assert producer.prepare(JobSpec("mail.sned"), {}).task == "mail.sned"
+        enqueue.prepare(JobSpec("mail.sned"), tasks)
+    assert enqueue.prepare(JobSpec("mail.sned"), None).task == "mail.sned"
+    assert enqueue.prepare(JobSpec("mail.sned"), {}).task == "mail.sned"
 
 
 @pytest.mark.parametrize(
@@ -78,33 +79,33 @@ def test_unknown_task_only_when_a_registry_is_given(tasks):
 )
 def test_invalid_specs_are_refused(spec, error):
     with pytest.raises(error) as raised:
-        producer.prepare(spec, None)
+        enqueue.prepare(spec, None)
     assert str(raised.value)
     assert "\n" not in str(raised.value)
 
 
 def test_text_that_merely_looks_like_a_nul_escape_is_accepted():
-    job = producer.prepare(JobSpec("t", {"path": "C:\\u0000dir", "x": "\\\\u0000"}), None)
+    job = enqueue.prepare(JobSpec("t", {"path": "C:\\u0000dir", "x": "\\\\u0000"}), None)
     assert json.loads(job.payload) == {"path": "C:\\u0000dir", "x": "\\\\u0000"}
 
 
 def test_priority_bounds_are_inclusive():
-    assert producer.prepare(JobSpec("t", priority=32767), None).priority == 32767
-    assert producer.prepare(JobSpec("t", priority=-32768), None).priority == -32768
+    assert enqueue.prepare(JobSpec("t", priority=32767), None).priority == 32767
+    assert enqueue.prepare(JobSpec("t", priority=-32768), None).priority == -32768
 
 
 def test_payload_size_limit(monkeypatch):
-    monkeypatch.setattr(producer, "MAX_PAYLOAD_BYTES", 20)
-    producer.prepare(JobSpec("t", {"x": "a" * 12}), None)  # {"x":"aaaaaaaaaaaa"} is 20 bytes
+    monkeypatch.setattr(checks, "MAX_PAYLOAD_BYTES", 20)
+    enqueue.prepare(JobSpec("t", {"x": "a" * 12}), None)  # {"x":"aaaaaaaaaaaa"} is 20 bytes
     with pytest.raises(InvalidPayload, match="21 bytes; the limit is 20"):
-        producer.prepare(JobSpec("t", {"x": "a" * 13}), None)
+        enqueue.prepare(JobSpec("t", {"x": "a" * 13}), None)
 
 
 def test_prepare_many_names_the_position_of_the_bad_job():
     specs = [JobSpec("t"), JobSpec("t"), JobSpec("t", max_attempts=0)]
     with pytest.raises(ConfigurationError, match=r"^job #2: max_attempts"):
-        producer.prepare_many(specs, None)
-    assert len(producer.prepare_many(specs[:2], None)) == 2
+        enqueue.prepare_many(specs, None)
+    assert len(enqueue.prepare_many(specs[:2], None)) == 2
 
 
 def test_prepare_many_gives_each_plain_job_what_prepare_gives_it(tasks):
@@ -117,14 +118,14 @@ def test_prepare_many_gives_each_plain_job_what_prepare_gives_it(tasks):
         JobSpec("mail.send", {"to": "c"}, priority=3),
         JobSpec("plain", {}),
     ]
-    assert producer.prepare_many(specs, tasks) == [producer.prepare(s, tasks) for s in specs]
+    assert enqueue.prepare_many(specs, tasks) == [enqueue.prepare(s, tasks) for s in specs]
     bad = [*specs, JobSpec("mail.send", {"to": 7})]
     with pytest.raises(InvalidPayload, match=r"^job #5: ") as refused:
-        producer.prepare_many(bad, tasks)
+        enqueue.prepare_many(bad, tasks)
     assert refused.value.field == "jobs[5].payload.to"
     unknown = [JobSpec("nope"), JobSpec("nope")]
     with pytest.raises(UnknownTask, match=r"^job #0: "):
-        producer.prepare_many(unknown, tasks)
+        enqueue.prepare_many(unknown, tasks)
 
 
 def _deep(levels: int) -> list[object]:
@@ -154,12 +155,12 @@ PLUS_14 = timezone(timedelta(hours=14))
 )
 def test_limits_are_named_in_the_refusal(spec, error, words):
     with pytest.raises(error, match=words):
-        producer.prepare(spec, None)
+        enqueue.prepare(spec, None)
 
 
 def test_times_are_bound_in_utc_and_pairs_of_surrogates_are_one_character():
     at = datetime(2030, 1, 1, tzinfo=timezone(timedelta(hours=5, microseconds=1)))
-    run_at = producer.prepare(JobSpec("t", run_at=at), None).run_at
+    run_at = enqueue.prepare(JobSpec("t", run_at=at), None).run_at
     assert run_at == at and run_at is not None and run_at.utcoffset() == timedelta(0)
-    job = producer.prepare(JobSpec("t", {"s": "\ud83d\ude00", "t": "\\ud800"}), None)
+    job = enqueue.prepare(JobSpec("t", {"s": "\ud83d\ude00", "t": "\\ud800"}), None)
     assert json.loads(job.payload) == {"s": "\U0001f600", "t": "\\ud800"}

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from fastapi import FastAPI
 
-from pgjobs import App, admin
+from pgjobs import App, InvalidPayload, admin, enqueue
 from pgjobs.errors import PoolerMismatch, QueryFailed
 from tests.support.helpers import count
 from tests.web.conftest import AUTH, TestClient, assert_error
@@ -177,13 +177,45 @@ def test_unknown_task_is_refused_when_the_server_has_the_app(
         )
         assert "emails.send" in message
         batch = client.post(
-            "/api/v1/jobs/batch", json={"jobs": [{"task": "emails.send"}, {"task": "nope"}]}
+            "/api/v1/jobs/batch",
+            json={"jobs": [{"task": "emails.send", "payload": {"to": "a"}}, {"task": "nope"}]},
         )
         assert_error(batch, 422, "unknown_task", "jobs[1].task")
         assert count(conn, "queued_jobs") == 0
         # The task's defaults apply.
-        job = client.post("/api/v1/jobs", json={"task": "emails.send"}).json()
-        assert (job["queue"], job["max_attempts"]) == ("emails", 2)
+        job = client.post("/api/v1/jobs", json={"task": "emails.send", "payload": {"to": "a"}})
+        assert (job.json()["queue"], job.json()["max_attempts"]) == ("emails", 2)
+
+
+def test_a_payload_the_handler_cannot_take_is_422_naming_the_field_as_the_cli_says(
+    make_web: Callable[..., FastAPI], conn: psycopg.Connection[Any]
+) -> None:
+    app = App()
+
+    @app.task(name="emails.send")
+    def send(to: str, retries: int = 1) -> None: ...
+
+    bad = [{"to": "a", "retries": "many"}, {"to": "a", "cc": "b"}, {}]
+    expected = []
+    for payload in bad:
+        with pytest.raises(InvalidPayload) as raised:  # the CLI's and eager()'s check
+            enqueue.handler_arguments(app.tasks["emails.send"], payload)
+        expected.append((raised.value.field, str(raised.value)))
+    with TestClient(make_web(app=app), headers=AUTH) as client:
+        for payload, (field, message) in zip(bad, expected, strict=True):
+            job = {"task": "emails.send", "payload": payload}
+            one = client.post("/api/v1/jobs", json=job)
+            assert assert_error(one, 422, "invalid_payload", field) == message
+            put = client.put("/api/v1/jobs/key-1", json=job)
+            assert assert_error(put, 422, "invalid_payload", field) == message
+            many = client.post(
+                "/api/v1/jobs/batch",
+                json={"jobs": [{"task": "emails.send", "payload": {"to": "b"}}, job]},
+            )
+            assert_error(many, 422, "invalid_payload", f"jobs[1].{field}")
+        assert count(conn, "queued_jobs") == 0
+        fits = client.post("/api/v1/jobs", json={"task": "emails.send", "payload": {"to": "a"}})
+        assert fits.status_code == 201, fits.text
 
 
 def test_unexpected_errors_are_500_in_the_shape_logged_once(

@@ -64,6 +64,15 @@ def test_a_plain_job_is_answered_by_the_lane_as_the_route_reads_it_back(
     assert answer["status"] == "scheduled" and answer["payload"] == job["payload"]
 
 
+def test_a_tagged_job_is_answered_by_the_lane_with_its_tags(web: FastAPI, client: TestClient):
+    status, body, route = _post(web, {"task": "t", "payload": {}, "tags": ["a", "b"]})
+
+    assert status == 201 and route.bodies == [], "answered by the lane"
+    answer = json.loads(body)
+    assert answer["tags"] == ["a", "b"]
+    assert client.get(f"/api/v1/jobs/{answer['id']}").content == body
+
+
 def test_through_the_server_a_plain_job_is_answered_as_read_back(client: TestClient) -> None:
     posted = client.post("/api/v1/jobs", json={"task": "t", "payload": {"v": [1, None, "x"]}})
 
@@ -75,7 +84,6 @@ def test_through_the_server_a_plain_job_is_answered_as_read_back(client: TestCli
 def test_anything_but_a_plain_job_with_a_full_token_goes_on_to_the_route(web: FastAPI) -> None:
     others: list[tuple[Any, dict[str, Any]]] = [
         ({"task": "t", "payload": {}, "idempotency_key": "k"}, {}),  # a key: 201 or 200
-        ({"task": "t", "payload": {}, "tags": ["a"]}, {}),
         ({"task": "t", "payload": {}, "priority": "high"}, {}),  # invalid: the route says why
         ({"task": "", "payload": {}}, {}),
         (b"{not json", {}),

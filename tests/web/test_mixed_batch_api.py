@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgjobs.producer import COPY_MIN_ROWS
+from pgjobs.enqueue import COPY_MIN_ROWS
 from tests.support.helpers import scalar
 from tests.support.job_options import (
     DEPENDENT_OPTIONS,

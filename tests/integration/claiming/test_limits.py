@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from pgjobs import App, ConfigurationError, InvalidPayload, JobSpec, submission
-from pgjobs.producer import MAX_PAYLOAD_DEPTH
+from pgjobs.enqueue import MAX_PAYLOAD_DEPTH
 from tests.support.factories import counts, work
 from tests.support.helpers import assert_one_home, assert_one_line_error, run
 

@@ -27,6 +27,7 @@ from pgjobs.completer.params import SettleParams
 from pgjobs.completer.trip import settle_and_claim, settle_apart
 from pgjobs.db import libpq
 from pgjobs.db.dsn import Dsn
+from pgjobs.enqueue import COPY_MIN_ROWS
 from pgjobs.errors import (
     DependencyFailed,
     JobNotFound,
@@ -36,7 +37,6 @@ from pgjobs.errors import (
     UnknownDependency,
 )
 from pgjobs.models import Job
-from pgjobs.producer import COPY_MIN_ROWS
 from tests.support.factories import claim, insert_dead_raw
 from tests.support.helpers import assert_one_home, count, homes, scalar
 

@@ -19,10 +19,12 @@ from pgjobs import (
     InvalidPayload,
     JobSpec,
     NonRetryableError,
+    Ref,
+    UnknownDependency,
     UnknownTask,
 )
+from pgjobs.enqueue import COPY_MIN_ROWS
 from pgjobs.maintenance.expirer import Expired, Expirer
-from pgjobs.producer import COPY_MIN_ROWS
 from tests.support.factories import counts, run_service, work
 from tests.support.helpers import scalar
 
@@ -252,23 +254,68 @@ def test_enqueue_many_in_a_with_block_writes_the_batch_once(app, conn):
     assert counts(conn)["queued_jobs"] == 4
 
 
+def test_members_may_wait_for_each_other_and_for_other_jobs(app, conn):
+    earlier = app.enqueue("reports.render", {"page": 0})
+    with app.batch(on_complete=("reports.summarise", {"report": 7})) as batch:
+        batch.enqueue("reports.render", {"page": 1})
+        # Ref(n) in a batch names its member n; a job id, any job.
+        batch.enqueue("reports.render", {"page": 2}, after=[Ref(0), earlier])
+        app.enqueue_many(
+            [
+                JobSpec("reports.render", {"page": 3}, unique_key="p3"),
+                JobSpec("reports.render", {"page": 4}, after=[Ref(0)], group="g", tags=["t"]),
+            ],
+            batch=batch,
+        )
+    assert batch_ids_of(conn, batch.ids) == {batch.id}
+    assert batch_row(conn, batch.id)["total"] == 4
+    waiting = conn.execute("SELECT id FROM queued_jobs WHERE run_at = 'infinity'").fetchall()
+    assert {w[0] for w in waiting} == {batch.ids[1], batch.ids[3]}
+    edges = conn.execute(
+        "SELECT job_id, depends_on FROM pgjobs_dependencies ORDER BY job_id, depends_on"
+    ).fetchall()
+    # The call's Ref(0) names the call's first job (page 3), as enqueue_many's does.
+    assert edges == sorted(
+        [(batch.ids[1], batch.ids[0]), (batch.ids[1], earlier), (batch.ids[3], batch.ids[2])]
+    )
+    work(app)
+    assert app.batch_status(batch.id).succeeded == 4
+    assert [s["batch"]["succeeded"] for s in app.summaries] == [4]
+
+
+def test_a_member_waiting_for_a_member_that_fails_is_counted_dead(app, conn):
+    with app.batch(on_complete=("reports.summarise", {"report": 7})) as batch:
+        batch.enqueue("reports.render", {"page": 1, "fail": True})
+        batch.enqueue("reports.render", {"page": 2}, after=[Ref(0)])
+    work(app)
+    status = app.batch_status(batch.id)
+    assert (status.complete, status.succeeded, status.dead) == (True, 0, 2)
+    reason = scalar(conn, "SELECT reason FROM dead_letter WHERE id = %s", (batch.ids[1],))
+    assert reason == "dependency_failed"
+
+
 @pytest.mark.parametrize("earlier", [0, 2], ids=["first call", "after two members"])
-def test_a_member_with_after_is_refused_naming_it_and_adds_nothing(app, conn, earlier):
-    first = app.enqueue("reports.render", {"page": 0})
+def test_a_member_waiting_for_an_unknown_job_writes_no_batch(app, conn, earlier):
     before = counts(conn)
-    batch = app.batch()
+    batch = app.batch(on_complete=("reports.summarise", {"report": 7}))
     for page in range(earlier):
         batch.enqueue("reports.render", {"page": page})
-    specs = [JobSpec("reports.render", {"page": 1}), JobSpec("reports.render", after=[first])]
-    with pytest.raises(ConfigurationError) as raised:
+    specs = [JobSpec("reports.render", {"page": 1}), JobSpec("reports.render", after=[10**12])]
+    with pytest.raises(UnknownDependency) as raised:
         app.enqueue_many(specs, batch=batch)
     position = earlier + 1
-    assert str(raised.value) == (
-        f"batch member #{position}: a member cannot have after (not supported yet)"
-    )
+    assert str(raised.value).startswith(f"job #{position}: no job {10**12} to wait for")
     assert raised.value.field == f"jobs[{position}].after"
-    assert len(batch.rows) == earlier, "a refused call adds no member"
     assert counts(conn) == before
+    assert scalar(conn, "SELECT count(*) FROM pgjobs_batches") == 0
+
+
+def test_a_member_may_not_wait_for_a_later_member(app, conn):
+    with pytest.raises(ConfigurationError, match="a job listed after it"), app.batch() as batch:
+        batch.enqueue("reports.render", {"page": 1}, after=[Ref(1)])
+        batch.enqueue("reports.render", {"page": 2})
+    assert counts(conn)["queued_jobs"] == 0
+    assert scalar(conn, "SELECT count(*) FROM pgjobs_batches") == 0
 
 
 def test_the_plain_enqueue_writes_no_batch(app, conn):
@@ -386,6 +433,19 @@ def test_the_callers_psycopg_transaction_commits_or_rolls_back_the_batch(app, ds
         ids = app.enqueue_many(specs, batch=batch, connection=tx)
         tx.commit()
     assert batch_ids_of(conn, ids) == {batch.id}
+
+
+def test_a_refused_batch_leaves_the_callers_transaction_as_it_was(app, dsn, conn):
+    with psycopg.connect(dsn.url) as tx:
+        tx.execute("CREATE TEMP TABLE mine (n int)")
+        batch = app.batch(on_complete=("reports.summarise", {"report": 7}))
+        specs = [JobSpec("reports.render", {"page": 1}), JobSpec("reports.render", after=[10**12])]
+        with pytest.raises(UnknownDependency):
+            app.enqueue_many(specs, batch=batch, connection=tx)
+        tx.execute("INSERT INTO mine VALUES (1)")  # the caller's transaction goes on
+        tx.commit()
+    assert scalar(conn, "SELECT count(*) FROM pgjobs_batches") == 0
+    assert counts(conn)["queued_jobs"] == 0
 
 
 def test_a_sqlalchemy_connection_writes_the_batch_in_its_transaction(app, dsn, conn):

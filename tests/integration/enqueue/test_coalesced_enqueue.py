@@ -1,5 +1,5 @@
 """One-job enqueues that arrive together on the app's pool go in as one statement and one commit
-(``pgjobs.coalescing``): each caller still gets its own job's id, and its own error.
+(``pgjobs.enqueue.coalescing``): each caller still gets its own job's id, and its own error.
 
 To make the callers meet for sure, the first statement is held back until every other caller has
 boarded the next flight (``hold_first``); nothing here depends on timing.
@@ -27,8 +27,9 @@ def hold_first(app: App, boarding: Callable[[], int], others: int) -> list[int]:
     """Spy on ``app``'s statements: the first waits until ``boarding()`` callers wait for the
     next flight (``others``); returns the rows of each statement sent, in order."""
     sent: list[int] = []
-    send = app._send
-    send_async = app._send_async
+    sender = app._sender
+    send = sender._send
+    send_async = sender._send_async
 
     def wait_for_others() -> None:
         deadline = time.monotonic() + 30
@@ -50,16 +51,16 @@ def hold_first(app: App, boarding: Callable[[], int], others: int) -> list[int]:
             await asyncio.sleep(0.005)
         return await send_async(rows)
 
-    app._coalescer._send = held
-    if app._async_coalescer is not None:  # the running loop's, made by an earlier enqueue
-        app._async_coalescer._send = held_async
-    app._send_async = held_async  # type: ignore[method-assign]
+    sender._coalescer._send = held
+    if sender._async_coalescer is not None:  # the running loop's, made by an earlier enqueue
+        sender._async_coalescer._send = held_async
+    sender._send_async = held_async  # type: ignore[method-assign]
     return sent
 
 
 def threads_boarding(app: App) -> Callable[[], int]:
     def boarding() -> int:
-        flight = app._coalescer._next
+        flight = app._sender._coalescer._next
         return 0 if flight is None else len(flight.rows)
 
     return boarding
@@ -143,7 +144,7 @@ def test_async_tasks_meeting_share_one_statement(make_app, conn, refusing):
     async def main() -> list[int | BaseException]:
         async with app:
             await app.enqueue_async("t", {"warm": True}, queue="q")  # the loop's coalescer
-            coalescer = app._async_coalescer
+            coalescer = app._sender._async_coalescer
             assert coalescer is not None
             sent = hold_first(app, lambda: len(coalescer._next), CALLERS - 1)
             outcomes = await asyncio.gather(
@@ -177,13 +178,15 @@ def test_a_caller_alone_goes_at_once_with_its_own_error(make_app, conn, refusing
     assert written(conn) == {job_id: {"n": 1}}
 
 
-def test_keyed_and_tagged_jobs_keep_their_own_path(make_app, conn):
+def test_keyed_jobs_keep_their_own_path_and_tagged_ones_share_the_flight(make_app, conn):
     app: App = make_app(check_task_names=False)
     sent = hold_first(app, lambda: 0, 0)
 
     first = app.enqueue("t", {}, idempotency_key="k")
     assert app.enqueue("t", {}, idempotency_key="k") == first
-    app.enqueue("t", {}, tags=["tenant:a"])
-
-    assert sent == [], "not through the coalescer"
+    assert sent == [], "keyed jobs: not through the coalescer"
+    tagged = app.enqueue("t", {}, tags=["tenant:a"])
+    assert sent == [1], "a tagged job is written by the shared statement as by its own"
+    row = conn.execute("SELECT tags FROM queued_jobs WHERE id = %s", (tagged,)).fetchone()
+    assert row == (["tenant:a"],)
     assert count(conn, "queued_jobs") == 2

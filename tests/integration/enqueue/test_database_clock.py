@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from pgjobs import App, JobSpec
-from pgjobs.producer import COPY_MIN_ROWS
+from pgjobs.enqueue import COPY_MIN_ROWS
 from tests.support.helpers import run
 
 with warnings.catch_warnings():
@@ -32,7 +32,7 @@ RUN_IN = 30.0
 # Every module of an enqueue path that may read a clock reads this one, ten minutes late (the
 # HTTP routes read none: they hand their fields to App.enqueue, and FastAPI reads their types).
 _MODULES = (
-    "pgjobs.producer",
+    "pgjobs.enqueue",
     "pgjobs.submission",
     "pgjobs.app",
     "pgjobs.cli.enqueue",

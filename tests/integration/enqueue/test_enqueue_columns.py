@@ -10,7 +10,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from pgjobs import App, JobSpec
-from pgjobs.producer import COPY_MIN_ROWS
+from pgjobs.enqueue import COPY_MIN_ROWS
 from pgjobs.submission import DEFAULT_MAX_ATTEMPTS
 
 LATER = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)

@@ -15,8 +15,9 @@ from pgjobs import (
     JobSpec,
     PgjobsError,
     UnknownTask,
-    producer,
+    enqueue,
 )
+from pgjobs.enqueue import checks
 from tests.support.factories import counts
 
 NOTHING = {"queued_jobs": 0, "archived_jobs": 0, "dead_letter": 0}
@@ -99,7 +100,7 @@ def test_empty_task_name_is_refused(make_app, conn):
 
 
 def test_payload_over_the_size_limit_is_refused(make_app, conn, monkeypatch):
-    monkeypatch.setattr(producer, "MAX_PAYLOAD_BYTES", 64)
+    monkeypatch.setattr(checks, "MAX_PAYLOAD_BYTES", 64)
     app: App = make_app(check_task_names=False)
     with pytest.raises(InvalidPayload, match="limit is 64"):
         app.enqueue("t.send", {"blob": "x" * 100})
@@ -110,7 +111,7 @@ def test_payload_over_the_size_limit_is_refused(make_app, conn, monkeypatch):
     assert counts(conn)["queued_jobs"] == 1
 
 
-@pytest.mark.parametrize("size", [3, producer.COPY_MIN_ROWS + 1], ids=["insert", "copy"])
+@pytest.mark.parametrize("size", [3, enqueue.COPY_MIN_ROWS + 1], ids=["insert", "copy"])
 def test_one_bad_job_in_a_batch_writes_none_of_it(make_app, conn, size):
     app: App = make_app(check_task_names=False)
     specs = [JobSpec("t.send", {"n": n}) for n in range(size)]
@@ -130,7 +131,7 @@ def test_bad_input_inside_the_callers_transaction_leaves_it_usable(make_app, dsn
     assert [r[0] for r in conn.execute("SELECT id FROM queued_jobs").fetchall()] == [first]
 
 
-@pytest.mark.parametrize("size", [3, producer.COPY_MIN_ROWS + 1], ids=["insert", "copy"])
+@pytest.mark.parametrize("size", [3, enqueue.COPY_MIN_ROWS + 1], ids=["insert", "copy"])
 @pytest.mark.parametrize(
     "item",
     [

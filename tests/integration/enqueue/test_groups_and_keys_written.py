@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from pgjobs import ConfigurationError, JobSpec
-from pgjobs.producer import COPY_MIN_ROWS
+from pgjobs.enqueue import COPY_MIN_ROWS
 from tests.support.factories import counts, row
 from tests.support.helpers import scalar
 

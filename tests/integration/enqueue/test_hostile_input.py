@@ -7,8 +7,9 @@ from collections.abc import Callable
 
 import pytest
 
-from pgjobs import App, InvalidPayload, JobSpec, producer
+from pgjobs import App, InvalidPayload, JobSpec
 from pgjobs.cli import main
+from pgjobs.enqueue import checks
 from tests.support.factories import counts, work
 from tests.support.helpers import assert_one_home
 from tests.support.urls import url_with
@@ -76,7 +77,7 @@ def test_ten_megabyte_payload_round_trips(make_app: Callable[..., App], conn):
 
 
 def test_payload_over_the_limit_is_refused_whole(make_app, conn, monkeypatch):
-    monkeypatch.setattr(producer, "MAX_PAYLOAD_BYTES", 1024)
+    monkeypatch.setattr(checks, "MAX_PAYLOAD_BYTES", 1024)
     app = make_app(check_task_names=False)
     specs = [JobSpec("t", {"n": 1}), JobSpec("t", {"blob": "y" * 2000})]
     with pytest.raises(InvalidPayload, match="limit is 1,024"):

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from pgjobs import App, ConfigurationError, DependencyFailed, JobSpec, Ref
 from pgjobs.db.dsn import Dsn
-from pgjobs.producer import COPY_MIN_ROWS
+from pgjobs.enqueue import COPY_MIN_ROWS
 from tests.support.factories import counts, work
 from tests.support.helpers import scalar
 from tests.support.job_options import DEPENDENT_OPTIONS, OPTIONS, TASK, Option, column

@@ -7,7 +7,7 @@ import pytest
 from psycopg import sql
 
 from pgjobs import JobSpec, queries
-from pgjobs.producer import COPY_MIN_ROWS
+from pgjobs.enqueue import COPY_MIN_ROWS
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from pgjobs import App, ConfigurationError, InvalidPayload, JobSpec, PgjobsError
 from pgjobs.db.dsn import Dsn
-from pgjobs.producer import MAX_PAYLOAD_DEPTH
+from pgjobs.enqueue import MAX_PAYLOAD_DEPTH
 from pgjobs.worker import Worker, WorkerConfig
 from tests.support.helpers import run
 

@@ -11,7 +11,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgjobs import App, ConfigurationError, JobSpec, admin, producer, queries
+from pgjobs import App, ConfigurationError, JobSpec, admin, copying, enqueue, queries
+from pgjobs.enqueue import Shape, door
 from tests.support.factories import counts, work
 
 NOTHING = {"queued_jobs": 0, "archived_jobs": 0, "dead_letter": 0}
@@ -76,7 +77,7 @@ def test_enqueue_async_writes_tags(make_app, conn):
     assert _tags(conn, asyncio.run(enqueue())) == ["a", "b"]
 
 
-@pytest.mark.parametrize("size", [3, producer.COPY_MIN_ROWS + 2], ids=["unnest", "copy"])
+@pytest.mark.parametrize("size", [3, enqueue.COPY_MIN_ROWS + 2], ids=["unnest", "copy"])
 def test_a_batch_writes_each_jobs_tags(make_app, conn, size):
     app: App = make_app(check_task_names=False)
     specs = [
@@ -121,26 +122,27 @@ def test_keyed_jobs_carry_tags_and_replace_takes_the_new_ones(make_app, conn):
     assert _tags(conn, ids[0]) == ["w2"] and _tags(conn, ids[2]) == ["g"]
 
 
-def test_untagged_jobs_keep_the_statements_they_always_had():
-    def statements(rows: list[producer.PreparedJob]) -> list[str]:
-        plan = producer._plan(rows, in_callers_transaction=False)
+def test_tagged_jobs_take_the_statements_of_their_shape():
+    def statements(rows: list[enqueue.PreparedJob]) -> list[str]:
+        plan, _ = door.plan(rows, in_callers_transaction=False, copy=True)
         return [next(plan)[0]]
 
-    plain = producer.prepare(JobSpec("t.send"), None)
+    plain = enqueue.prepare(JobSpec("t.send"), None)
     assert statements([plain]) == [queries.JOB_INSERT_READY]
-    assert statements([plain, plain]) == [queries.JOB_INSERT_PLAIN]
-    idempotent = producer.prepare(JobSpec("t.send", idempotency_key="i"), None)
-    assert statements([plain, idempotent]) == [queries.JOB_INSERT_MANY]
-    keyed = producer.prepare(JobSpec("t.send", unique_key="k"), None)
+    assert statements([plain, plain]) == [queries.JOB_INSERT_MANY_READY]
+    idempotent = enqueue.prepare(JobSpec("t.send", idempotency_key="i"), None)
+    assert statements([plain, idempotent]) == [queries.JOB_INSERT_KEYED]
+    keyed = enqueue.prepare(JobSpec("t.send", unique_key="k"), None)
     assert statements([keyed]) == [queries.JOB_INSERT_KEYED]
-    tagged = producer.prepare(JobSpec("t.send", tags=["a"]), None)
-    assert statements([tagged]) == [queries.JOB_INSERT_MANY_TAGGED]
-    assert statements([plain, tagged]) == [queries.JOB_INSERT_MANY_TAGGED]
-    keyed_tagged = producer.prepare(JobSpec("t.send", unique_key="k", tags=["a"]), None)
-    assert statements([keyed_tagged, plain]) == [queries.JOB_INSERT_KEYED_TAGGED]
+    tagged = enqueue.prepare(JobSpec("t.send", tags=["a"]), None)
+    assert tagged.shape is Shape.PLAIN
+    assert statements([tagged]) == [queries.JOB_INSERT]
+    assert statements([plain, tagged]) == [queries.JOB_INSERT_MANY]
+    keyed_tagged = enqueue.prepare(JobSpec("t.send", unique_key="k", tags=["a"]), None)
+    assert statements([keyed_tagged, plain]) == [queries.JOB_INSERT_KEYED]
     now = datetime.now(UTC)
-    assert producer._copy_rows([plain] * 2, now, [1, 2])[0] == queries.JOB_COPY_MANY_READY
-    assert producer._copy_rows([plain, tagged], now, [1, 2])[0] == queries.JOB_COPY_MANY_TAGGED
+    assert copying.copy_rows([plain] * 2, now, [1, 2], ready=True)[0] == queries.JOB_COPY_MANY_READY
+    assert copying.copy_rows([plain, tagged], now, [1, 2], ready=False)[0] == queries.JOB_COPY_MANY
 
 
 def test_tags_travel_to_the_archive_the_dead_letter_and_back(make_app, conn, dsn):

@@ -7,7 +7,7 @@ import pytest
 import sqlalchemy
 
 from pgjobs import ConfigurationError, JobSpec
-from pgjobs.producer import COPY_MIN_ROWS
+from pgjobs.enqueue import COPY_MIN_ROWS
 from tests.support.factories import counts, row
 from tests.support.helpers import assert_one_home
 

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy
 
 from pgjobs import ConfigurationError, JobSpec
-from pgjobs.producer import COPY_MIN_ROWS
+from pgjobs.enqueue import COPY_MIN_ROWS
 from tests.support.factories import claim, db_now, row, work
 from tests.support.helpers import scalar
 

@@ -176,15 +176,15 @@ def test_tracing_is_off_until_a_tracer_provider_is_configured(monkeypatch) -> No
 def test_nothing_of_opentelemetry_is_imported_by_pgjobs() -> None:
     code = """
 import sys, json
-import pgjobs, pgjobs.worker, pgjobs.producer, pgjobs.app, pgjobs.tracing
+import pgjobs, pgjobs.worker, pgjobs.enqueue, pgjobs.app, pgjobs.tracing
 app = pgjobs.App("postgresql://nobody@127.0.0.1:1/none")
 
 @app.task(name="t")
 def t(n: int) -> None: ...
 
-from pgjobs import producer
+from pgjobs import enqueue
 from pgjobs.submission import JobSpec
-producer.prepare(JobSpec("t", {"n": 1}), app.tasks)
+enqueue.prepare(JobSpec("t", {"n": 1}), app.tasks)
 print(json.dumps(sorted(m for m in sys.modules if m.startswith("opentelemetry"))))
 """
     out = subprocess.run(

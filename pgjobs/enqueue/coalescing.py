@@ -20,8 +20,8 @@ its own job alone, as before, getting its own id or its own error. A lost connec
 commit is unknown, is every caller's error (sending again could write a job twice).
 
 Only jobs that the plain batched insert writes exactly as the one-job insert does are coalesced
-(``fits``): no idempotency key, group, unique key, tags or ``after``; the others take their usual
-path.
+(``fits``: ``Shape.READY`` or ``PLAIN``, no idempotency key, group, unique key or ``after``); the
+others take their usual path.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
+from pgjobs.enqueue.rows import SHARED, PreparedJob
 from pgjobs.errors import DatabaseUnavailable, PgjobsError
-from pgjobs.producer import PreparedJob
 
 #: What a flight hands each caller back: its job's id (``App``), or its inserted row (the HTTP
 #: API, which answers with the job).
@@ -42,13 +42,7 @@ T = TypeVar("T")
 
 def fits(row: PreparedJob) -> bool:
     """Whether ``row`` may share a statement with other callers' jobs (see the module)."""
-    return (
-        row.idempotency_key is None
-        and row.group_key is None
-        and row.unique_key is None
-        and row.tags is None
-        and row.after is None
-    )
+    return row.shape <= SHARED
 
 
 def _alone(error: BaseException) -> bool:
