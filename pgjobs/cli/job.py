@@ -124,24 +124,33 @@ def _print_workflow(entries: list[WorkflowEntry]) -> None:
         return
     typer.echo("workflow:")
     for entry in entries:
-        if entry.kind is WorkflowEntryKind.SLEEP:
-            detail = f"wakes {render.when(entry.wake_at)}"
-            line = f"{entry.seq:>4}  sleep   {'':<20} {detail}"
-        else:
-            seconds = entry.seconds
-            took = "" if seconds is None else f"{seconds * 1000:.0f}ms"
-            tries = f"{entry.attempts} attempt{'' if entry.attempts == 1 else 's'}"
-            said = (
-                json.dumps(entry.result)
-                if entry.status is WorkflowEntryStatus.DONE
-                else str(entry.error)
-            )
-            tx = " tx" if entry.transactional else ""
-            line = (
-                f"{entry.seq:>4}  step    {entry.name:<20} {entry.status:<8} {tries}, {took}{tx}  "
-                f"{said}"
-            )
-        typer.echo(f"  {printable(clipped(line))}")
+        typer.echo(f"  {printable(clipped(_entry_line(entry)))}")
+
+
+def _entry_line(entry: WorkflowEntry) -> str:
+    """One entry of a workflow's history as ``job show`` prints it."""
+    place = f"{entry.seq:>4}  {entry.kind:<9}"
+    if entry.kind is WorkflowEntryKind.SLEEP:
+        return f"{place}{'':<20} wakes {render.when(entry.wake_at)}"
+    waiting = entry.status is WorkflowEntryStatus.WAITING
+    if entry.kind is WorkflowEntryKind.EVENT:
+        if waiting:
+            until = "no timeout" if entry.wake_at is None else f"until {render.when(entry.wake_at)}"
+            return f"{place}{entry.name:<20} waiting  ({until})"
+        said = json.dumps(entry.result) if entry.status is WorkflowEntryStatus.DONE else entry.error
+        return f"{place}{entry.name:<20} {entry.status:<8} {said}"
+    if entry.kind is WorkflowEntryKind.CHILDREN:
+        ids = list((entry.result or {}).get("ids", ()))
+        return (
+            f"{place}{entry.name:<20} {entry.status:<8} {len(ids)} child job"
+            f"{'' if len(ids) == 1 else 's'} (batch {(entry.result or {}).get('batch')})"
+        )
+    seconds = entry.seconds
+    took = "" if seconds is None else f"{seconds * 1000:.0f}ms"
+    tries = f"{entry.attempts} attempt{'' if entry.attempts == 1 else 's'}"
+    said = json.dumps(entry.result) if entry.status is WorkflowEntryStatus.DONE else entry.error
+    tx = " tx" if entry.transactional else ""
+    return f"{place}{entry.name:<20} {entry.status:<8} {tries}, {took}{tx}  {said}"
 
 
 def _edit_lines(edits: tuple[editing.JobEdit, ...]) -> str | None:

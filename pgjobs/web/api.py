@@ -31,6 +31,7 @@ from pgjobs.web import enqueuing, models, paths, stats_models
 from pgjobs.web.auth import READ_METHODS
 from pgjobs.web.backend import API_PREFIX, Backend, Credentials, Server, backend, check_token
 from pgjobs.web.errors import ApiError, responses
+from pgjobs.workflows import history as workflow_history
 
 
 async def authorize(request: Request, credentials: Credentials) -> None:
@@ -81,8 +82,12 @@ def _job_and_graph(conn: Any, job_id: int) -> models.Job:
     edits = [
         models.JobEdit.model_validate(dataclasses.asdict(e)) for e in editing.edits(conn, job_id)
     ]
+    steps = [
+        models.WorkflowEntry.model_validate(dataclasses.asdict(e))
+        for e in workflow_history.of(conn, job_id)
+    ]
     return _job(admin.job(conn, job_id)).model_copy(
-        update={**edges, "waiting_on": graph.waiting_on, "edits": edits}
+        update={**edges, "waiting_on": graph.waiting_on, "edits": edits, "workflow": steps}
     )
 
 

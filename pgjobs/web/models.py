@@ -40,6 +40,7 @@ from pgjobs.submission import (
 )
 from pgjobs.tags import MAX_TAG_LENGTH, MAX_TAGS
 from pgjobs.tags import check as check_tags
+from pgjobs.workflow_entries import WorkflowEntryKind, WorkflowEntryStatus
 
 #: Jobs one batch enqueue may carry; the body limit usually binds first.
 MAX_BATCH_JOBS = 10_000
@@ -385,6 +386,24 @@ class JobEdit(BaseModel):
     )
 
 
+class WorkflowEntry(BaseModel):
+    """One entry of a durable workflow's history (``pgjobs.workflow_entries.WorkflowEntry``): a
+    step, a sleep, a wait for an event or for children."""
+
+    seq: int
+    kind: WorkflowEntryKind
+    name: str
+    status: WorkflowEntryStatus
+    attempts: int
+    result: Any = Field(description="A step's result, an event's payload, children's ids.")
+    error: str | None
+    error_type: str | None
+    transactional: bool
+    started_at: datetime | None
+    recorded_at: datetime
+    wake_at: datetime | None = Field(description="A sleep's wake time, an event wait's deadline.")
+
+
 class Job(JobSummary):
     """A job with its whole record, as `pgjobs job show` has it."""
 
@@ -402,6 +421,11 @@ class Job(JobSummary):
     )
     edits: list[JobEdit] | None = Field(
         None, description="Its recorded edits, oldest first (null: not read by this answer)."
+    )
+    workflow: list[WorkflowEntry] | None = Field(
+        None,
+        description="A durable workflow's history, in order (empty for any other job; null: "
+        "not read by this answer).",
     )
 
 

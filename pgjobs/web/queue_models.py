@@ -41,7 +41,7 @@ class QueueSettings(BaseModel):
         extra="forbid",
         json_schema_extra={
             "examples": [
-                {"concurrency": 10, "rate": "100/s", "group_concurrency": 2},
+                {"concurrency": 10, "rate": "100/s", "group_concurrency": 2, "group_rate": "10/m"},
                 {"rate": None},
             ]
         },
@@ -55,6 +55,9 @@ class QueueSettings(BaseModel):
     )
     group_concurrency: Whole | None = Field(
         None, description="The most jobs of one group of the queue running at once."
+    )
+    group_rate: Text | None = Field(
+        None, description="The most jobs of one group that start per period: 10/m, 1/s."
     )
 
 
@@ -70,14 +73,17 @@ _QUEUE_EXAMPLE: dict[str, Any] = {
     "rate_jobs": 100,
     "rate_seconds": 1.0,
     "group_concurrency": 2,
+    "group_rate_jobs": 10,
+    "group_rate_seconds": 60.0,
     "paused": True,
     "rate": "100/s",
+    "group_rate": "10/m",
 }
 
 
 class Queue(BaseModel):
     """A queue and its settings (`pgjobs queue list --json`): ``rate`` is ``rate_jobs`` per
-    ``rate_seconds`` as written; null fields are limits not set."""
+    ``rate_seconds`` as written, ``group_rate`` likewise; null fields are limits not set."""
 
     model_config = _examples(_QUEUE_EXAMPLE)
 
@@ -93,8 +99,14 @@ class Queue(BaseModel):
     rate_jobs: int | None
     rate_seconds: float | None
     group_concurrency: int | None
+    group_rate_jobs: int | None
+    group_rate_seconds: float | None
     paused: bool
     rate: str | None
+    group_rate: str | None = Field(
+        description="``group_rate_jobs`` per ``group_rate_seconds`` as written: the most starts "
+        "of one group of the queue in any window that long."
+    )
 
     @classmethod
     def of(cls, state: QueueState) -> Queue:
@@ -102,6 +114,7 @@ class Queue(BaseModel):
             **dataclasses.asdict(state),
             paused=state.paused,
             rate=rate_text(state.rate_jobs, state.rate_seconds),
+            group_rate=rate_text(state.group_rate_jobs, state.group_rate_seconds),
         )
 
 

@@ -108,13 +108,14 @@ def resume_queue(name: QueuePath, request: Request, server: Server) -> QueueChan
 def set_queue_limits(
     name: QueuePath, body: QueueSettings, request: Request, server: Server
 ) -> QueueChange:
-    """Set the limits given (``concurrency``, ``rate``, ``group_concurrency``), obeyed by every
-    worker from its next claim on; null removes one, a field left out stays. An empty body is
-    refused (422), as a limit out of range or a rate that does not parse; nothing changes."""
+    """Set the limits given (``concurrency``, ``rate``, ``group_concurrency``, ``group_rate``),
+    obeyed by every worker from its next claim on; null removes one, a field left out stays. An
+    empty body is refused (422), as a limit out of range or a rate that does not parse; nothing
+    changes."""
     given = body.model_fields_set
     options = {
         field: getattr(body, field) if field in given else queues.KEEP
-        for field in ("concurrency", "rate", "group_concurrency")
+        for field in ("concurrency", "rate", "group_concurrency", "group_rate")
     }
     with server.connection() as conn:
         change = queues.limit(conn, name, **options)

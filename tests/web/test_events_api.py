@@ -9,10 +9,11 @@ from typing import Any
 
 import psycopg
 
-from pgjobs import App, events
+from pgjobs import App, WorkflowContext, events
 from pgjobs.web.events_api import SentEvent
 from tests.support.admin_factories import claim_one, succeed
-from tests.support.helpers import count
+from tests.support.external import run_worker_while
+from tests.support.helpers import count, wait_until
 from tests.web.conftest import READ_AUTH, TestClient, assert_error
 
 
@@ -50,3 +51,37 @@ def test_refusals_write_nothing(
 
 def test_the_response_model_has_the_domain_rows_fields() -> None:
     assert set(SentEvent.model_fields) == {f.name for f in dataclasses.fields(events.SentEvent)}
+
+
+def test_the_job_json_holds_the_workflow(
+    make_app: Any, client: TestClient, conn: psycopg.Connection[Any]
+) -> None:
+    app: App = make_app()
+
+    @app.workflow(name="shop.track")
+    def track(ctx: WorkflowContext) -> None:
+        ctx.step("label", lambda: "1Z999")
+        ctx.wait_for("shipped")
+
+    @app.task(name="shop.other")
+    def other() -> None: ...
+
+    job_id = app.enqueue("shop.track", {})
+
+    def suspended(_worker: Any) -> None:
+        wait_until(
+            lambda: conn.execute(
+                "SELECT 1 FROM pgjobs_event_waits WHERE job_id = %s", [job_id]
+            ).fetchone(),
+            what="the workflow to wait for its event",
+        )
+
+    run_worker_while(app, suspended)
+    shown = client.get(f"/api/v1/jobs/{job_id}").json()
+    assert [(e["kind"], e["name"], e["status"]) for e in shown["workflow"]] == [
+        ("step", "label", "done"),
+        ("event", "shipped", "waiting"),
+    ]
+    assert shown["workflow"][0]["result"] == "1Z999"
+    plain = app.enqueue("shop.other", {})
+    assert client.get(f"/api/v1/jobs/{plain}").json()["workflow"] == []

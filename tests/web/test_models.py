@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from pgjobs import dependencies, editing, flow
+from pgjobs import dependencies, editing, flow, workflow_entries
 from pgjobs import models as domain
 from pgjobs.batches import BatchStatus
 from pgjobs.web import models as api
@@ -22,7 +22,8 @@ from pgjobs.web import queue_models, results, stats_models
 PAIRS: list[tuple[type[BaseModel], type[Any], set[str], set[str]]] = [
     # Its place in a graph: the fields of pgjobs.dependencies.Dependencies (see below).
     # Its place in a graph (see below) and its recorded edits (pgjobs.editing.JobEdit).
-    (api.Job, domain.JobHistory, {"after", "dependents", "waiting_on", "edits"}, set()),
+    (api.Job, domain.JobHistory, {"after", "dependents", "waiting_on", "edits", "workflow"}, set()),
+    (api.WorkflowEntry, workflow_entries.WorkflowEntry, set(), set()),
     (api.JobEdit, editing.JobEdit, set(), set()),
     (api.JobEdge, dependencies.Edge, set(), set()),
     # In `after`, the dependency's result (read by pgjobs.flow), or that it was left out.
@@ -41,7 +42,7 @@ PAIRS: list[tuple[type[BaseModel], type[Any], set[str], set[str]]] = [
     # The row's two properties, written out by `pgjobs stats --json`.
     (stats_models.QueueStats, domain.QueueStats, {"throughput_per_second", "retry_rate"}, set()),
     # The row's property and its rate as written, as `pgjobs queue list --json` prints them.
-    (queue_models.Queue, domain.QueueState, {"paused", "rate"}, set()),
+    (queue_models.Queue, domain.QueueState, {"paused", "rate", "group_rate"}, set()),
     (queue_models.Schedule, domain.ScheduleInfo, set(), set()),
 ]
 

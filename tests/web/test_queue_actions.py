@@ -272,3 +272,17 @@ def test_a_name_may_hold_a_slash(
     assert client.get("/api/v1/queues/team/emails").json()["paused"] is True
     assert "team/emails" in [q["name"] for q in cli_queues(capsys, dsn) if q["paused"]]
     assert client.post("/api/v1/queues/team/emails/resume").json()["changed"] is True
+
+
+def test_a_group_rate_is_set_shown_and_cleared_over_http(client: TestClient) -> None:
+    response = client.patch("/api/v1/queues/tenants", json={"group_rate": "10/m"})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert (body["group_rate"], body["group_rate_jobs"], body["group_rate_seconds"]) == (
+        "10/m",
+        10,
+        60.0,
+    )
+    cleared = client.patch("/api/v1/queues/tenants", json={"group_rate": None}).json()
+    assert cleared["group_rate"] is None and cleared["group_rate_jobs"] is None
+    assert client.patch("/api/v1/queues/tenants", json={"group_rate": "ten"}).status_code == 422

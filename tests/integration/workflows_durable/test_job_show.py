@@ -6,8 +6,9 @@ import json
 
 import pgjobs
 from pgjobs import App, WorkflowContext
+from tests.support.external import run_worker_while
 from tests.support.factories import work
-from tests.support.helpers import run
+from tests.support.helpers import run, wait_until
 
 
 def test_job_show_lists_the_steps_and_sleeps(make_app, capsys, dsn):
@@ -56,3 +57,35 @@ def test_a_plain_job_shows_no_workflow(make_app, capsys, dsn):
     assert json.loads(out)["workflow"] == []
     code, out, err = run(capsys, "job", "show", str(job_id), "--dsn", dsn.url)
     assert "workflow:" not in out
+
+
+def test_job_show_lists_waits_for_events_and_children(make_app, capsys, dsn, conn):
+    app: App = make_app()
+
+    @app.task(name="t.leaf", queue="later")  # no worker serves it here
+    def leaf(n: int) -> int:
+        return n
+
+    @app.workflow(name="t.waits")
+    def waits(ctx: WorkflowContext) -> None:
+        ctx.wait_for("approved", timeout=3600)
+        ctx.map(leaf, [{"n": 1}, {"n": 2}])
+
+    job_id = app.enqueue("t.waits", {})
+    app.send_event(job_id, "approved", {"by": "ana"})
+
+    def suspended(_worker: object) -> None:
+        wait_until(
+            lambda: conn.execute(
+                "SELECT 1 FROM pgjobs_workflow_history WHERE job_id = %s AND kind = 'children'",
+                [job_id],
+            ).fetchone(),
+            what="the children's wait",
+        )
+
+    run_worker_while(app, suspended, queues=["default"])
+    code, out, err = run(capsys, "job", "show", str(job_id), "--dsn", dsn.url)
+    assert code == 0, err
+    lines = out.split("workflow:\n", 1)[1].splitlines()
+    assert lines[0].split()[:5] == ["0", "event", "approved", "done", '{"by":']
+    assert lines[1].split()[:6] == ["1", "children", "t.leaf", "waiting", "2", "child"]

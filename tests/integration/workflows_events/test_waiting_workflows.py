@@ -79,8 +79,7 @@ def test_a_workflow_waits_for_an_event_without_a_slot_and_resumes_with_it(
     job_id = app.enqueue("shop.checkout", {"order": 7})
     assert work(app, conn, job_id, until="suspended") == 0
     waiting = conn.execute(
-        "SELECT lease_owner, attempts, snoozes, run_at = 'infinity' FROM queued_jobs "
-        "WHERE id = %s",
+        "SELECT lease_owner, attempts, snoozes, run_at = 'infinity' FROM queued_jobs WHERE id = %s",
         [job_id],
     ).fetchone()
     assert waiting == (None, 0, 0, True)  # no slot, no attempt, no snooze: until the event
