@@ -110,7 +110,7 @@ bench: install
 # driver PgQueuer's docs recommend for throughput (its psycopg driver runs beside it, labelled).
 # `make bench`'s group n (tenants: pgbench beside a queue) runs PgQueuer from this venv when it
 # is there (`make $(PEERS_VENV)/.installed` builds it alone).
-PEERS ?= pgqueuer==1.6.0 procrastinate==3.10.0 asyncpg==0.32.0
+PEERS ?= pgqueuer==1.6.0 procrastinate==3.10.0 asyncpg==0.32.0 dbos==3.4.0
 PEERS_VENV ?= $(VENV)/peers
 
 $(PEERS_VENV)/.installed: pyproject.toml Makefile
