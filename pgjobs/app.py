@@ -85,7 +85,7 @@ class App(Registry, Operator):
         #: The waiters of ``wait`` / ``wait_async`` and their one LISTEN connection.
         self._waiters = results.Waiters(self._pools)
         # One-job enqueues on the app's pool that arrive together go in as one statement and
-        # one commit (pgjobs.coalescing); the async one belongs to the loop that made it.
+        # one commit (pgjobs.enqueue.coalescing); the async one belongs to the loop that made it.
         self._sender = enqueue.Sender(self._pools)
 
     def _workflow_pools(self) -> Pools:
