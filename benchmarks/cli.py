@@ -35,6 +35,7 @@ from benchmarks import (
     pooler,
     processing,
     prune,
+    retention_beside,
     supervise,
     tenants,
     workflows,
@@ -65,6 +66,7 @@ GROUPS: dict[str, tuple[str, Callable[[Context], list[Row]]]] = {
     "idle": ("p", idle.run),  # issue 28: what 20 idle workers cost the server
     "costs": ("q", costs.run),  # issue 28: what each index and column costs per job
     "durable": ("w", durable.run),  # issue 39: recorded steps, resume after a sleep
+    "retention": ("r", retention_beside.run),  # issue 42: the retention round beside processing
 }
 #: Environment variable naming the server to benchmark on (before pgjobs' own variables).
 ENV_DSN = "PGJOBS_BENCH_DSN"
