@@ -136,4 +136,6 @@ def specs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[JobSpec]]:
         return prepare(spec, tasks, **options)
 
     monkeypatch.setattr(enqueue, "prepare", spy)
+    # prepare_many calls the module's own prepare: a batch's specs are seen there.
+    monkeypatch.setattr(enqueue.rows, "prepare", spy)
     yield seen

@@ -59,11 +59,16 @@ class Attempt(Protocol):
 class Outcomes:
     """Outcomes waiting to be sent: a ``SettleParams`` being filled."""
 
-    __slots__ = ("_batch", "owner")
+    __slots__ = ("_batch", "_drained_not_due", "_not_due", "owner")
 
     def __init__(self, owner: str) -> None:
         self.owner = owner
         self._batch = SettleParams(owner)
+        # The ids of jobs given back for another worker: their hold is no time for this one to
+        # claim again (it would take them back before the others could); those of the last
+        # drained batch, in case it comes back (``restore``).
+        self._not_due: set[int] = set()
+        self._drained_not_due: set[int] = set()
 
     def __len__(self) -> int:
         return len(self._batch)
@@ -100,12 +105,21 @@ class Outcomes:
         batch.dead_tracebacks.append(traceback)
 
     def release(
-        self, job: Attempt, *, refund: bool, hold: float = 0.0, snooze: bool = False
+        self,
+        job: Attempt,
+        *,
+        refund: bool,
+        hold: float = 0.0,
+        snooze: bool = False,
+        for_others: bool = False,
     ) -> None:
         """Give ``job`` back to the queue; ``refund`` when it never started running, or its
         handler snoozed it (``snooze``: counted). With ``hold`` (seconds) > 0 no worker claims
-        it again before then."""
+        it again before then. ``for_others``: this worker cannot run it (a payload newer than
+        its code), so the hold does not wake it (``due_in``)."""
         batch = self._batch
+        if for_others:
+            self._not_due.add(job.id)
         batch.release_ids.append(job.id)
         batch.release_attempts.append(job.attempts)
         batch.release_refunds.append(refund)
@@ -116,15 +130,22 @@ class Outcomes:
         """Seconds after the next settle until the first job it puts back for later (a retry,
         a release held back such as a snooze) falls due; None when it puts back none so."""
         batch = self._batch
-        waits = [*batch.retry_delays, *(hold for hold in batch.release_holds if hold > 0)]
+        holds = (
+            hold
+            for job_id, hold in zip(batch.release_ids, batch.release_holds, strict=True)
+            if hold > 0 and job_id not in self._not_due
+        )
+        waits = [*batch.retry_delays, *holds]
         return min(waits) if waits else None
 
     def drain(self) -> SettleParams:
         """Everything buffered, as the settle statement's parameters; empties the buffer."""
         batch, self._batch = self._batch, SettleParams(self.owner)
+        self._drained_not_due, self._not_due = self._not_due, set()
         return batch
 
     def restore(self, batch: SettleParams) -> None:
         """Put a drained ``batch`` back in front of newer outcomes (its flush failed)."""
+        self._not_due |= self._drained_not_due
         batch.extend(self._batch)
         self._batch = batch

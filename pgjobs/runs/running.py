@@ -219,7 +219,9 @@ class Runs:
         while an up-to-date one may; one that cannot be upgraded goes to dead_letter."""
         version = job.payload_version or 1
         if version > task.version:
-            self.completer.outcomes.release(job, refund=True, hold=NEWER_VERSION_HOLD)
+            self.completer.outcomes.release(
+                job, refund=True, hold=NEWER_VERSION_HOLD, for_others=True
+            )
             if job.id not in self._too_new:
                 if len(self._too_new) >= 10_000:  # a memory of log lines, not of jobs
                     self._too_new.clear()

@@ -137,7 +137,9 @@ async def enqueue_job(body: models.JobCreate, request: Request, response: Respon
         # With the other requests' plain jobs (pgjobs.web.enqueuing), answered from its inserted
         # row: a job just enqueued has no dependencies nor dependents, and no edits.
         inserted = await server.enqueuer.insert(row)
-        return _job(inserted).model_copy(update={"after": [], "dependents": [], "edits": []})
+        return _job(inserted).model_copy(
+            update={"after": [], "dependents": [], "edits": [], "workflow": []}
+        )
     return await run_in_threadpool(_enqueue, server, row, response)
 
 

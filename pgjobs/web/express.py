@@ -75,7 +75,7 @@ class ExpressEnqueue:
             return pgjobs_error_response(exc)
         # A job just enqueued has no dependencies nor dependents, and no edits.
         job = models.Job.model_validate(inserted).model_copy(
-            update={"after": [], "dependents": [], "edits": []}
+            update={"after": [], "dependents": [], "edits": [], "workflow": []}
         )
         return Response(dump(job), status_code=201, media_type="application/json")
 

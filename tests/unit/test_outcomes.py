@@ -274,3 +274,24 @@ def test_a_shown_value_is_a_prefix_within_the_bound_and_says_how_much_is_left(te
     assert text.startswith(head) and len(head.encode(errors="surrogatepass")) <= limit
     more = size - len(head.encode(errors="surrogatepass"))
     assert note.startswith(f"{more:,} bytes more")
+
+
+class _Attempt:
+    def __init__(self, job_id: int) -> None:
+        self.id = job_id
+        self.attempts = 1
+
+
+def test_a_job_given_back_for_another_worker_does_not_wake_this_one() -> None:
+    """A payload newer than this worker's code is held back for the others: were its hold this
+    worker's wake-up, it would claim the job again the instant it falls due, before any other
+    worker could (and give it back again, for ever)."""
+    outcomes = Outcomes("w1")
+    outcomes.release(_Attempt(1), refund=True, hold=5.0, for_others=True)
+    assert outcomes.due_in() is None
+    outcomes.release(_Attempt(2), refund=True, hold=7.0, snooze=True)
+    assert outcomes.due_in() == 7.0
+    restored = outcomes.drain()
+    outcomes.release(_Attempt(3), refund=True, hold=3.0, for_others=True)
+    outcomes.restore(restored)  # the flush failed: both come back, in order
+    assert outcomes.due_in() == 7.0

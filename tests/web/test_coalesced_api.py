@@ -90,5 +90,6 @@ def test_a_batch_of_plain_jobs_is_answered_as_read_back(client: TestClient) -> N
     assert [job["status"] for job in answered] == ["ready", "scheduled", "scheduled"]
     for job in answered:
         read = client.get(f"/api/v1/jobs/{job['id']}").json()
-        # A batch's answer does not read dependencies nor edits (null); GET does.
-        assert read | {"after": None, "dependents": None, "edits": None} == job
+        # A batch's answer does not read dependencies, edits nor a workflow's history (null); GET
+        # does.
+        assert read | {"after": None, "dependents": None, "edits": None, "workflow": None} == job
