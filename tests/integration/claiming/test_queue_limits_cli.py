@@ -91,7 +91,8 @@ def test_cli_bad_limits_are_one_line_exit_2_and_change_nothing(capsys, dsn, argv
 
 def test_python_api_checks_limits(dsn):
     with pytest.raises(
-        ConfigurationError, match="give a concurrency limit, a rate, a group concurrency or a group rate"
+        ConfigurationError,
+        match="give a concurrency limit, a rate, a group concurrency or a group rate",
     ):
         queues.limit(dsn, "emails")
     with pytest.raises(ConfigurationError) as caught:
